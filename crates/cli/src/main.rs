@@ -1,0 +1,2 @@
+//! The `palimpsest` command-line tool.
+fn main() {}

@@ -1,0 +1,561 @@
+//! The event envelope (contract section 1.1) and the rules that need nothing
+//! but the event itself (section 2, rules 1 to 4).
+//!
+//! An [`Event`] can only be built through a checking constructor, so every
+//! `Event` value is well-formed: its envelope and core payload match section
+//! 1, and its surface metadata obeys rules 1–4. The rules that relate an
+//! event to the log before it (6–9) live in [`crate::surface`] and
+//! [`crate::Session`].
+//!
+//! # Wire form
+//!
+//! One JSON object with the keys `seq`, `time`, `type`, `data`, and the
+//! optional `sourceEventSeqs` and `surfaceOp`, written in that order, with
+//! absent optionals omitted (never `null`). `data` is kept verbatim, byte for
+//! byte, so keys unknown to this crate survive any round trip.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de;
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::error::AppendError;
+use crate::payload::{
+    AssistantChunk, AssistantMessage, Block, ContextMessage, LogPayload, Message, Role, Source,
+    SteeringMessage, StepEnd, StepStart, SurfacePayload, ToolCall, ToolResult, TurnEnd,
+    TurnStart, UserMessage,
+};
+
+/// An event's `type`. The core types have a fixed payload shape; any other
+/// string is a plugin type with opaque data.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `turn/start`
+    TurnStart,
+    /// `turn/end`
+    TurnEnd,
+    /// `step/start`
+    StepStart,
+    /// `step/end`
+    StepEnd,
+    /// `user/message`
+    UserMessage,
+    /// `context/message`
+    ContextMessage,
+    /// `steering/message`
+    SteeringMessage,
+    /// `assistant/chunk`
+    AssistantChunk,
+    /// `assistant/message`
+    AssistantMessage,
+    /// `tool/call`
+    ToolCall,
+    /// `tool/result`
+    ToolResult,
+    /// Any other type, e.g. `compaction/start`.
+    Plugin(Box<str>),
+}
+
+impl EventType {
+    /// Parses a type string.
+    pub fn parse(s: &str) -> EventType {
+        match s {
+            "turn/start" => EventType::TurnStart,
+            "turn/end" => EventType::TurnEnd,
+            "step/start" => EventType::StepStart,
+            "step/end" => EventType::StepEnd,
+            "user/message" => EventType::UserMessage,
+            "context/message" => EventType::ContextMessage,
+            "steering/message" => EventType::SteeringMessage,
+            "assistant/chunk" => EventType::AssistantChunk,
+            "assistant/message" => EventType::AssistantMessage,
+            "tool/call" => EventType::ToolCall,
+            "tool/result" => EventType::ToolResult,
+            other => EventType::Plugin(other.into()),
+        }
+    }
+
+    /// The type string as written.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EventType::TurnStart => "turn/start",
+            EventType::TurnEnd => "turn/end",
+            EventType::StepStart => "step/start",
+            EventType::StepEnd => "step/end",
+            EventType::UserMessage => "user/message",
+            EventType::ContextMessage => "context/message",
+            EventType::SteeringMessage => "steering/message",
+            EventType::AssistantChunk => "assistant/chunk",
+            EventType::AssistantMessage => "assistant/message",
+            EventType::ToolCall => "tool/call",
+            EventType::ToolResult => "tool/result",
+            EventType::Plugin(s) => s,
+        }
+    }
+
+    /// Whether events of this type join the surface (and so must carry a `surfaceOp`).
+    pub fn is_surface_eligible(&self) -> bool {
+        matches!(
+            self,
+            EventType::UserMessage
+                | EventType::ContextMessage
+                | EventType::SteeringMessage
+                | EventType::AssistantMessage
+                | EventType::ToolResult
+        )
+    }
+
+    /// Whether this is one of the core types with a fixed payload shape.
+    pub fn is_core(&self) -> bool {
+        !matches!(self, EventType::Plugin(_))
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an event entered the surface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SurfaceOp {
+    /// Pushed onto the tail.
+    Append,
+    /// Took the place of the surface entries from `start` through `end`
+    /// (by surface position, both inclusive).
+    Replace {
+        /// First shadowed seq.
+        start: u64,
+        /// Last shadowed seq.
+        end: u64,
+    },
+}
+
+impl Serialize for SurfaceOp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SurfaceOp::Append => s.serialize_str("append"),
+            SurfaceOp::Replace { start, end } => {
+                let mut st = s.serialize_struct("SurfaceOp", 3)?;
+                st.serialize_field("op", "replace")?;
+                st.serialize_field("start", start)?;
+                st.serialize_field("end", end)?;
+                st.end()
+            }
+        }
+    }
+}
+
+/// How a surface-eligible payload joins the surface: the `surfaceOp` and the
+/// optional `sourceEventSeqs` of the event the typed append API writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SurfaceIntent {
+    /// The operation.
+    pub op: SurfaceOp,
+    /// Provenance: seqs of earlier events this one was built from.
+    pub sources: Option<Vec<u64>>,
+}
+
+impl SurfaceIntent {
+    /// Append, citing nothing.
+    pub fn append() -> SurfaceIntent {
+        SurfaceIntent { op: SurfaceOp::Append, sources: None }
+    }
+
+    /// Append, citing `sources` (e.g. an assistant message's chunks).
+    pub fn append_citing(sources: Vec<u64>) -> SurfaceIntent {
+        SurfaceIntent { op: SurfaceOp::Append, sources: Some(sources) }
+    }
+
+    /// Replace the surface range `start..=end` (by position), citing
+    /// `sources`, which must include every shadowed seq.
+    pub fn replace(start: u64, end: u64, sources: Vec<u64>) -> SurfaceIntent {
+        SurfaceIntent { op: SurfaceOp::Replace { start, end }, sources: Some(sources) }
+    }
+}
+
+/// One event of the log. Always well-formed: see the module docs.
+#[derive(Debug, Clone)]
+pub struct Event {
+    seq: u64,
+    time: u64,
+    event_type: EventType,
+    data: Box<RawValue>,
+    source_event_seqs: Option<Box<[u64]>>,
+    surface_op: Option<SurfaceOp>,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+            && self.time == other.time
+            && self.event_type == other.event_type
+            && self.data.get() == other.data.get()
+            && self.source_event_seqs == other.source_event_seqs
+            && self.surface_op == other.surface_op
+    }
+}
+
+impl Event {
+    /// The event's position in the log.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Unix epoch milliseconds.
+    pub fn time(&self) -> u64 {
+        self.time
+    }
+
+    /// The event's type.
+    pub fn event_type(&self) -> &EventType {
+        &self.event_type
+    }
+
+    /// The payload exactly as written.
+    pub fn data(&self) -> &RawValue {
+        &self.data
+    }
+
+    /// Provenance, when present (`Some(&[])` is a known empty stream).
+    pub fn source_event_seqs(&self) -> Option<&[u64]> {
+        self.source_event_seqs.as_deref()
+    }
+
+    /// How the event entered the surface, when it did.
+    pub fn surface_op(&self) -> Option<SurfaceOp> {
+        self.surface_op
+    }
+
+    /// Parses `data` into `T` (for example a payload type of
+    /// [`crate::payload`]). Core payloads were checked when the event was
+    /// built, so parsing one into its own type does not fail.
+    pub fn data_as<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.data.get())
+    }
+
+    /// Decodes one event from its JSON text (the runtime path for events read
+    /// from a file or built dynamically), checking section 1 and the
+    /// context-free rules 1–4 of section 2.
+    pub fn from_json(json: &str) -> Result<Event, AppendError> {
+        let wire: WireEvent<'_> = match serde_json::from_str(json) {
+            Ok(w) => w,
+            Err(e) => {
+                return Err(AppendError::EventMalformed { seq: salvage_seq(json), detail: e.to_string() })
+            }
+        };
+        let seq = wire.seq;
+        let event_type = EventType::parse(&wire.event_type);
+        check_payload(seq, &event_type, wire.data)?;
+        let data = wire.data.to_owned();
+        let surface_op = match wire.surface_op {
+            None => None,
+            Some(raw) => Some(decode_surface_op(seq, &event_type, raw)?),
+        };
+        let source_event_seqs = match wire.source_event_seqs {
+            None => None,
+            Some(raw) => Some(decode_sources(seq, &event_type, raw)?),
+        };
+        Event::assemble(seq, wire.time, event_type, data, source_event_seqs, surface_op)
+    }
+
+    /// Decodes one event from a JSON value. See [`Event::from_json`].
+    pub fn from_value(value: &serde_json::Value) -> Result<Event, AppendError> {
+        Event::from_json(&value.to_string())
+    }
+
+    /// Builds a surface-eligible event: the typed path, where the compiler
+    /// guarantees a surface intent is given.
+    pub fn surface(
+        seq: u64,
+        time: u64,
+        payload: impl Into<SurfacePayload>,
+        intent: SurfaceIntent,
+    ) -> Result<Event, AppendError> {
+        let (event_type, data) = match payload.into() {
+            SurfacePayload::User(p) => (EventType::UserMessage, to_raw(&p)),
+            SurfacePayload::Context(p) => (EventType::ContextMessage, to_raw(&p)),
+            SurfacePayload::Steering(p) => (EventType::SteeringMessage, to_raw(&p)),
+            SurfacePayload::Assistant(p) => (EventType::AssistantMessage, to_raw(&p)),
+            SurfacePayload::ToolResult(p) => (EventType::ToolResult, to_raw(&p)),
+        };
+        let sources = intent.sources.map(Vec::into_boxed_slice);
+        Event::checked(seq, time, event_type, data?, sources, Some(intent.op))
+    }
+
+    /// Builds a log-only event: the typed path, where no surface metadata can
+    /// be given.
+    pub fn log(seq: u64, time: u64, payload: impl Into<LogPayload>) -> Result<Event, AppendError> {
+        let (event_type, data) = match payload.into() {
+            LogPayload::TurnStart(p) => (EventType::TurnStart, to_raw(&p)),
+            LogPayload::TurnEnd(p) => (EventType::TurnEnd, to_raw(&p)),
+            LogPayload::StepStart(p) => (EventType::StepStart, to_raw(&p)),
+            LogPayload::StepEnd(p) => (EventType::StepEnd, to_raw(&p)),
+            LogPayload::AssistantChunk(p) => (EventType::AssistantChunk, to_raw(&p)),
+            LogPayload::ToolCall(p) => (EventType::ToolCall, to_raw(&p)),
+            LogPayload::Plugin(p) => {
+                let event_type = EventType::parse(&p.event_type);
+                if event_type.is_core() {
+                    return Err(AppendError::EventMalformed {
+                        seq: Some(seq),
+                        detail: format!("`{event_type}` is a core type, not a plugin type"),
+                    });
+                }
+                (event_type, to_raw(&p.data))
+            }
+        };
+        Event::checked(seq, time, event_type, data?, None, None)
+    }
+
+    /// A copy of this event with another seq and time (used by fork and
+    /// repair). Provenance and surface op are kept as they are.
+    pub fn with_seq_and_time(&self, seq: u64, time: u64) -> Result<Event, AppendError> {
+        Event::checked(
+            seq,
+            time,
+            self.event_type.clone(),
+            self.data.clone(),
+            self.source_event_seqs.clone(),
+            self.surface_op,
+        )
+    }
+
+    /// Writes the canonical JSON text (no trailing newline).
+    pub fn to_json(&self) -> String {
+        // Serializing plain integers, strings and a RawValue cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The constructor of the typed paths: checks the payload, then the rules.
+    fn checked(
+        seq: u64,
+        time: u64,
+        event_type: EventType,
+        data: Box<RawValue>,
+        source_event_seqs: Option<Box<[u64]>>,
+        surface_op: Option<SurfaceOp>,
+    ) -> Result<Event, AppendError> {
+        check_payload(seq, &event_type, &data)?;
+        Event::assemble(seq, time, event_type, data, source_event_seqs, surface_op)
+    }
+
+    /// Checks rules 1, 2 and 4 on an event whose payload was checked.
+    fn assemble(
+        seq: u64,
+        time: u64,
+        event_type: EventType,
+        data: Box<RawValue>,
+        source_event_seqs: Option<Box<[u64]>>,
+        surface_op: Option<SurfaceOp>,
+    ) -> Result<Event, AppendError> {
+        let eligible = event_type.is_surface_eligible();
+        // Rule 2: surface metadata only on surface-eligible types.
+        if !eligible {
+            if surface_op.is_some() {
+                return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
+            }
+            if source_event_seqs.is_some() {
+                return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
+            }
+        }
+        // Rule 1: a surface-eligible event must say how it joins.
+        if eligible && surface_op.is_none() {
+            return Err(AppendError::SurfaceOpMissing { seq, event_type: event_type.to_string() });
+        }
+        // Rule 4: provenance shape.
+        if let Some(sources) = &source_event_seqs {
+            check_sources(seq, &event_type, sources)?;
+        }
+        Ok(Event { seq, time, event_type, data, source_event_seqs, surface_op })
+    }
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = 4 + usize::from(self.source_event_seqs.is_some()) + usize::from(self.surface_op.is_some());
+        let mut st = s.serialize_struct("Event", n)?;
+        st.serialize_field("seq", &self.seq)?;
+        st.serialize_field("time", &self.time)?;
+        st.serialize_field("type", self.event_type.as_str())?;
+        st.serialize_field("data", &self.data)?;
+        if let Some(sources) = &self.source_event_seqs {
+            st.serialize_field("sourceEventSeqs", sources)?;
+        }
+        if let Some(op) = &self.surface_op {
+            st.serialize_field("surfaceOp", op)?;
+        }
+        st.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Event, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        Event::from_json(raw.get()).map_err(de::Error::custom)
+    }
+}
+
+/// The envelope as read: every optional key kept raw, so that a present
+/// `null` can be told from an absent key.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEvent<'a> {
+    seq: u64,
+    time: u64,
+    #[serde(rename = "type", borrow)]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+    #[serde(rename = "sourceEventSeqs", default, borrow, deserialize_with = "present")]
+    source_event_seqs: Option<&'a RawValue>,
+    #[serde(rename = "surfaceOp", default, borrow, deserialize_with = "present")]
+    surface_op: Option<&'a RawValue>,
+}
+
+/// A key that is present is `Some`, even when its value is `null`.
+fn present<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// On a malformed envelope, still name the seq when it can be read.
+fn salvage_seq(json: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct SeqOnly {
+        seq: u64,
+    }
+    serde_json::from_str::<SeqOnly>(json).ok().map(|s| s.seq)
+}
+
+fn is_null(raw: &RawValue) -> bool {
+    raw.get().trim() == "null"
+}
+
+fn decode_surface_op(seq: u64, event_type: &EventType, raw: &RawValue) -> Result<SurfaceOp, AppendError> {
+    if is_null(raw) {
+        return Err(AppendError::EventMalformed { seq: Some(seq), detail: "`surfaceOp` is null; omit it instead".into() });
+    }
+    if !event_type.is_surface_eligible() {
+        return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Replace<'a> {
+        #[serde(borrow)]
+        op: Cow<'a, str>,
+        start: u64,
+        end: u64,
+    }
+    let malformed = |detail: String| AppendError::SurfaceOpMalformed { seq, detail };
+    let text = raw.get().trim_start();
+    if text.starts_with('"') {
+        let op: Cow<'_, str> = serde_json::from_str(raw.get()).map_err(|e| malformed(e.to_string()))?;
+        return if op == "append" {
+            Ok(SurfaceOp::Append)
+        } else {
+            Err(malformed(format!("unknown op {op:?}; expected \"append\" or a replace object")))
+        };
+    }
+    if !text.starts_with('{') {
+        return Err(malformed(format!("expected \"append\" or a replace object, found {}", raw.get())));
+    }
+    let r: Replace<'_> = serde_json::from_str(raw.get()).map_err(|e| malformed(e.to_string()))?;
+    if r.op != "replace" {
+        return Err(malformed(format!("op must be \"replace\", found {:?}", r.op)));
+    }
+    Ok(SurfaceOp::Replace { start: r.start, end: r.end })
+}
+
+fn decode_sources(seq: u64, event_type: &EventType, raw: &RawValue) -> Result<Box<[u64]>, AppendError> {
+    if is_null(raw) {
+        return Err(AppendError::EventMalformed {
+            seq: Some(seq),
+            detail: "`sourceEventSeqs` is null; omit it instead".into(),
+        });
+    }
+    if !event_type.is_surface_eligible() {
+        return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
+    }
+    if !raw.get().trim_start().starts_with('[') {
+        return Err(AppendError::SourceSeqsMalformed { seq, detail: format!("expected an array, found {}", raw.get()) });
+    }
+    serde_json::from_str::<Vec<u64>>(raw.get())
+        .map(Vec::into_boxed_slice)
+        .map_err(|e| AppendError::SourceSeqsMalformed { seq, detail: e.to_string() })
+}
+
+fn check_sources(seq: u64, event_type: &EventType, sources: &[u64]) -> Result<(), AppendError> {
+    if sources.is_empty() && *event_type != EventType::AssistantMessage {
+        return Err(AppendError::SourceSeqsEmpty { seq, event_type: event_type.to_string() });
+    }
+    if let Some(&value) = sources.iter().find(|&&v| v >= seq) {
+        return Err(AppendError::SourceSeqsNotEarlier { seq, value });
+    }
+    // Provenance lists are short and usually ascending: check that first.
+    if sources.windows(2).all(|w| w[0] < w[1]) {
+        return Ok(());
+    }
+    let mut sorted = sources.to_vec();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(AppendError::SourceSeqsDuplicate { seq, value: w[0] });
+    }
+    Ok(())
+}
+
+fn to_raw<T: Serialize>(value: &T) -> Result<Box<RawValue>, AppendError> {
+    serde_json::value::to_raw_value(value)
+        .map_err(|e| AppendError::EventMalformed { seq: None, detail: e.to_string() })
+}
+
+/// Checks a core payload's shape (section 1.2). Plugin data is opaque.
+fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<(), AppendError> {
+    fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a RawValue) -> Result<T, AppendError> {
+        if !data.get().trim_start().starts_with('{') {
+            return Err(AppendError::EventMalformed { seq: Some(seq), detail: "`data` must be an object".into() });
+        }
+        serde_json::from_str(data.get())
+            .map_err(|e| AppendError::EventMalformed { seq: Some(seq), detail: format!("bad `data`: {e}") })
+    }
+    let malformed = |detail: String| Err(AppendError::EventMalformed { seq: Some(seq), detail });
+    let role_is = |m: &Message, role: Role| -> Result<(), AppendError> {
+        if m.role == role {
+            Ok(())
+        } else {
+            malformed(format!("a `{event_type}` message must have role {role:?}, not {:?}", m.role))
+        }
+    };
+    match event_type {
+        EventType::TurnStart => parse::<TurnStart>(seq, data).map(drop),
+        EventType::TurnEnd => parse::<TurnEnd>(seq, data).map(drop),
+        EventType::StepStart => parse::<StepStart>(seq, data).map(drop),
+        EventType::StepEnd => parse::<StepEnd>(seq, data).map(drop),
+        EventType::AssistantChunk => parse::<AssistantChunk>(seq, data).map(drop),
+        EventType::ToolCall => parse::<ToolCall>(seq, data).map(drop),
+        EventType::UserMessage => role_is(&parse::<UserMessage>(seq, data)?.message, Role::User),
+        EventType::ContextMessage => role_is(&parse::<ContextMessage>(seq, data)?.message, Role::User),
+        EventType::SteeringMessage => role_is(&parse::<SteeringMessage>(seq, data)?.message, Role::User),
+        EventType::AssistantMessage => {
+            role_is(&parse::<AssistantMessage>(seq, data)?.message, Role::Assistant)
+        }
+        EventType::ToolResult => {
+            let r = parse::<ToolResult>(seq, data)?;
+            role_is(&r.message, Role::User)?;
+            let [Block::ToolResult { tool_call_id, .. }] = r.message.content.as_slice() else {
+                return malformed("a tool/result message must hold exactly one tool-result block".into());
+            };
+            match &r.message.source {
+                Source::Tool { call_id } if call_id == tool_call_id => Ok(()),
+                Source::Tool { call_id } => malformed(format!(
+                    "tool/result source callId {call_id:?} differs from the block's toolCallId {tool_call_id:?}"
+                )),
+                _ => malformed("a tool/result message must have source kind `tool`".into()),
+            }
+        }
+        // Opaque: any JSON value, which RawValue already guarantees.
+        EventType::Plugin(_) => Ok(()),
+    }
+}

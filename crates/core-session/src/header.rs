@@ -1,0 +1,105 @@
+//! The session header (contract section 6): the first line of a JSONL file,
+//! the `sessions` row of a SQLite store.
+
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize};
+
+use crate::error::LoadError;
+
+/// The session format version this build reads and writes. Pinned at 0 while
+/// the format is pre-release; any other version is refused, never migrated.
+pub const SESSION_FORMAT_VERSION: u64 = 0;
+
+/// Identity and lineage of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionHeader {
+    /// Session id.
+    pub id: String,
+    /// Unix epoch milliseconds.
+    pub created_at: u64,
+    /// Working directory the session ran in.
+    pub cwd: Option<String>,
+    /// The session this one was forked from.
+    pub parent_session: Option<String>,
+    /// How many events were copied from the parent when forking.
+    pub seed_length: Option<u64>,
+}
+
+impl SessionHeader {
+    /// A header with just an id and a creation time.
+    pub fn new(id: impl Into<String>, created_at: u64) -> SessionHeader {
+        SessionHeader { id: id.into(), created_at, cwd: None, parent_session: None, seed_length: None }
+    }
+
+    /// Canonical JSON text (no trailing newline).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads a header line: `header-version-unsupported` for any version but
+    /// [`SESSION_FORMAT_VERSION`], `header-malformed` for anything else wrong.
+    pub fn from_json(json: &str) -> Result<SessionHeader, LoadError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        struct Wire {
+            #[serde(rename = "type")]
+            kind: String,
+            version: serde_json::Value,
+            id: String,
+            created_at: u64,
+            #[serde(default)]
+            cwd: Option<String>,
+            #[serde(default)]
+            parent_session: Option<String>,
+            #[serde(default)]
+            seed_length: Option<u64>,
+        }
+        let malformed = |detail: String| LoadError::HeaderMalformed { detail };
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| malformed(format!("not JSON: {e}")))?;
+        let obj = value.as_object().ok_or_else(|| malformed("the header must be a JSON object".into()))?;
+        if obj.get("type").and_then(|t| t.as_str()) != Some("session") {
+            return Err(malformed("the header's `type` must be \"session\"".into()));
+        }
+        if let Some(version) = obj.get("version") {
+            if version.as_u64() != Some(SESSION_FORMAT_VERSION) {
+                return Err(LoadError::HeaderVersionUnsupported { found: version.to_string() });
+            }
+        }
+        for key in ["cwd", "parentSession", "seedLength"] {
+            if obj.get(key).is_some_and(|v| v.is_null()) {
+                return Err(malformed(format!("`{key}` is null; omit it instead")));
+            }
+        }
+        let w: Wire = serde_json::from_value(value).map_err(|e| malformed(e.to_string()))?;
+        debug_assert_eq!(w.kind, "session");
+        let _ = w.version;
+        Ok(SessionHeader {
+            id: w.id,
+            created_at: w.created_at,
+            cwd: w.cwd,
+            parent_session: w.parent_session,
+            seed_length: w.seed_length,
+        })
+    }
+}
+
+impl Serialize for SessionHeader {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("SessionHeader", 7)?;
+        st.serialize_field("type", "session")?;
+        st.serialize_field("version", &SESSION_FORMAT_VERSION)?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("createdAt", &self.created_at)?;
+        if let Some(cwd) = &self.cwd {
+            st.serialize_field("cwd", cwd)?;
+        }
+        if let Some(parent) = &self.parent_session {
+            st.serialize_field("parentSession", parent)?;
+        }
+        if let Some(n) = &self.seed_length {
+            st.serialize_field("seedLength", n)?;
+        }
+        st.end()
+    }
+}

@@ -1,0 +1,401 @@
+//! Typed payloads of the core event types (contract section 1.2).
+//!
+//! These are the shapes the log's `data` must have for each core type. They
+//! are used in two directions: to build events through the typed append API,
+//! and to check the shape of events read from a file. The log itself keeps
+//! every `data` verbatim, so keys these types do not know survive untouched.
+
+use serde::{Deserialize, Serialize};
+
+/// A chat message as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Stable message id.
+    pub id: String,
+    /// Who speaks.
+    pub role: Role,
+    /// Ordered content blocks.
+    pub content: Vec<Block>,
+    /// Where the message came from.
+    pub source: Source,
+}
+
+/// The speaker of a [`Message`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The user side: people, tools results and injected context.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One block of a [`Message`]'s content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Block {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Model reasoning.
+    Reasoning {
+        /// The reasoning text.
+        text: String,
+        /// Provider signature, when the provider sends one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// A tool call requested by the model.
+    ToolCall {
+        /// The call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The raw argument string the model produced.
+        arguments: String,
+    },
+    /// The result of a tool call.
+    ToolResult {
+        /// The id of the call this answers.
+        #[serde(rename = "toolCallId")]
+        tool_call_id: String,
+        /// Whether the tool failed.
+        #[serde(rename = "isError")]
+        is_error: bool,
+        /// The result's content.
+        content: Vec<Block>,
+    },
+    /// An inline image.
+    Image {
+        /// MIME type, e.g. `image/png`.
+        #[serde(rename = "mediaType")]
+        media_type: String,
+        /// Base64 data.
+        data: String,
+    },
+}
+
+impl Block {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Block {
+        Block::Text { text: text.into() }
+    }
+}
+
+/// Where a [`Message`] came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Source {
+    /// Typed by a person.
+    User,
+    /// Produced by a model.
+    Model {
+        /// Provider name.
+        provider: String,
+        /// Model name.
+        model: String,
+    },
+    /// The output of a tool call.
+    Tool {
+        /// The call it answers.
+        #[serde(rename = "callId")]
+        call_id: String,
+    },
+    /// Written by a plugin (compaction, a file watcher, ...).
+    Plugin {
+        /// The plugin's name.
+        plugin: String,
+    },
+}
+
+/// One streamed piece of a model response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum StreamChunk {
+    /// Text.
+    TextDelta {
+        /// Content block index.
+        index: u32,
+        /// The text piece.
+        text: String,
+    },
+    /// Reasoning text.
+    ReasoningDelta {
+        /// Content block index.
+        index: u32,
+        /// The text piece.
+        text: String,
+    },
+    /// A piece of a tool call.
+    ToolCallDelta {
+        /// Content block index.
+        index: u32,
+        /// The call id.
+        id: String,
+        /// The tool name (usually only on the first delta).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// A piece of the argument string.
+        #[serde(rename = "argumentsDelta")]
+        arguments_delta: String,
+    },
+    /// Token usage.
+    Usage(Usage),
+}
+
+/// Token usage of one model response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens served from a cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    /// Reasoning tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TurnEndReason {
+    /// The model finished.
+    Completed,
+    /// The turn was cancelled.
+    Aborted {
+        /// Why.
+        reason: String,
+    },
+    /// The turn failed.
+    Error {
+        /// What failed.
+        error: ErrorInfo,
+    },
+    /// The model hit its output-token limit.
+    MaxTokens,
+    /// Closed by crash repair (contract section 5).
+    Interrupted,
+}
+
+/// A failure description inside a [`TurnEndReason::Error`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// Human-readable message.
+    pub message: String,
+    /// Stable code.
+    pub code: String,
+}
+
+/// A tool failure carried by a `tool/result`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolError {
+    /// Error name, e.g. `UnknownTool`.
+    pub name: String,
+    /// Stable code, e.g. `TOOL_OUTCOME_UNKNOWN`.
+    pub code: String,
+}
+
+/// `turn/start`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnStart {
+    /// Turn number, from 1.
+    pub turn: u64,
+}
+
+/// `turn/end`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnEnd {
+    /// Turn number.
+    pub turn: u64,
+    /// Why it ended.
+    pub reason: TurnEndReason,
+}
+
+/// `step/start`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepStart {
+    /// Turn number.
+    pub turn: u64,
+    /// Step number inside the turn, from 1.
+    pub step: u64,
+}
+
+/// `step/end`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepEnd {
+    /// Turn number.
+    pub turn: u64,
+    /// Step number.
+    pub step: u64,
+}
+
+/// `user/message`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserMessage {
+    /// The turn it opened, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u64>,
+    /// The message (role `user`).
+    pub message: Message,
+}
+
+/// `context/message`: injected context (file notices, instructions).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextMessage {
+    /// The message (role `user`).
+    pub message: Message,
+}
+
+/// `steering/message`: a person's mid-turn steering input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteeringMessage {
+    /// The message (role `user`).
+    pub message: Message,
+}
+
+/// `assistant/chunk`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssistantChunk {
+    /// Turn number.
+    pub turn: u64,
+    /// Step number.
+    pub step: u64,
+    /// The streamed piece.
+    pub chunk: StreamChunk,
+}
+
+/// `assistant/message`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    /// Turn number.
+    pub turn: u64,
+    /// Step number.
+    pub step: u64,
+    /// The message (role `assistant`).
+    pub message: Message,
+    /// Token usage of the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// `Some(true)` when the stream was cut off by cancellation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<bool>,
+}
+
+/// `tool/call`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Turn number.
+    pub turn: u64,
+    /// Step number.
+    pub step: u64,
+    /// The call id.
+    #[serde(rename = "callId")]
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The raw argument string the model produced.
+    pub arguments: String,
+}
+
+/// `tool/result`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// Turn number.
+    pub turn: u64,
+    /// Step number.
+    pub step: u64,
+    /// The message: role `user`, exactly one `tool-result` block, source `tool`.
+    pub message: Message,
+    /// Set when the tool failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+}
+
+impl ToolResult {
+    /// The id of the call this result answers (valid results agree on it in
+    /// the block and the source).
+    pub fn call_id(&self) -> &str {
+        match &self.message.source {
+            Source::Tool { call_id } => call_id,
+            _ => "",
+        }
+    }
+}
+
+/// A plugin's event: any type string outside the core set, opaque data.
+/// It never joins the surface.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginEvent {
+    /// The type string, e.g. `compaction/start`.
+    pub event_type: String,
+    /// The payload, any JSON value.
+    pub data: serde_json::Value,
+}
+
+/// Payloads that join the surface: appending one needs a
+/// [`SurfaceIntent`](crate::SurfaceIntent).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SurfacePayload {
+    /// `user/message`.
+    User(UserMessage),
+    /// `context/message`.
+    Context(ContextMessage),
+    /// `steering/message`.
+    Steering(SteeringMessage),
+    /// `assistant/message`.
+    Assistant(AssistantMessage),
+    /// `tool/result`.
+    ToolResult(ToolResult),
+}
+
+/// Payloads that stay in the log only: appending one takes no surface intent.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LogPayload {
+    /// `turn/start`.
+    TurnStart(TurnStart),
+    /// `turn/end`.
+    TurnEnd(TurnEnd),
+    /// `step/start`.
+    StepStart(StepStart),
+    /// `step/end`.
+    StepEnd(StepEnd),
+    /// `assistant/chunk`.
+    AssistantChunk(AssistantChunk),
+    /// `tool/call`.
+    ToolCall(ToolCall),
+    /// Any plugin event type.
+    Plugin(PluginEvent),
+}
+
+macro_rules! into_payload {
+    ($($ty:ident => $outer:ident :: $variant:ident),* $(,)?) => {$(
+        impl From<$ty> for $outer {
+            fn from(p: $ty) -> $outer {
+                $outer::$variant(p)
+            }
+        }
+    )*};
+}
+
+into_payload! {
+    UserMessage => SurfacePayload::User,
+    ContextMessage => SurfacePayload::Context,
+    SteeringMessage => SurfacePayload::Steering,
+    AssistantMessage => SurfacePayload::Assistant,
+    ToolResult => SurfacePayload::ToolResult,
+    TurnStart => LogPayload::TurnStart,
+    TurnEnd => LogPayload::TurnEnd,
+    StepStart => LogPayload::StepStart,
+    StepEnd => LogPayload::StepEnd,
+    AssistantChunk => LogPayload::AssistantChunk,
+    ToolCall => LogPayload::ToolCall,
+    PluginEvent => LogPayload::Plugin,
+}

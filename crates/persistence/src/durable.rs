@@ -1,0 +1,187 @@
+//! [`DurableSession`]: a [`Session`] whose every append is written to a store
+//! before it is committed in memory.
+
+use std::sync::Arc;
+
+use palimpsest_core_session::payload::{LogPayload, SurfacePayload};
+use palimpsest_core_session::{
+    AppendError, AppendGuard, BatchError, Event, EventType, Session, SessionHeader, SurfaceIntent,
+};
+
+use crate::error::StoreError;
+use crate::store::{LoadReport, SessionStore};
+
+/// When appended events are made durable, and so what a crash can lose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Sync after every append. A crash loses nothing that was acknowledged.
+    EveryAppend,
+    /// Sync after an append that ends a turn (`turn/end`), and on
+    /// [`DurableSession::flush`]. A crash can lose the events of the turn in
+    /// progress (repair closes the turn on resume); completed turns are safe.
+    #[default]
+    TurnBoundary,
+    /// Never sync; the operating system writes back when it likes. A process
+    /// crash loses nothing (the data is in the OS), a power loss or kernel
+    /// crash can lose any suffix of the log (a torn tail is dropped on load).
+    Os,
+}
+
+/// Opening, appending to or flushing a [`DurableSession`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurableError {
+    /// The event was refused by the session's rules; nothing was written.
+    #[error(transparent)]
+    Refused(#[from] AppendError),
+    /// The store failed; memory is unchanged (the append did not happen).
+    #[error("store write failed, nothing committed in memory: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl DurableError {
+    /// The stable code: the contract code of a refusal, or the store's code.
+    pub fn code(&self) -> &str {
+        match self {
+            DurableError::Refused(e) => e.code(),
+            DurableError::Store(e) => e.code(),
+        }
+    }
+}
+
+impl From<BatchError<StoreError>> for DurableError {
+    fn from(e: BatchError<StoreError>) -> DurableError {
+        match e {
+            BatchError::Refused(e) => DurableError::Refused(e),
+            BatchError::Write(e) => DurableError::Store(e),
+        }
+    }
+}
+
+/// A [`Session`] joined to a [`SessionStore`]: validate in memory → write to
+/// the store → commit in memory.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use palimpsest_persistence::{DurableSession, Durability, SessionStore, MemoryStore};
+/// # use palimpsest_core_session::{SessionHeader, payload::TurnStart};
+/// let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+/// let mut s = DurableSession::create(store.clone(), SessionHeader::new("s1", 0), Durability::EveryAppend)?;
+/// s.append_log(1, TurnStart { turn: 1 })?;
+/// assert_eq!(store.load("s1")?.events.len(), 1);
+/// # Ok::<(), palimpsest_persistence::DurableError>(())
+/// ```
+#[derive(Debug)]
+pub struct DurableSession {
+    session: Session,
+    store: Arc<dyn SessionStore>,
+    durability: Durability,
+}
+
+impl DurableSession {
+    /// Creates a new session in `store`.
+    pub fn create(
+        store: Arc<dyn SessionStore>,
+        header: SessionHeader,
+        durability: Durability,
+    ) -> Result<DurableSession, DurableError> {
+        store.create(&header)?;
+        if durability == Durability::EveryAppend {
+            store.sync(&header.id)?;
+        }
+        Ok(DurableSession { session: Session::create(header), store, durability })
+    }
+
+    /// Opens a stored session, checking every rule through the seed
+    /// constructor: an invalid stored log is refused with its contract code.
+    pub fn open(
+        store: Arc<dyn SessionStore>,
+        session_id: &str,
+        durability: Durability,
+    ) -> Result<(DurableSession, LoadReport), DurableError> {
+        DurableSession::open_guarded(store, session_id, durability, None)
+    }
+
+    /// Like [`DurableSession::open`], with a guard checking the stored log and
+    /// every later append.
+    pub fn open_guarded(
+        store: Arc<dyn SessionStore>,
+        session_id: &str,
+        durability: Durability,
+        guard: Option<Box<dyn AppendGuard>>,
+    ) -> Result<(DurableSession, LoadReport), DurableError> {
+        let stored = store.load(session_id)?;
+        let session = Session::from_log_guarded(stored.header, stored.events, guard)?;
+        Ok((DurableSession { session, store, durability }, stored.report))
+    }
+
+    /// The in-memory session (read-only: appends go through this wrapper).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.store
+    }
+
+    /// The durability policy.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Installs (or removes) a guard.
+    pub fn set_guard(&mut self, guard: Option<Box<dyn AppendGuard>>) {
+        self.session.set_guard(guard);
+    }
+
+    /// Appends a surface-eligible payload; returns its seq.
+    pub fn append_surface(
+        &mut self,
+        time: u64,
+        payload: impl Into<SurfacePayload>,
+        intent: SurfaceIntent,
+    ) -> Result<u64, DurableError> {
+        let event = Event::surface(self.session.next_seq(), time, payload, intent)?;
+        self.append(event)
+    }
+
+    /// Appends a log-only payload; returns its seq.
+    pub fn append_log(&mut self, time: u64, payload: impl Into<LogPayload>) -> Result<u64, DurableError> {
+        let event = Event::log(self.session.next_seq(), time, payload)?;
+        self.append(event)
+    }
+
+    /// Appends one event; returns its seq.
+    pub fn append(&mut self, event: Event) -> Result<u64, DurableError> {
+        let range = self.append_batch(vec![event])?;
+        Ok(range.start)
+    }
+
+    /// Appends a batch atomically (all or nothing, in memory and in the
+    /// store); returns the seq range.
+    pub fn append_batch(&mut self, events: Vec<Event>) -> Result<std::ops::Range<u64>, DurableError> {
+        let (store, durability) = (&self.store, self.durability);
+        let id = self.session.id().to_owned();
+        let range = self.session.append_batch_with(events, |batch| {
+            store.append(&id, batch)?;
+            let ends_turn = batch.iter().any(|e| *e.event_type() == EventType::TurnEnd);
+            match durability {
+                Durability::EveryAppend => store.sync(&id),
+                Durability::TurnBoundary if ends_turn => store.sync(&id),
+                _ => Ok(()),
+            }
+        })?;
+        Ok(range)
+    }
+
+    /// Makes everything appended so far durable.
+    pub fn flush(&mut self) -> Result<(), DurableError> {
+        self.store.sync(self.session.id()).map_err(DurableError::Store)
+    }
+
+    /// Consumes the wrapper, returning the session.
+    pub fn into_session(self) -> Session {
+        self.session
+    }
+}

@@ -1,0 +1,116 @@
+//! Store errors: one enum, one stable code per kind.
+
+use std::error::Error as StdError;
+
+/// A store operation failed. Match on [`StoreError::code`] for the stable code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// `not-found`: no session with this id.
+    #[error("not-found: no session {session_id:?}")]
+    NotFound {
+        /// The id asked for.
+        session_id: String,
+    },
+    /// `already-exists`: a session with this id exists.
+    #[error("already-exists: session {session_id:?} exists")]
+    AlreadyExists {
+        /// The id.
+        session_id: String,
+    },
+    /// `conflict`: the batch does not continue the stored log (another writer
+    /// got there first, or the caller is out of date). Nothing was written.
+    #[error("conflict: session {session_id:?} expects seq {expected} next, the batch starts at {found}")]
+    Conflict {
+        /// The session.
+        session_id: String,
+        /// The seq the stored log expects next.
+        expected: u64,
+        /// The first seq of the refused batch.
+        found: u64,
+    },
+    /// `corrupt`: stored data cannot be read; `location` says where (a file
+    /// and line, a table and row).
+    #[error("corrupt: {location}: {detail}")]
+    Corrupt {
+        /// Where: e.g. `sessions/abc.jsonl:12`.
+        location: String,
+        /// What was wrong, with the contract code where there is one.
+        detail: String,
+        /// The contract-level cause, when the format was broken.
+        #[source]
+        cause: Option<palimpsest_core_session::LoadError>,
+    },
+    /// `version-unsupported`: stored data of a format version this build does not read.
+    #[error("version-unsupported: found {found}, this build reads {expected}")]
+    VersionUnsupported {
+        /// What was found.
+        found: String,
+        /// What this build reads.
+        expected: String,
+    },
+    /// `schema-mismatch`: a database whose schema is not this build's.
+    #[error("schema-mismatch: found {found}, expected {expected}")]
+    SchemaMismatch {
+        /// What was found.
+        found: String,
+        /// What this build expects.
+        expected: String,
+    },
+    /// `locked`: another writer holds the session or store.
+    #[error("locked: {what} is held by another writer")]
+    Locked {
+        /// What is locked.
+        what: String,
+    },
+    /// `invalid-id`: a session id the store cannot hold.
+    #[error("invalid-id: {reason}")]
+    InvalidId {
+        /// Why.
+        reason: String,
+    },
+    /// `io`: the medium failed. After a write error a backend refuses further
+    /// writes (it cannot know what reached the disk); reopen it.
+    #[error("io: {context}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// The stable code: `not-found`, `already-exists`, `conflict`, `corrupt`,
+    /// `version-unsupported`, `schema-mismatch`, `locked`, `invalid-id` or `io`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::NotFound { .. } => "not-found",
+            StoreError::AlreadyExists { .. } => "already-exists",
+            StoreError::Conflict { .. } => "conflict",
+            StoreError::Corrupt { .. } => "corrupt",
+            StoreError::VersionUnsupported { .. } => "version-unsupported",
+            StoreError::SchemaMismatch { .. } => "schema-mismatch",
+            StoreError::Locked { .. } => "locked",
+            StoreError::InvalidId { .. } => "invalid-id",
+            StoreError::Io { .. } => "io",
+        }
+    }
+
+    /// The session-format contract code behind a `corrupt` or
+    /// `version-unsupported` error (`log-corrupt`, `header-malformed`,
+    /// `event-malformed`, ...), when there is one.
+    pub fn contract_code(&self) -> Option<&str> {
+        match self {
+            StoreError::Corrupt { cause: Some(c), .. } => Some(c.code()),
+            StoreError::VersionUnsupported { .. } => Some("header-version-unsupported"),
+            _ => None,
+        }
+    }
+
+    /// An `io` error with context.
+    pub fn io(context: impl Into<String>, source: impl StdError + Send + Sync + 'static) -> StoreError {
+        StoreError::Io { context: context.into(), source: Box::new(source) }
+    }
+}

@@ -1,0 +1,33 @@
+//! Where Palimpsest session logs are kept: the [`SessionStore`] trait, the
+//! [`DurableSession`] that joins a [`Session`](palimpsest_core_session::Session)
+//! to a store, and (feature `testkit`) the contract suite every backend runs.
+//!
+//! # The key decision: stores know bytes, sessions know rules
+//!
+//! A backend stores headers and events faithfully and keeps seqs contiguous;
+//! it never checks the surface rules. Those stay in `core-session`, applied by
+//! [`DurableSession`] in the order *validate in memory → write to the store →
+//! commit in memory*. So a third-party backend cannot get the rules wrong, and
+//! a store failure never leaves memory ahead of the disk.
+//!
+//! # Features
+//!
+//! * `testkit`: exposes [`testkit`], the contract checks, and the
+//!   [`store_contract_tests!`] macro that runs them all as `#[test]`s.
+//!
+//! # Who depends on this
+//!
+//! Backends (`palimpsest-persistence-jsonl`, `palimpsest-persistence-sqlite`,
+//! yours) and consumers that append durably (the agent loop, the CLI).
+
+mod durable;
+mod error;
+mod memory;
+mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use durable::{Durability, DurableError, DurableSession};
+pub use error::StoreError;
+pub use memory::MemoryStore;
+pub use store::{check_continues, LoadReport, SessionStore, StoredSession};

@@ -1,0 +1,82 @@
+//! The [`SessionStore`] trait: what a backend must do, and nothing more.
+
+use std::fmt;
+
+use palimpsest_core_session::jsonl::TornTail;
+use palimpsest_core_session::{Event, SessionHeader};
+
+use crate::error::StoreError;
+
+/// What a load found besides the events.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// A torn last record that was dropped (JSONL only). It is cut off before
+    /// the next append.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// A stored session, as loaded: not yet checked against the surface rules
+/// (that is [`DurableSession::open`](crate::DurableSession::open)'s job).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// The header.
+    pub header: SessionHeader,
+    /// The events, in seq order, each well-formed.
+    pub events: Vec<Event>,
+    /// What the load found.
+    pub report: LoadReport,
+}
+
+/// A place where session logs live.
+///
+/// A backend stores headers and events faithfully and keeps each session's
+/// seqs contiguous; it does **not** know the surface rules, which stay in
+/// [`Session`](palimpsest_core_session::Session). Object-safe, so the agent
+/// loop holds a `dyn SessionStore`.
+///
+/// # Contract
+///
+/// * [`append`](SessionStore::append) is atomic: all events or none. A batch
+///   whose first seq is not the stored length is refused with
+///   [`StoreError::Conflict`], nothing written.
+/// * After `append` returns, a [`load`](SessionStore::load) in this process
+///   sees the batch. It survives a crash of the process or machine only after
+///   [`sync`](SessionStore::sync) returned (or if the backend syncs every
+///   append, which it documents).
+/// * After an I/O error during a write, the backend refuses further writes
+///   with `io` until it is reopened.
+///
+/// The `testkit` feature ships the checks that prove a backend keeps this
+/// contract.
+pub trait SessionStore: Send + Sync + fmt::Debug {
+    /// Creates an empty session. `already-exists` if the id is taken.
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError>;
+
+    /// Appends a batch atomically. `conflict` if `events[0].seq()` is not the
+    /// stored length or the batch's seqs are not contiguous.
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError>;
+
+    /// Loads a session: header, events, and what was found at the tail.
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError>;
+
+    /// The headers of every stored session.
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError>;
+
+    /// Deletes a session. `not-found` if there is none.
+    fn delete(&self, session_id: &str) -> Result<(), StoreError>;
+
+    /// Makes every append so far durable (fsync or equivalent).
+    fn sync(&self, session_id: &str) -> Result<(), StoreError>;
+}
+
+/// Checks that `events` continue a log of `stored_len` events; the shared
+/// contiguity check every backend runs before writing.
+pub fn check_continues(session_id: &str, stored_len: u64, events: &[Event]) -> Result<(), StoreError> {
+    for (i, e) in events.iter().enumerate() {
+        let expected = stored_len + i as u64;
+        if e.seq() != expected {
+            return Err(StoreError::Conflict { session_id: session_id.to_owned(), expected, found: e.seq() });
+        }
+    }
+    Ok(())
+}

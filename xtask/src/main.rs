@@ -1,0 +1,2 @@
+//! Project automation: `cargo xtask ci` and friends.
+fn main() {}
