@@ -62,7 +62,9 @@ pub enum AppendError {
         detail: String,
     },
     /// `source-seqs-empty`: `[]` on anything but `assistant/message` (rule 4).
-    #[error("source-seqs-empty at seq {seq}: only an assistant/message may cite nothing, not `{event_type}`")]
+    #[error(
+        "source-seqs-empty at seq {seq}: only an assistant/message may cite nothing, not `{event_type}`"
+    )]
     SourceSeqsEmpty {
         /// The event's seq.
         seq: u64,
@@ -223,7 +225,10 @@ pub enum LoadError {
         detail: String,
     },
     /// `header-version-unsupported`: the header's `version` is not [`SESSION_FORMAT_VERSION`](crate::SESSION_FORMAT_VERSION).
-    #[error("header-version-unsupported: found version {found}, this build reads version {}", crate::SESSION_FORMAT_VERSION)]
+    #[error(
+        "header-version-unsupported: found version {found}, this build reads version {}",
+        crate::SESSION_FORMAT_VERSION
+    )]
     HeaderVersionUnsupported {
         /// The version found, as written.
         found: String,
@@ -270,9 +275,7 @@ impl LoadError {
     pub fn line(&self) -> Option<u64> {
         match self {
             LoadError::LogCorrupt { line, .. } | LoadError::Rule { line, .. } => Some(*line),
-            LoadError::HeaderMalformed { .. } | LoadError::HeaderVersionUnsupported { .. } => {
-                Some(1)
-            }
+            LoadError::HeaderMalformed { .. } | LoadError::HeaderVersionUnsupported { .. } => Some(1),
         }
     }
 }

@@ -25,8 +25,8 @@ use serde_json::value::RawValue;
 use crate::error::AppendError;
 use crate::payload::{
     AssistantChunk, AssistantMessage, Block, ContextMessage, LogPayload, Message, Role, Source,
-    SteeringMessage, StepEnd, StepStart, SurfacePayload, ToolCall, ToolResult, TurnEnd,
-    TurnStart, UserMessage,
+    SteeringMessage, StepEnd, StepStart, SurfacePayload, ToolCall, ToolResult, TurnEnd, TurnStart,
+    UserMessage,
 };
 
 /// An event's `type`. The core types have a fixed payload shape; any other
@@ -436,7 +436,10 @@ fn is_null(raw: &RawValue) -> bool {
 
 fn decode_surface_op(seq: u64, event_type: &EventType, raw: &RawValue) -> Result<SurfaceOp, AppendError> {
     if is_null(raw) {
-        return Err(AppendError::EventMalformed { seq: Some(seq), detail: "`surfaceOp` is null; omit it instead".into() });
+        return Err(AppendError::EventMalformed {
+            seq: Some(seq),
+            detail: "`surfaceOp` is null; omit it instead".into(),
+        });
     }
     if !event_type.is_surface_eligible() {
         return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
@@ -480,7 +483,10 @@ fn decode_sources(seq: u64, event_type: &EventType, raw: &RawValue) -> Result<Bo
         return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
     }
     if !raw.get().trim_start().starts_with('[') {
-        return Err(AppendError::SourceSeqsMalformed { seq, detail: format!("expected an array, found {}", raw.get()) });
+        return Err(AppendError::SourceSeqsMalformed {
+            seq,
+            detail: format!("expected an array, found {}", raw.get()),
+        });
     }
     serde_json::from_str::<Vec<u64>>(raw.get())
         .map(Vec::into_boxed_slice)
@@ -515,7 +521,10 @@ fn to_raw<T: Serialize>(value: &T) -> Result<Box<RawValue>, AppendError> {
 fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<(), AppendError> {
     fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a RawValue) -> Result<T, AppendError> {
         if !data.get().trim_start().starts_with('{') {
-            return Err(AppendError::EventMalformed { seq: Some(seq), detail: "`data` must be an object".into() });
+            return Err(AppendError::EventMalformed {
+                seq: Some(seq),
+                detail: "`data` must be an object".into(),
+            });
         }
         serde_json::from_str(data.get())
             .map_err(|e| AppendError::EventMalformed { seq: Some(seq), detail: format!("bad `data`: {e}") })

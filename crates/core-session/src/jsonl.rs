@@ -95,7 +95,8 @@ impl JsonlLog {
     /// Seeds a [`Session`] from this log, checking every rule.
     pub fn into_session(self) -> Result<Session, LoadError> {
         let line_of = |e: &AppendError| e.seq().map_or(0, |s| s + 2);
-        Session::from_log(self.header, self.events).map_err(|error| LoadError::Rule { line: line_of(&error), error })
+        Session::from_log(self.header, self.events)
+            .map_err(|error| LoadError::Rule { line: line_of(&error), error })
     }
 }
 
@@ -126,7 +127,9 @@ impl<'a> JsonlReader<'a> {
             return Err(LoadError::HeaderMalformed { detail: "the file has no header line".into() });
         }
         if first.len() > options.max_line_bytes {
-            return Err(LoadError::HeaderMalformed { detail: format!("the header line is longer than {} bytes", options.max_line_bytes) });
+            return Err(LoadError::HeaderMalformed {
+                detail: format!("the header line is longer than {} bytes", options.max_line_bytes),
+            });
         }
         let text = std::str::from_utf8(first)
             .map_err(|e| LoadError::HeaderMalformed { detail: format!("the header is not UTF-8: {e}") })?;
@@ -182,7 +185,11 @@ impl Iterator for JsonlReader<'_> {
         let line = self.line;
         let corrupt = |detail: String| LoadError::LogCorrupt { line, detail };
         let result = if raw.len() > self.options.max_line_bytes {
-            Err(corrupt(format!("line is {} bytes, longer than the {}-byte limit", raw.len(), self.options.max_line_bytes)))
+            Err(corrupt(format!(
+                "line is {} bytes, longer than the {}-byte limit",
+                raw.len(),
+                self.options.max_line_bytes
+            )))
         } else {
             match std::str::from_utf8(raw) {
                 Err(e) if terminated => Err(corrupt(format!("not UTF-8: {e}"))),

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use crate::event::{Event, EventType, SurfaceIntent};
 use crate::payload::{
-    AssistantMessage, Block, Message, Role, Source, StepEnd, StepStart, ToolCall, ToolError,
-    ToolResult, TurnEnd, TurnEndReason, TurnStart,
+    AssistantMessage, Block, Message, Role, Source, StepEnd, StepStart, ToolCall, ToolError, ToolResult,
+    TurnEnd, TurnEndReason, TurnStart,
 };
 
 /// `data.error.code` of a closer for a call whose `tool/call` was recorded:
@@ -63,13 +63,15 @@ pub fn repair(events: &[Event]) -> Vec<Event> {
                 },
                 error: Some(ToolError { name: name.into(), code: code.into() }),
             };
-            let event = Event::surface(next(&closers), time, result, SurfaceIntent::append_citing(vec![cites]));
+            let event =
+                Event::surface(next(&closers), time, result, SurfaceIntent::append_citing(vec![cites]));
             push(&mut closers, event);
         }
         let event = Event::log(next(&closers), time, StepEnd { turn: open.turn, step });
         push(&mut closers, event);
     }
-    let event = Event::log(next(&closers), time, TurnEnd { turn: open.turn, reason: TurnEndReason::Interrupted });
+    let event =
+        Event::log(next(&closers), time, TurnEnd { turn: open.turn, reason: TurnEndReason::Interrupted });
     push(&mut closers, event);
     closers
 }

@@ -144,7 +144,12 @@ impl Session {
         events: Vec<Event>,
         guard: Option<Box<dyn AppendGuard>>,
     ) -> Result<Session, AppendError> {
-        let mut s = Session { header, events: Vec::with_capacity(events.len()), surface: SurfaceManager::new(), guard };
+        let mut s = Session {
+            header,
+            events: Vec::with_capacity(events.len()),
+            surface: SurfaceManager::new(),
+            guard,
+        };
         for event in events {
             s.append(event)?;
         }
@@ -329,7 +334,8 @@ impl Session {
         }
         self.events.truncate(len);
         if self.guard.is_some() {
-            let view = SessionView { header: &self.header, events: &self.events, surface: self.surface.seqs() };
+            let view =
+                SessionView { header: &self.header, events: &self.events, surface: self.surface.seqs() };
             if let Some(g) = self.guard.as_mut() {
                 g.rebuild(view);
             }

@@ -147,8 +147,7 @@ impl SurfaceManager {
                 SurfaceUndo::Pop
             }
             SurfaceStep::Replace { start_pos, end_pos } => {
-                let removed: Vec<u64> =
-                    self.seqs.splice(start_pos..=end_pos, std::iter::once(seq)).collect();
+                let removed: Vec<u64> = self.seqs.splice(start_pos..=end_pos, std::iter::once(seq)).collect();
                 SurfaceUndo::Unreplace { pos: start_pos, removed }
             }
         }
@@ -184,13 +183,19 @@ fn check_tool_result_replace(log: &[Event], candidate: &Event, shadowed: &[u64])
     let seq = candidate.seq();
     let invalid = |detail: String| Err(AppendError::ToolResultReplaceInvalid { seq, detail });
     let [target] = shadowed else {
-        return invalid(format!("replaces {} surface entries; a tool/result replaces exactly one", shadowed.len()));
+        return invalid(format!(
+            "replaces {} surface entries; a tool/result replaces exactly one",
+            shadowed.len()
+        ));
     };
     let Some(target_event) = usize::try_from(*target).ok().and_then(|i| log.get(i)) else {
         return invalid(format!("replaced seq {target} is not in the log"));
     };
     if *target_event.event_type() != EventType::ToolResult {
-        return invalid(format!("replaces seq {target}, a {} event, not a tool/result", target_event.event_type()));
+        return invalid(format!(
+            "replaces seq {target}, a {} event, not a tool/result",
+            target_event.event_type()
+        ));
     }
     let call_id = |e: &Event| e.data_as::<ToolResult>().map(|r| r.call_id().to_owned()).unwrap_or_default();
     let (mine, theirs) = (call_id(candidate), call_id(target_event));

@@ -35,8 +35,9 @@ impl SessionStore for MemoryStore {
 
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         let mut map = self.lock();
-        let (_, log) =
-            map.get_mut(session_id).ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+        let (_, log) = map
+            .get_mut(session_id)
+            .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
         check_continues(session_id, log.len() as u64, events)?;
         log.extend_from_slice(events);
         Ok(())
