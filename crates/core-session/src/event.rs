@@ -564,7 +564,43 @@ fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<()
                 _ => malformed("a tool/result message must have source kind `tool`".into()),
             }
         }
-        // Opaque: any JSON value, which RawValue already guarantees.
-        EventType::Plugin(_) => Ok(()),
+        // Opaque: any JSON value (RawValue guarantees that), but no deeper
+        // than serde_json will parse elsewhere, so every reader can read it.
+        EventType::Plugin(_) => match nesting_depth(data.get()) {
+            depth if depth > MAX_NESTING => {
+                malformed(format!("`data` is nested {depth} deep; the limit is {MAX_NESTING}"))
+            }
+            _ => Ok(()),
+        },
     }
+}
+
+/// Deepest nesting accepted in opaque data: serde_json's own recursion limit,
+/// so anything accepted here can be parsed into a `serde_json::Value`.
+pub const MAX_NESTING: usize = 127;
+
+/// Nesting depth of a JSON text known to be valid (strings are skipped).
+fn nesting_depth(json: &str) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in json.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
 }

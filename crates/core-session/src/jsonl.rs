@@ -210,11 +210,7 @@ impl Iterator for JsonlReader<'_> {
                 Some(Err(e))
             }
             Ok(event) => {
-                if !terminated {
-                    self.missing_newline = true;
-                } else {
-                    self.missing_newline = false;
-                }
+                self.missing_newline = !terminated;
                 Some(Ok(event))
             }
         }

@@ -1,0 +1,135 @@
+//! Reading JSONL session files (contract section 6): torn tails, missing
+//! newlines, corrupt lines and bad headers, each with its code and line.
+
+use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions};
+use palimpsest_core_session::LoadError;
+
+const HEADER: &str = r#"{"type":"session","version":0,"id":"s","createdAt":0}"#;
+const E0: &str = r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#;
+const E1: &str = r#"{"seq":1,"time":0,"type":"turn/end","data":{"turn":1,"reason":{"kind":"completed"}}}"#;
+
+fn parse(text: &str) -> Result<JsonlLog, LoadError> {
+    JsonlLog::parse(text.as_bytes())
+}
+
+#[track_caller]
+fn check_err(text: &str, code: &str, line: Option<u64>) {
+    let err = parse(text).expect_err("should fail");
+    assert_eq!((err.code(), err.line()), (code, line), "{err}");
+}
+
+#[test]
+fn a_clean_file_reads_whole() {
+    let log = parse(&format!("{HEADER}\n{E0}\n{E1}\n")).unwrap();
+    assert_eq!((log.events.len(), log.torn_tail, log.missing_newline), (2, None, false));
+}
+
+#[test]
+fn a_torn_last_line_is_dropped_and_reported() {
+    let torn = &E1[..20];
+    let text = format!("{HEADER}\n{E0}\n{torn}");
+    let log = parse(&text).unwrap();
+    assert_eq!(log.events.len(), 1);
+    let tail = log.torn_tail.unwrap();
+    assert_eq!((tail.line, tail.offset as usize, tail.len as usize), (3, HEADER.len() + E0.len() + 2, 20));
+    assert!(!log.missing_newline);
+}
+
+#[test]
+fn a_whole_last_line_without_newline_is_kept() {
+    let log = parse(&format!("{HEADER}\n{E0}\n{E1}")).unwrap();
+    assert_eq!((log.events.len(), log.torn_tail, log.missing_newline), (2, None, true));
+}
+
+#[test]
+fn every_cut_of_the_last_line_is_either_torn_or_whole() {
+    let full = format!("{HEADER}\n{E0}\n{E1}\n");
+    let start = HEADER.len() + E0.len() + 2;
+    for cut in start..full.len() {
+        let log = parse(&full[..cut]).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let whole = cut == full.len() - 1;
+        assert_eq!(log.events.len(), if whole { 2 } else { 1 }, "cut at {cut}");
+        assert_eq!(log.torn_tail.is_some(), !whole && cut > start, "cut at {cut}");
+    }
+}
+
+#[test]
+fn a_bad_middle_line_is_log_corrupt_with_its_line_number() {
+    check_err(&format!("{HEADER}\n{E0}\nnot json\n{E1}\n"), "log-corrupt", Some(3));
+    check_err(&format!("{HEADER}\n{E0}\n\n{E1}\n"), "log-corrupt", Some(3));
+    check_err(&format!("{HEADER}\n{}\n", &E0[..10]), "log-corrupt", Some(2));
+}
+
+#[test]
+fn invalid_utf8_is_log_corrupt() {
+    let mut bytes = format!("{HEADER}\n").into_bytes();
+    bytes.extend_from_slice(b"{\"seq\":0,\"time\":0,\"type\":\"x\xff\",\"data\":1}\n");
+    let err = JsonlLog::parse(&bytes).unwrap_err();
+    assert_eq!((err.code(), err.line()), ("log-corrupt", Some(2)));
+}
+
+#[test]
+fn json_that_is_not_an_event_is_a_rule_violation_with_line() {
+    check_err(&format!("{HEADER}\n{E0}\n{{\"seq\":1}}\n"), "event-malformed", Some(3));
+    check_err(&format!("{HEADER}\n[1,2]\n"), "event-malformed", Some(2));
+}
+
+#[test]
+fn header_problems() {
+    check_err("", "header-malformed", Some(1));
+    check_err(&format!("\n{E0}\n"), "header-malformed", Some(1));
+    check_err(&format!("{E0}\n"), "header-malformed", Some(1));
+    check_err("{\"type\":\"session\",\"version\":0}\n", "header-malformed", Some(1));
+    check_err(
+        "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":0,\"x\":1}\n",
+        "header-malformed",
+        Some(1),
+    );
+    check_err(
+        "{\"type\":\"session\",\"version\":1,\"id\":\"s\",\"createdAt\":0}\n",
+        "header-version-unsupported",
+        Some(1),
+    );
+    check_err(
+        "{\"type\":\"session\",\"version\":\"0\",\"id\":\"s\",\"createdAt\":0}\n",
+        "header-version-unsupported",
+        Some(1),
+    );
+}
+
+#[test]
+fn a_header_only_file_is_an_empty_session() {
+    let s = parse(&format!("{HEADER}\n")).unwrap().into_session().unwrap();
+    assert_eq!((s.events().len(), s.surface().len()), (0, 0));
+}
+
+#[test]
+fn section_2_violations_on_load_carry_seq_and_line() {
+    let e1 = r#"{"seq":2,"time":0,"type":"turn/end","data":{"turn":1,"reason":{"kind":"completed"}}}"#;
+    let err = parse(&format!("{HEADER}\n{E0}\n{e1}\n")).unwrap().into_session().unwrap_err();
+    assert_eq!((err.code(), err.seq(), err.line()), ("seq-not-contiguous", Some(2), Some(4)));
+}
+
+#[test]
+fn the_line_size_cap_bounds_memory() {
+    let long = format!(r#"{{"seq":0,"time":0,"type":"x","data":"{}"}}"#, "a".repeat(2000));
+    let err =
+        JsonlLog::parse_with(format!("{HEADER}\n{long}\n").as_bytes(), ReadOptions { max_line_bytes: 1000 })
+            .unwrap_err();
+    assert_eq!((err.code(), err.line()), ("log-corrupt", Some(2)));
+}
+
+#[test]
+fn deep_nesting_is_refused_not_overflowed() {
+    let nested = |n: usize| {
+        let data = format!("{}{}", "[".repeat(n), "]".repeat(n));
+        format!("{HEADER}\n{{\"seq\":0,\"time\":0,\"type\":\"x\",\"data\":{data}}}\n")
+    };
+    let err = parse(&nested(10_000)).unwrap_err();
+    assert_eq!((err.code(), err.line()), ("event-malformed", Some(2)));
+    assert!(parse(&nested(127)).is_ok(), "127 deep is the limit");
+    assert_eq!(parse(&nested(128)).unwrap_err().code(), "event-malformed");
+    // What is accepted can be parsed by every reader.
+    let data = format!("{}{}", "[".repeat(127), "]".repeat(127));
+    assert!(serde_json::from_str::<serde_json::Value>(&data).is_ok());
+}
