@@ -27,6 +27,7 @@
 //! | 2a structural invariants | the `palimpsest-invariants` crate, via [`AppendGuard`] |
 //! | 3 derived messages | [`derive`] |
 //! | 5 crash repair | [`repair`] |
+//! | compaction and pruning plans (issue 7) | [`rewrite`] |
 //! | 6 header and JSONL files | [`header`], [`jsonl`] |
 //!
 //! # Example
@@ -54,6 +55,7 @@ pub mod header;
 pub mod jsonl;
 pub mod payload;
 pub mod repair;
+pub mod rewrite;
 mod session;
 pub mod surface;
 

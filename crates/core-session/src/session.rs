@@ -237,6 +237,16 @@ impl Session {
     }
 
     /// Appends a log-only payload at the next seq; returns its seq.
+    ///
+    /// A surface-eligible payload cannot be appended this way: the compiler
+    /// insists on a [`SurfaceIntent`] through [`Session::append_surface`].
+    ///
+    /// ```compile_fail
+    /// use palimpsest_core_session::{payload::*, Session, SessionHeader};
+    /// let mut s = Session::create(SessionHeader::new("s", 0));
+    /// let message = Message { id: "u".into(), role: Role::User, content: vec![], source: Source::User };
+    /// s.append_log(0, UserMessage { turn: None, message }); // no surface intent: does not compile
+    /// ```
     pub fn append_log(&mut self, time: u64, payload: impl Into<LogPayload>) -> Result<u64, AppendError> {
         let event = Event::log(self.next_seq(), time, payload)?;
         self.append(event)
