@@ -27,7 +27,8 @@
 //! | 2a structural invariants | the `palimpsest-invariants` crate, via [`AppendGuard`] |
 //! | 3 derived messages | [`derive`] |
 //! | 5 crash repair | [`repair`] |
-//! | compaction and pruning plans (issue 7) | [`rewrite`] |
+//! | compaction and pruning plans | [`rewrite`] |
+//! | forking at an event, explaining an event | [`fork`], [`explain`] |
 //! | 6 header and JSONL files | [`header`], [`jsonl`] |
 //!
 //! # Example
@@ -51,6 +52,8 @@
 pub mod derive;
 mod error;
 pub mod event;
+pub mod explain;
+pub mod fork;
 pub mod header;
 pub mod jsonl;
 pub mod payload;

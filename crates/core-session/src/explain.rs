@@ -1,0 +1,157 @@
+//! Explaining one event: where it stands (turn, step), whether the model
+//! sees it, what it was built from (recursively), what was built from it,
+//! and, if it left the surface, which replace shadowed it and what stands in
+//! its place now.
+
+use std::collections::HashMap;
+
+use crate::event::{Event, EventType, SurfaceOp};
+use crate::session::Session;
+use crate::surface::{SurfaceManager, SurfaceStep};
+
+/// Everything [`explain`] found about one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// The event's seq.
+    pub seq: u64,
+    /// Its type.
+    pub event_type: EventType,
+    /// The turn it belongs to (its own `turn` field, or the turn open when it
+    /// was appended).
+    pub turn: Option<u64>,
+    /// The step it belongs to, likewise.
+    pub step: Option<u64>,
+    /// Its position on the current surface, if the model sees it.
+    pub surface_position: Option<usize>,
+    /// How it entered the surface, if it did.
+    pub surface_op: Option<SurfaceOp>,
+    /// What it cites, recursively: each node is a seq and what that cites.
+    pub cites: Vec<Provenance>,
+    /// Events that cite it directly.
+    pub cited_by: Vec<u64>,
+    /// If this event is a replace: the surface entries it shadowed.
+    pub shadowed: Vec<u64>,
+    /// If it joined the surface and left it: the replace that shadowed it.
+    pub shadowed_by: Option<u64>,
+    /// Following `shadowed_by` until an event still on the surface: what
+    /// stands in its place now (`None` if the chain ends off the surface).
+    pub stands_in_its_place: Option<u64>,
+}
+
+/// One node of a provenance tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provenance {
+    /// The cited seq.
+    pub seq: u64,
+    /// Its type.
+    pub event_type: EventType,
+    /// What it cites in turn.
+    pub cites: Vec<Provenance>,
+}
+
+/// Explains event `seq` of `session`, or `None` if there is no such event.
+/// O(log length): it replays the surface once to learn who shadowed whom.
+pub fn explain(session: &Session, seq: u64) -> Option<Explanation> {
+    let events = session.events();
+    let event = session.event(seq)?;
+    let shadowed_by = shadow_map(events);
+    let (turn, step) = position_in_turns(events, seq);
+    let cited_by = events[seq as usize + 1..]
+        .iter()
+        .filter(|e| e.source_event_seqs().is_some_and(|s| s.contains(&seq)))
+        .map(Event::seq)
+        .collect();
+    let shadowed = shadowed_by.iter().filter(|&(_, &by)| by == seq).map(|(&s, _)| s).collect::<Vec<_>>();
+    let mut shadowed = shadowed;
+    shadowed.sort_unstable();
+    let mut stands = shadowed_by.get(&seq).copied();
+    while let Some(s) = stands {
+        match shadowed_by.get(&s) {
+            Some(&next) => stands = Some(next),
+            None => break,
+        }
+    }
+    Some(Explanation {
+        seq,
+        event_type: event.event_type().clone(),
+        turn,
+        step,
+        surface_position: session.surface_manager().position(seq),
+        surface_op: event.surface_op(),
+        cites: provenance(events, event, 0),
+        cited_by,
+        shadowed,
+        shadowed_by: shadowed_by.get(&seq).copied(),
+        stands_in_its_place: stands.filter(|s| session.surface_manager().contains(*s)),
+    })
+}
+
+/// For every seq that left the surface, the replace that shadowed it.
+pub fn shadow_map(events: &[Event]) -> HashMap<u64, u64> {
+    let mut surface = SurfaceManager::new();
+    let mut map = HashMap::new();
+    for e in events {
+        let Ok(step) = surface.plan(events, e) else { break };
+        if let SurfaceStep::Replace { start_pos, end_pos } = step {
+            for &s in &surface.seqs()[start_pos..=end_pos] {
+                map.insert(s, e.seq());
+            }
+        }
+        surface.apply(e.seq(), step);
+    }
+    map
+}
+
+const MAX_DEPTH: usize = 32;
+
+fn provenance(events: &[Event], event: &Event, depth: usize) -> Vec<Provenance> {
+    if depth >= MAX_DEPTH {
+        return Vec::new();
+    }
+    event
+        .source_event_seqs()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|&s| events.get(s as usize))
+        .map(|cited| Provenance {
+            seq: cited.seq(),
+            event_type: cited.event_type().clone(),
+            cites: provenance(events, cited, depth + 1),
+        })
+        .collect()
+}
+
+/// The turn and step `seq` belongs to: its own `turn`/`step` fields when it
+/// has them, else the turn and step open when it was appended.
+fn position_in_turns(events: &[Event], seq: u64) -> (Option<u64>, Option<u64>) {
+    #[derive(serde::Deserialize)]
+    struct TurnStep {
+        turn: Option<u64>,
+        step: Option<u64>,
+    }
+    let own = |e: &Event| -> (Option<u64>, Option<u64>) {
+        if !e.event_type().is_core() || !e.data().get().starts_with('{') {
+            return (None, None);
+        }
+        e.data_as::<TurnStep>().map(|t| (t.turn, t.step)).unwrap_or((None, None))
+    };
+    let (mut turn, mut step) = (None, None);
+    for e in &events[..=seq as usize] {
+        let (t, s) = own(e);
+        match e.event_type() {
+            EventType::TurnStart => (turn, step) = (t, None),
+            EventType::StepStart => step = s,
+            _ => {}
+        }
+        if e.seq() == seq {
+            let (t, s) = own(e);
+            return (t.or(turn), s.or(step));
+        }
+        match e.event_type() {
+            EventType::TurnEnd => (turn, step) = (None, None),
+            EventType::StepEnd => step = None,
+            _ => {}
+        }
+    }
+    (turn, step)
+}
