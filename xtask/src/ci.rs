@@ -1,0 +1,201 @@
+//! `cargo xtask ci`: every check CI runs, in order, stopping at the first
+//! failure.
+//!
+//! 1. `fmt`: `cargo fmt --all -- --check`
+//! 2. `tidy`: the checks of [`crate::tidy`], in process
+//! 3. `clippy`: `cargo clippy --workspace --all-targets -- -D warnings`
+//! 4. `tests`: `cargo nextest run --workspace --profile ci` when
+//!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
+//! 5. `doctests`: `cargo test --workspace --doc` (only after nextest, which
+//!    skips doctests; `cargo test` already ran them)
+//! 6. `docs`: `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS="-D warnings"`
+//! 7. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
+//!    anywhere in the tree
+//!
+//! Tests run with `INSTA_UPDATE=no` and `CI=true`, so a missing or changed
+//! snapshot fails instead of being written. At the end a timing summary
+//! lists every step.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::tidy;
+
+/// Environment for every step that runs tests: snapshots are checked, never written.
+const TEST_ENV: &[(&str, &str)] = &[("INSTA_UPDATE", "no"), ("CI", "true")];
+
+/// One check.
+struct Step {
+    name: &'static str,
+    action: Action,
+}
+
+enum Action {
+    /// A cargo command, with extra environment.
+    Cargo { args: &'static [&'static str], env: &'static [(&'static str, &'static str)] },
+    /// A check run in this process.
+    InProcess(fn(&Path) -> anyhow::Result<()>),
+}
+
+impl Action {
+    fn describe(&self) -> String {
+        match self {
+            Action::Cargo { args, env } => {
+                let quote = |v: &str| if v.contains(' ') { format!("\"{v}\"") } else { v.to_owned() };
+                let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={} ", quote(v))).collect();
+                format!("{}cargo {}", env.concat(), args.join(" "))
+            }
+            Action::InProcess(_) => "(in process)".to_owned(),
+        }
+    }
+}
+
+/// The steps, in order. The test runner depends on whether nextest is installed.
+fn steps(nextest: bool) -> Vec<Step> {
+    let cargo = |name, args, env| Step { name, action: Action::Cargo { args, env } };
+    let mut steps = vec![
+        cargo("fmt", &["fmt", "--all", "--", "--check"][..], &[][..]),
+        Step { name: "tidy", action: Action::InProcess(tidy::run) },
+        cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
+    ];
+    if nextest {
+        steps.push(cargo("tests", &["nextest", "run", "--workspace", "--profile", "ci"], TEST_ENV));
+        steps.push(cargo("doctests", &["test", "--workspace", "--doc"], TEST_ENV));
+    } else {
+        steps.push(cargo("tests", &["test", "--workspace"], TEST_ENV));
+    }
+    steps.push(cargo("docs", &["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")]));
+    steps.push(Step { name: "snapshots", action: Action::InProcess(check_no_pending_snapshots) });
+    steps
+}
+
+/// Runs every step from `root`; stops at the first failure.
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    let nextest = find_on_path("cargo-nextest").is_some();
+    if !nextest {
+        eprintln!("xtask ci: cargo-nextest is not on PATH; running tests with `cargo test`");
+    }
+    let steps = steps(nextest);
+    let mut timings: Vec<(&str, Duration, bool)> = Vec::new();
+    let mut failure = None;
+    for step in &steps {
+        eprintln!("\n==> {} : {}", step.name, step.action.describe());
+        let started = Instant::now();
+        let result = run_step(root, &step.action);
+        timings.push((step.name, started.elapsed(), result.is_ok()));
+        if let Err(e) = result {
+            failure = Some((step.name, e));
+            break;
+        }
+    }
+    print_summary(&steps, &timings);
+    match failure {
+        None => Ok(()),
+        Some((name, e)) => Err(e.context(format!("xtask ci: step `{name}` failed"))),
+    }
+}
+
+fn run_step(root: &Path, action: &Action) -> anyhow::Result<()> {
+    match action {
+        Action::InProcess(check) => check(root),
+        Action::Cargo { args, env } => {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut cmd = Command::new(&cargo);
+            cmd.args(*args).current_dir(root);
+            for (k, v) in *env {
+                cmd.env(k, v);
+            }
+            let status = cmd.status().with_context(|| format!("could not start `{}`", action.describe()))?;
+            if !status.success() {
+                bail!("`{}` exited with {status}", action.describe());
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_summary(steps: &[Step], timings: &[(&str, Duration, bool)]) {
+    let total: Duration = timings.iter().map(|t| t.1).sum();
+    eprintln!("\nxtask ci summary:");
+    for (name, took, ok) in timings {
+        let verdict = if *ok { "ok" } else { "FAILED" };
+        eprintln!("  {verdict:<7} {name:<10} {:>7.1}s", took.as_secs_f64());
+    }
+    for step in &steps[timings.len()..] {
+        eprintln!("  {:<7} {:<10}", "skipped", step.name);
+    }
+    eprintln!("  {:<7} {:<10} {:>7.1}s", "", "total", total.as_secs_f64());
+}
+
+/// Fails on any pending insta snapshot: a `.snap.new` or `.pending-snap`
+/// left behind means a snapshot changed and nobody reviewed it.
+fn check_no_pending_snapshots(root: &Path) -> anyhow::Result<()> {
+    let mut pending: Vec<PathBuf> = Vec::new();
+    tidy::walk(root, &mut |path| {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if is_pending_snapshot(name) {
+            pending.push(path.strip_prefix(root).unwrap_or(path).to_path_buf());
+        }
+    })?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    for path in &pending {
+        eprintln!("pending snapshot: {}", path.display());
+    }
+    bail!(
+        "{} pending insta snapshot(s): review each (cargo insta review, or read it and rename it to .snap), \
+         then commit or delete it",
+        pending.len()
+    )
+}
+
+fn is_pending_snapshot(file_name: &str) -> bool {
+    file_name.ends_with(".snap.new") || file_name.ends_with(".pending-snap")
+}
+
+/// The first executable called `name` on `PATH`.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| candidate.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nextest_runs_doctests_separately_and_cargo_test_does_not() {
+        let names = |nextest| steps(nextest).iter().map(|s| s.name).collect::<Vec<_>>();
+        assert_eq!(names(true), ["fmt", "tidy", "clippy", "tests", "doctests", "docs", "snapshots"]);
+        assert_eq!(names(false), ["fmt", "tidy", "clippy", "tests", "docs", "snapshots"]);
+    }
+
+    #[test]
+    fn test_steps_never_write_snapshots() {
+        for step in steps(true).iter().chain(&steps(false)) {
+            if let Action::Cargo { args, env } = &step.action {
+                if args.contains(&"test") || args.contains(&"nextest") {
+                    assert!(env.contains(&("INSTA_UPDATE", "no")), "{}", step.name);
+                    assert!(env.contains(&("CI", "true")), "{}", step.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn describes_commands_as_they_would_be_typed() {
+        let docs = steps(true).into_iter().find(|s| s.name == "docs").unwrap();
+        assert_eq!(docs.action.describe(), r#"RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps"#);
+    }
+
+    #[test]
+    fn recognises_pending_snapshots() {
+        assert!(is_pending_snapshot("derive__plain_chat.snap.new"));
+        assert!(is_pending_snapshot(".derive__plain_chat.pending-snap"));
+        assert!(!is_pending_snapshot("derive__plain_chat.snap"));
+    }
+}
