@@ -1,0 +1,585 @@
+//! The incremental state machine behind both [`check_log`](crate::check_log)
+//! and [`InvariantGuard`](crate::InvariantGuard).
+//!
+//! Same two-phase shape as the `SurfaceManager`: [`Checker::check`] reads
+//! the state built so far and a candidate event and changes nothing;
+//! [`Checker::commit`] folds the event in once it has joined the log.
+//!
+//! The state has two independent parts:
+//!
+//! - [`Brackets`]: the open turn and step, the last turn and step numbers,
+//!   and, for the open step, the `tool/call` and requesting
+//!   `assistant/message` seqs by call id. It depends only on the log.
+//! - [`SurfaceTools`]: which surface entries hold one side of a tool
+//!   exchange (a requesting `assistant/message` or a `tool/result`), indexed
+//!   by call id. It depends only on the surface.
+//!
+//! # Complexity
+//!
+//! Checking or committing an event is O(1) apart from parsing its own
+//! `data`, with three bounded exceptions: an appended `assistant/message`
+//! reads each event it cites (O(cited)); a replace costs O(range) to check
+//! and O(surface) to commit, like the replace itself in the `SurfaceManager`.
+//! [`Checker::rebuild`] scans the log's types, parses the events of the last
+//! turn, and parses the surface entries.
+
+use std::collections::{HashMap, HashSet};
+
+use palimpsest_core_session::payload::{
+    AssistantChunk, AssistantMessage, Block, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnStart,
+};
+use palimpsest_core_session::repair::TOOL_NOT_STARTED;
+use palimpsest_core_session::{Event, EventType, SessionView, SurfaceOp};
+
+use crate::codes::*;
+use crate::Violation;
+
+/// What the checker needs to know about one event, parsed once.
+#[derive(Debug)]
+enum Fact {
+    TurnStart {
+        turn: u64,
+    },
+    TurnEnd {
+        turn: u64,
+    },
+    StepStart {
+        turn: u64,
+        step: u64,
+    },
+    StepEnd {
+        turn: u64,
+        step: u64,
+    },
+    Chunk {
+        turn: u64,
+        step: u64,
+    },
+    /// `calls`: the ids of its `tool-call` blocks, in order.
+    Assistant {
+        turn: u64,
+        step: u64,
+        calls: Vec<String>,
+    },
+    ToolCall {
+        turn: u64,
+        step: u64,
+        call_id: String,
+    },
+    /// `not_started`: a repair closer with `data.error.code == TOOL_NOT_STARTED`.
+    ToolResult {
+        turn: u64,
+        step: u64,
+        call_id: String,
+        not_started: bool,
+    },
+    /// Anything the invariants do not look at.
+    Other,
+}
+
+impl Fact {
+    fn of(event: &Event) -> Fact {
+        let fact = match event.event_type() {
+            EventType::TurnStart => event.data_as::<TurnStart>().map(|d| Fact::TurnStart { turn: d.turn }),
+            EventType::TurnEnd => event.data_as::<TurnEnd>().map(|d| Fact::TurnEnd { turn: d.turn }),
+            EventType::StepStart => {
+                event.data_as::<StepStart>().map(|d| Fact::StepStart { turn: d.turn, step: d.step })
+            }
+            EventType::StepEnd => {
+                event.data_as::<StepEnd>().map(|d| Fact::StepEnd { turn: d.turn, step: d.step })
+            }
+            EventType::AssistantChunk => {
+                event.data_as::<AssistantChunk>().map(|d| Fact::Chunk { turn: d.turn, step: d.step })
+            }
+            EventType::AssistantMessage => event.data_as::<AssistantMessage>().map(|d| Fact::Assistant {
+                turn: d.turn,
+                step: d.step,
+                calls: tool_call_ids(&d.message.content),
+            }),
+            EventType::ToolCall => event.data_as::<ToolCall>().map(|d| Fact::ToolCall {
+                turn: d.turn,
+                step: d.step,
+                call_id: d.call_id,
+            }),
+            EventType::ToolResult => event.data_as::<ToolResult>().map(|d| Fact::ToolResult {
+                turn: d.turn,
+                step: d.step,
+                call_id: d.call_id().to_owned(),
+                not_started: d.error.is_some_and(|e| e.code == TOOL_NOT_STARTED),
+            }),
+            _ => Ok(Fact::Other),
+        };
+        // Core payloads were checked when the event was built, so this does
+        // not fail; if it ever did, the event is ignored rather than panicking.
+        fact.unwrap_or_else(|error| {
+            tracing::warn!(seq = event.seq(), %error, "invariants: could not read a core payload");
+            Fact::Other
+        })
+    }
+
+    /// The side of a tool exchange this event holds when on the surface.
+    fn side(&self) -> Option<Side> {
+        match self {
+            Fact::Assistant { calls, .. } if !calls.is_empty() => Some(Side::Calls(calls.clone())),
+            Fact::ToolResult { call_id, .. } => Some(Side::Result(call_id.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// Ids of the `tool-call` blocks, in order, without repeats.
+fn tool_call_ids(content: &[Block]) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for block in content {
+        if let Block::ToolCall { id, .. } = block {
+            if !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+    }
+    ids
+}
+
+/// `turn 2 step 1`, for messages.
+fn at(turn: u64, step: u64) -> String {
+    format!("turn {turn} step {step}")
+}
+
+/// The step currently open, and what it has recorded so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OpenStep {
+    turn: u64,
+    step: u64,
+    /// Call id -> seq of the first `tool/call` of this step for it.
+    tool_calls: HashMap<String, u64>,
+    /// Call id -> seq of the first `assistant/message` of this step with a
+    /// `tool-call` block for it.
+    requests: HashMap<String, u64>,
+}
+
+impl OpenStep {
+    fn new(turn: u64, step: u64) -> OpenStep {
+        OpenStep { turn, step, tool_calls: HashMap::new(), requests: HashMap::new() }
+    }
+
+    fn is(&self, turn: u64, step: u64) -> bool {
+        self.turn == turn && self.step == step
+    }
+}
+
+/// Turn and step brackets: a fold over the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Brackets {
+    open_turn: Option<u64>,
+    /// Number of the last `turn/start` (0 before the first).
+    last_turn: u64,
+    open_step: Option<OpenStep>,
+    /// Number of the last `step/start` of the open turn (0 before the first).
+    last_step: u64,
+}
+
+impl Brackets {
+    fn check(&self, view: SessionView<'_>, event: &Event, fact: &Fact, out: &mut Vec<Violation>) {
+        let seq = event.seq();
+        let mut push = |code: &'static str, message: String| out.push(Violation { code, seq, message });
+        let appended = event.surface_op() == Some(SurfaceOp::Append);
+        match fact {
+            Fact::TurnStart { turn } => {
+                if let Some(open) = self.open_turn {
+                    push(TURN_ALREADY_OPEN, format!("turn/start {turn} while turn {open} is open"));
+                }
+                let expected = self.last_turn.saturating_add(1);
+                if *turn != expected {
+                    push(TURN_OUT_OF_ORDER, format!("turn/start {turn}, expected turn {expected}"));
+                }
+            }
+            Fact::TurnEnd { turn } => {
+                match self.open_turn {
+                    None => push(TURN_END_MISMATCH, format!("turn/end {turn} while no turn is open")),
+                    Some(open) if open != *turn => {
+                        push(TURN_END_MISMATCH, format!("turn/end {turn} while turn {open} is open"))
+                    }
+                    Some(_) => {}
+                }
+                if let Some(step) = &self.open_step {
+                    push(
+                        TURN_END_STEP_OPEN,
+                        format!("turn/end {turn} while {} is open", at(step.turn, step.step)),
+                    );
+                }
+            }
+            Fact::StepStart { turn, step } => {
+                match self.open_turn {
+                    None => {
+                        push(STEP_OUTSIDE_TURN, format!("step/start names turn {turn}, but no turn is open"))
+                    }
+                    Some(open) if open != *turn => push(
+                        STEP_OUTSIDE_TURN,
+                        format!("step/start names turn {turn}, but turn {open} is open"),
+                    ),
+                    Some(_) => {
+                        let expected = self.last_step.saturating_add(1);
+                        if *step != expected {
+                            push(
+                                STEP_OUT_OF_ORDER,
+                                format!("step/start {step} in turn {turn}, expected step {expected}"),
+                            );
+                        }
+                    }
+                }
+                if let Some(open) = &self.open_step {
+                    push(
+                        STEP_ALREADY_OPEN,
+                        format!("step/start {} while {} is open", at(*turn, *step), at(open.turn, open.step)),
+                    );
+                }
+            }
+            Fact::StepEnd { turn, step } | Fact::Chunk { turn, step } | Fact::ToolCall { turn, step, .. } => {
+                self.in_step(event, *turn, *step, &mut push);
+            }
+            Fact::Assistant { turn, step, .. } => {
+                self.in_step(event, *turn, *step, &mut push);
+                if appended {
+                    check_assistant_sources(view, event, *turn, *step, &mut push);
+                }
+            }
+            Fact::ToolResult { turn, step, call_id, not_started } if appended => {
+                self.in_step(event, *turn, *step, &mut push);
+                self.check_tool_result(event, call_id, *not_started, &mut push);
+            }
+            Fact::ToolResult { .. } | Fact::Other => {}
+        }
+    }
+
+    /// `step-event-outside-step`.
+    fn in_step(&self, event: &Event, turn: u64, step: u64, push: &mut impl FnMut(&'static str, String)) {
+        match &self.open_step {
+            Some(open) if open.is(turn, step) => {}
+            Some(open) => push(
+                STEP_EVENT_OUTSIDE_STEP,
+                format!(
+                    "{} names {}, but the open step is {}",
+                    event.event_type(),
+                    at(turn, step),
+                    at(open.turn, open.step)
+                ),
+            ),
+            None => push(
+                STEP_EVENT_OUTSIDE_STEP,
+                format!("{} names {}, but no step is open", event.event_type(), at(turn, step)),
+            ),
+        }
+    }
+
+    /// `tool-result-without-call` and `tool-result-source-mismatch` for an
+    /// appended `tool/result`.
+    fn check_tool_result(
+        &self,
+        event: &Event,
+        call_id: &str,
+        not_started: bool,
+        push: &mut impl FnMut(&'static str, String),
+    ) {
+        let open = self.open_step.as_ref();
+        let call = open.and_then(|s| s.tool_calls.get(call_id)).copied();
+        // A TOOL_NOT_STARTED closer stands in for a tool/call that never
+        // happened: its anchor is the assistant/message that requested it.
+        let request = if not_started { open.and_then(|s| s.requests.get(call_id)).copied() } else { None };
+        let Some(anchor) = request.or(call) else {
+            let message = if not_started {
+                format!(
+                    "tool/result answers call {call_id:?}: a {TOOL_NOT_STARTED} closer, but no assistant/message \
+                     of the open step requested it and it has no tool/call there"
+                )
+            } else {
+                format!("tool/result answers call {call_id:?}, which has no tool/call in the open step")
+            };
+            push(TOOL_RESULT_WITHOUT_CALL, message);
+            return;
+        };
+        if let Some(sources) = event.source_event_seqs() {
+            if sources != [anchor] {
+                let what = if request.is_some() {
+                    format!("the assistant/message that requested call {call_id:?}")
+                } else {
+                    format!("its tool/call for call {call_id:?}")
+                };
+                push(
+                    TOOL_RESULT_SOURCE_MISMATCH,
+                    format!("tool/result cites {sources:?}; it must cite exactly [{anchor}], {what}"),
+                );
+            }
+        }
+    }
+
+    fn commit(&mut self, seq: u64, fact: &Fact) {
+        match fact {
+            Fact::TurnStart { turn } => {
+                self.open_turn = Some(*turn);
+                self.last_turn = *turn;
+                self.open_step = None;
+                self.last_step = 0;
+            }
+            Fact::TurnEnd { .. } => {
+                self.open_turn = None;
+                self.open_step = None;
+                self.last_step = 0;
+            }
+            Fact::StepStart { turn, step } => {
+                if self.open_turn == Some(*turn) {
+                    self.last_step = *step;
+                }
+                self.open_step = Some(OpenStep::new(*turn, *step));
+            }
+            Fact::StepEnd { .. } => self.open_step = None,
+            Fact::Assistant { turn, step, calls } => {
+                if let Some(open) = self.open_step.as_mut().filter(|s| s.is(*turn, *step)) {
+                    for id in calls {
+                        open.requests.entry(id.clone()).or_insert(seq);
+                    }
+                }
+            }
+            Fact::ToolCall { turn, step, call_id } => {
+                if let Some(open) = self.open_step.as_mut().filter(|s| s.is(*turn, *step)) {
+                    open.tool_calls.entry(call_id.clone()).or_insert(seq);
+                }
+            }
+            Fact::Chunk { .. } | Fact::ToolResult { .. } | Fact::Other => {}
+        }
+    }
+}
+
+/// `assistant-sources-not-chunks` for an appended `assistant/message`.
+fn check_assistant_sources(
+    view: SessionView<'_>,
+    event: &Event,
+    turn: u64,
+    step: u64,
+    push: &mut impl FnMut(&'static str, String),
+) {
+    let Some(sources) = event.source_event_seqs() else { return };
+    let mut bad: Vec<String> = Vec::new();
+    for &cited in sources {
+        let Some(e) = view.event(cited) else {
+            bad.push(format!("{cited} (not in the log)"));
+            continue;
+        };
+        if *e.event_type() != EventType::AssistantChunk {
+            bad.push(format!("{cited} (a {})", e.event_type()));
+            continue;
+        }
+        match Fact::of(e) {
+            Fact::Chunk { turn: t, step: s } if (t, s) == (turn, step) => {}
+            Fact::Chunk { turn: t, step: s } => {
+                bad.push(format!("{cited} (an assistant/chunk of {})", at(t, s)))
+            }
+            _ => bad.push(format!("{cited} (an unreadable assistant/chunk)")),
+        }
+    }
+    if !bad.is_empty() {
+        push(
+            ASSISTANT_SOURCES_NOT_CHUNKS,
+            format!(
+                "assistant/message of {} cites {}; it may cite only the assistant/chunk events of its own step",
+                at(turn, step),
+                bad.join(", ")
+            ),
+        );
+    }
+}
+
+/// The side of a tool exchange a surface entry holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Side {
+    /// An `assistant/message` requesting these calls.
+    Calls(Vec<String>),
+    /// A `tool/result` answering this call.
+    Result(String),
+}
+
+impl Side {
+    fn ids(&self) -> &[String] {
+        match self {
+            Side::Calls(ids) => ids,
+            Side::Result(id) => std::slice::from_ref(id),
+        }
+    }
+}
+
+/// Which surface entries hold one side of a tool exchange: a fold over the
+/// surface.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct SurfaceTools {
+    by_seq: HashMap<u64, Side>,
+    /// Call id -> seqs of surface `assistant/message`s requesting it.
+    calls: HashMap<String, Vec<u64>>,
+    /// Call id -> seqs of surface `tool/result`s answering it.
+    results: HashMap<String, Vec<u64>>,
+}
+
+impl SurfaceTools {
+    fn add(&mut self, seq: u64, side: Side) {
+        match &side {
+            Side::Calls(ids) => {
+                for id in ids {
+                    self.calls.entry(id.clone()).or_default().push(seq);
+                }
+            }
+            Side::Result(id) => self.results.entry(id.clone()).or_default().push(seq),
+        }
+        self.by_seq.insert(seq, side);
+    }
+
+    fn remove(&mut self, seq: u64) {
+        let Some(side) = self.by_seq.remove(&seq) else { return };
+        let map = match side {
+            Side::Calls(_) => &mut self.calls,
+            Side::Result(_) => &mut self.results,
+        };
+        for id in side.ids() {
+            if let Some(seqs) = map.get_mut(id) {
+                seqs.retain(|&s| s != seq);
+                if seqs.is_empty() {
+                    map.remove(id);
+                }
+            }
+        }
+    }
+
+    fn from_surface(view: SessionView<'_>) -> SurfaceTools {
+        let mut tools = SurfaceTools::default();
+        for &seq in view.surface {
+            if let Some(side) = view.event(seq).and_then(|e| Fact::of(e).side()) {
+                tools.add(seq, side);
+            }
+        }
+        tools
+    }
+
+    /// `tool-exchange-split`: judged on the surface as it will be after the
+    /// candidate replace, for the calls whose exchange the range touches.
+    fn check(&self, view: SessionView<'_>, event: &Event, fact: &Fact, out: &mut Vec<Violation>) {
+        let Some(op @ SurfaceOp::Replace { .. }) = event.surface_op() else { return };
+        let shadowed = view.shadowed_by(op);
+        let mut touched: Vec<&str> = Vec::new();
+        for seq in shadowed {
+            for id in self.by_seq.get(seq).map(Side::ids).unwrap_or_default() {
+                if !touched.contains(&id.as_str()) {
+                    touched.push(id);
+                }
+            }
+        }
+        if touched.is_empty() {
+            return;
+        }
+        let shadowed: HashSet<u64> = shadowed.iter().copied().collect();
+        let added = fact.side();
+        let seq = event.seq();
+        for id in touched {
+            let split = |map: &HashMap<String, Vec<u64>>, adds: bool| {
+                let before = map.get(id).map(Vec::as_slice).unwrap_or_default();
+                let taken: Vec<u64> = before.iter().copied().filter(|s| shadowed.contains(s)).collect();
+                let mut left: Vec<u64> = before.iter().copied().filter(|s| !shadowed.contains(s)).collect();
+                if adds {
+                    left.push(seq);
+                }
+                (taken, left)
+            };
+            let adds_call = matches!(&added, Some(Side::Calls(ids)) if ids.iter().any(|i| i == id));
+            let adds_result = matches!(&added, Some(Side::Result(i)) if i == id);
+            let (calls_taken, calls_left) = split(&self.calls, adds_call);
+            let (results_taken, results_left) = split(&self.results, adds_result);
+            if !calls_taken.is_empty() && calls_left.is_empty() && !results_left.is_empty() {
+                out.push(Violation {
+                    code: TOOL_EXCHANGE_SPLIT,
+                    seq,
+                    message: format!(
+                        "the replace takes assistant/message {calls_taken:?} requesting call {id:?} off the \
+                         surface but leaves its tool/result {results_left:?} on it"
+                    ),
+                });
+            }
+            if !results_taken.is_empty() && results_left.is_empty() && !calls_left.is_empty() {
+                out.push(Violation {
+                    code: TOOL_EXCHANGE_SPLIT,
+                    seq,
+                    message: format!(
+                        "the replace takes tool/result {results_taken:?} of call {id:?} off the surface but \
+                         leaves assistant/message {calls_left:?} requesting it on it"
+                    ),
+                });
+            }
+        }
+    }
+
+    /// `after` is the session with `event` committed.
+    fn commit(&mut self, after: SessionView<'_>, event: &Event, fact: &Fact) {
+        match event.surface_op() {
+            None => return,
+            Some(SurfaceOp::Append) => {}
+            Some(SurfaceOp::Replace { .. }) => {
+                // Rule 7: a replace cites every entry it shadows, so the
+                // shadowed entries we track are among the cited ones that are
+                // no longer on the surface.
+                let cited = event.source_event_seqs().unwrap_or_default();
+                let candidates: Vec<u64> =
+                    cited.iter().copied().filter(|s| self.by_seq.contains_key(s)).collect();
+                if !candidates.is_empty() {
+                    let on_surface: HashSet<u64> = after.surface.iter().copied().collect();
+                    for seq in candidates.into_iter().filter(|s| !on_surface.contains(s)) {
+                        self.remove(seq);
+                    }
+                }
+            }
+        }
+        if let Some(side) = fact.side() {
+            self.add(event.seq(), side);
+        }
+    }
+}
+
+/// The whole incremental state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Checker {
+    brackets: Brackets,
+    tools: SurfaceTools,
+}
+
+impl Checker {
+    /// Every violation `candidate` would commit, in a fixed order, changing
+    /// nothing. `view` is the session before the candidate.
+    pub(crate) fn check(&self, view: SessionView<'_>, candidate: &Event) -> Vec<Violation> {
+        let fact = Fact::of(candidate);
+        let mut out = Vec::new();
+        self.brackets.check(view, candidate, &fact, &mut out);
+        self.tools.check(view, candidate, &fact, &mut out);
+        out
+    }
+
+    /// Folds in `event`, which is now the last event of `after`.
+    pub(crate) fn commit(&mut self, after: SessionView<'_>, event: &Event) {
+        let fact = Fact::of(event);
+        self.brackets.commit(event.seq(), &fact);
+        self.tools.commit(after, event, &fact);
+    }
+
+    /// The state for `view`, built from scratch: the brackets from the log,
+    /// the tool exchanges from the surface.
+    pub(crate) fn rebuild(view: SessionView<'_>) -> Checker {
+        // A turn/start resets every bracket field, so only the events from
+        // the last one on matter (a scan of types, no parsing before it).
+        let from = view.events.iter().rposition(|e| *e.event_type() == EventType::TurnStart).unwrap_or(0);
+        let mut brackets = Brackets::default();
+        for event in &view.events[from..] {
+            // Chunks, results and plugin events never move a bracket: skip parsing them.
+            if matches!(
+                event.event_type(),
+                EventType::AssistantChunk | EventType::ToolResult | EventType::Plugin(_)
+            ) {
+                continue;
+            }
+            brackets.commit(event.seq(), &Fact::of(event));
+        }
+        Checker { brackets, tools: SurfaceTools::from_surface(view) }
+    }
+}
