@@ -1,0 +1,183 @@
+//! The measured sections. Each takes a workload and returns its rows.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use palimpsest_core_session::jsonl::JsonlLog;
+use palimpsest_core_session::{Session, SurfaceManager};
+use palimpsest_invariants::InvariantGuard;
+
+use crate::measure::{median, ns_per_call, proc_status_bytes};
+use crate::report::Row;
+use crate::Workload;
+
+type Section = fn(&Workload) -> Result<Vec<Row>, String>;
+
+/// Every section, in report order.
+pub(crate) const ALL: &[(&str, Section)] =
+    &[("memory", in_memory), ("jsonl", jsonl), ("rss", resident_memory)];
+
+fn per_sec(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64().max(1e-9)
+}
+
+fn row(section: &'static str, name: &str, w: &Workload, value: f64, unit: &'static str) -> Row {
+    Row { section, name: name.into(), n: w.n, value, unit, baseline: None, higher_is_better: unit == "ev/s" }
+}
+
+fn with_baseline(mut r: Row, name: &str, value: f64) -> Row {
+    r.baseline = Some((name.into(), value));
+    r
+}
+
+fn in_memory(w: &Workload) -> Result<Vec<Row>, String> {
+    let runs = w.runs();
+    let append = |guarded: bool| {
+        median(
+            runs,
+            || w.events.clone(),
+            |events| {
+                let mut s = Session::create(w.header.clone());
+                if guarded {
+                    s.set_guard(Some(Box::new(InvariantGuard::new())));
+                }
+                for e in events {
+                    s.append(e).map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(s)
+            },
+        )
+    };
+    let off = per_sec(w.n, append(false));
+    let on = per_sec(w.n, append(true));
+    // The floor any append can reach: pushing the same events onto a Vec.
+    let push = per_sec(
+        w.n,
+        median(
+            runs,
+            || w.events.clone(),
+            |events| {
+                let mut v = Vec::new();
+                for e in events {
+                    v.push(e);
+                }
+                v
+            },
+        ),
+    );
+    let session = Session::from_log(w.header.clone(), w.events.clone()).map_err(|e| e.to_string())?;
+    let idle_read = ns_per_call(10_000_000, || std::hint::black_box(&session).surface().len());
+    let mut manager = SurfaceManager::fold(&w.events).map_err(|e| e.to_string())?;
+    let idle_sync = ns_per_call(1_000_000, || {
+        let _ = manager.sync(std::hint::black_box(&w.events));
+        manager.seqs().len()
+    });
+    let derive = median(runs, || (), |()| session.derive_messages().len());
+    let derive_again = median(runs, || (), |()| session.derive_messages().len());
+    Ok(vec![
+        with_baseline(
+            row("memory", "append, full validation, dev mode off", w, off, "ev/s"),
+            "Vec::push",
+            push,
+        ),
+        with_baseline(
+            row("memory", "append, full validation, dev mode on", w, on, "ev/s"),
+            "dev mode off",
+            off,
+        ),
+        row("memory", "surface read, nothing new", w, idle_read, "ns"),
+        row("memory", "SurfaceManager::sync, nothing new", w, idle_sync, "ns"),
+        row("memory", "derive_messages, first call", w, derive.as_secs_f64() * 1e3, "ms"),
+        row("memory", "derive_messages, repeated", w, derive_again.as_secs_f64() * 1e3, "ms"),
+    ])
+}
+
+fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
+    let runs = w.runs();
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let path = dir.path().join("bench.jsonl");
+    std::fs::write(&path, &w.bytes).map_err(|e| e.to_string())?;
+    // Baseline: the same bytes, read and parsed line by line into Values.
+    let value_parse = median(
+        runs,
+        || (),
+        |()| {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            bytes
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .filter(|l| serde_json::from_slice::<serde_json::Value>(l).is_ok())
+                .count()
+        },
+    );
+    let load = median(
+        runs,
+        || (),
+        |()| {
+            let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
+            JsonlLog::parse(&bytes).and_then(JsonlLog::into_session).map_err(|e| e.to_string())
+        },
+    );
+    // Baseline: the same bytes written and synced.
+    let raw_write = median(
+        runs,
+        || (),
+        |()| {
+            let target = dir.path().join("raw.jsonl");
+            let mut f = std::fs::File::create(&target).map_err(|e| e.to_string())?;
+            f.write_all(&w.bytes).and_then(|()| f.sync_all()).map_err(|e| e.to_string())
+        },
+    );
+    let mb = w.bytes.len() as f64 / 1e6;
+    Ok(vec![
+        with_baseline(
+            row("jsonl", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
+            "serde_json::Value per line",
+            per_sec(w.n, value_parse),
+        ),
+        row("jsonl", "raw write + sync of the same bytes", w, mb / raw_write.as_secs_f64(), "MB/s"),
+    ])
+}
+
+/// Parent side: runs the memory probe in a fresh child process, so nothing
+/// else this process allocated counts.
+fn resident_memory(w: &Workload) -> Result<Vec<Row>, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let path = dir.path().join("bench.jsonl");
+    std::fs::write(&path, &w.bytes).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .arg("--memory-probe")
+        .arg(&path)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let json = w.bytes.len() as f64;
+    let get = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    Ok(vec![
+        Row {
+            higher_is_better: false,
+            ..row("rss", "resident memory of a loaded session / JSON bytes", w, get("resident") / json, "x")
+        },
+        Row {
+            higher_is_better: false,
+            ..row("rss", "peak resident memory while loading / JSON bytes", w, get("peak") / json, "x")
+        },
+    ])
+}
+
+/// Child side: loads `file` and reports resident memory growth, in bytes.
+pub(crate) fn memory_probe(file: &str) -> Result<String, String> {
+    let before = proc_status_bytes("VmRSS").ok_or("no /proc/self/status")?;
+    let session = {
+        let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
+        JsonlLog::parse(&bytes).and_then(JsonlLog::into_session).map_err(|e| e.to_string())?
+    };
+    let resident = proc_status_bytes("VmRSS").ok_or("no VmRSS")?.saturating_sub(before);
+    let peak = proc_status_bytes("VmHWM").ok_or("no VmHWM")?.saturating_sub(before);
+    let events = std::hint::black_box(&session).events().len();
+    Ok(serde_json::json!({"resident": resident, "peak": peak, "events": events}).to_string())
+}

@@ -1,0 +1,243 @@
+//! The benchmark workload of issue 10, generated deterministically from a
+//! seed in the session format.
+//!
+//! One turn is 101 events: `turn/start`; a 400-character `user/message`;
+//! three tool steps of 25 events (`step/start`, 18 text deltas of ~24
+//! characters, a tool-call delta and a usage chunk, an `assistant/message`
+//! citing its 20 chunks, a `tool/call` with ~60 characters of JSON
+//! arguments, a 2,000-character `tool/result` citing its call, `step/end`);
+//! a final step of 23 events without a tool call; `turn/end`. Whenever 2,000
+//! entries have joined the surface since the last compaction, the next turn
+//! is preceded by `compaction/start`, a 2,000-character summary
+//! `user/message` replacing the whole surface (citing every shadowed seq),
+//! and `compaction/end`.
+
+use palimpsest_core_session::payload::*;
+use palimpsest_core_session::{Event, SessionHeader, SurfaceIntent};
+
+/// A tiny deterministic generator (xorshift64*), so the workload is the same
+/// on every machine for a seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn text(&mut self, chars: usize) -> String {
+        const WORDS: &[&str] = &[
+            "the",
+            "log",
+            "surface",
+            "agent",
+            "tool",
+            "result",
+            "compaction",
+            "seq",
+            "model",
+            "turn",
+            "step",
+            "replay",
+            "provenance",
+            "append",
+            "history",
+            "file",
+            "read",
+            "write",
+            "summary",
+            "event",
+        ];
+        let mut s = String::with_capacity(chars + 12);
+        while s.len() < chars {
+            if !s.is_empty() {
+                s.push(' ');
+            }
+            s.push_str(WORDS[(self.next() % WORDS.len() as u64) as usize]);
+        }
+        s.truncate(chars);
+        s
+    }
+}
+
+/// Builds the workload: a header and exactly `n` events (the last turn may
+/// be cut short, so the log can end inside a turn).
+pub(crate) fn generate(n: usize, seed: u64) -> (SessionHeader, Vec<Event>) {
+    let mut g = Gen {
+        rng: Rng(seed | 1),
+        events: Vec::with_capacity(n + 128),
+        surface: Vec::new(),
+        since: 0,
+        ids: 0,
+    };
+    let mut turn = 0;
+    while g.events.len() < n {
+        if g.since >= 2000 {
+            g.compact();
+        }
+        turn += 1;
+        g.turn(turn);
+    }
+    g.events.truncate(n);
+    (SessionHeader::new(format!("bench-{seed}"), 1_767_225_600_000), g.events)
+}
+
+struct Gen {
+    rng: Rng,
+    events: Vec<Event>,
+    surface: Vec<u64>,
+    since: usize,
+    ids: u64,
+}
+
+impl Gen {
+    fn seq(&self) -> u64 {
+        self.events.len() as u64
+    }
+
+    fn time(&self) -> u64 {
+        1_767_225_600_000 + self.seq() * 7
+    }
+
+    fn id(&mut self, prefix: &str) -> String {
+        self.ids += 1;
+        format!("{prefix}{}", self.ids)
+    }
+
+    fn log(&mut self, payload: impl Into<LogPayload>) -> u64 {
+        let seq = self.seq();
+        let e = Event::log(seq, self.time(), payload).expect("workload events are well-formed");
+        self.events.push(e);
+        seq
+    }
+
+    fn surface(&mut self, payload: impl Into<SurfacePayload>, intent: SurfaceIntent) -> u64 {
+        let seq = self.seq();
+        let replace = matches!(intent.op, palimpsest_core_session::SurfaceOp::Replace { .. });
+        let e = Event::surface(seq, self.time(), payload, intent).expect("workload events are well-formed");
+        self.events.push(e);
+        if replace {
+            self.surface = vec![seq];
+        } else {
+            self.surface.push(seq);
+            self.since += 1;
+        }
+        seq
+    }
+
+    fn compact(&mut self) {
+        let start = self.log(PluginEvent {
+            event_type: "compaction/start".into(),
+            data: serde_json::json!({"reason": "budget", "entries": self.surface.len()}),
+        });
+        let shadowed = self.surface.clone();
+        let mut sources = vec![start];
+        sources.extend(&shadowed);
+        let message = Message {
+            id: self.id("sum"),
+            role: Role::User,
+            content: vec![Block::text(self.rng.text(2000))],
+            source: Source::Plugin { plugin: "compaction".into() },
+        };
+        let intent = SurfaceIntent::replace(shadowed[0], *shadowed.last().unwrap_or(&shadowed[0]), sources);
+        let summary = self.surface(UserMessage { turn: None, message }, intent);
+        self.log(PluginEvent {
+            event_type: "compaction/end".into(),
+            data: serde_json::json!({"summarySeq": summary}),
+        });
+        self.since = 0;
+    }
+
+    fn turn(&mut self, turn: u64) {
+        self.log(TurnStart { turn });
+        let message = Message {
+            id: self.id("u"),
+            role: Role::User,
+            content: vec![Block::text(self.rng.text(400))],
+            source: Source::User,
+        };
+        self.surface(UserMessage { turn: Some(turn), message }, SurfaceIntent::append());
+        for step in 1..=4 {
+            self.step(turn, step, step < 4);
+        }
+        self.log(TurnEnd { turn, reason: TurnEndReason::Completed });
+    }
+
+    fn step(&mut self, turn: u64, step: u64, tool: bool) {
+        self.log(StepStart { turn, step });
+        let texts = if tool { 18 } else { 19 };
+        let mut chunks = Vec::with_capacity(20);
+        let mut text = String::new();
+        for _ in 0..texts {
+            let piece = self.rng.text(24);
+            text.push_str(&piece);
+            chunks.push(self.log(AssistantChunk {
+                turn,
+                step,
+                chunk: StreamChunk::TextDelta { index: 0, text: piece },
+            }));
+        }
+        let call_id = self.id("call_");
+        let arguments =
+            format!("{{\"path\":\"src/{}.rs\",\"lines\":[1,200]}}", self.rng.text(20).replace(' ', "_"));
+        if tool {
+            chunks.push(self.log(AssistantChunk {
+                turn,
+                step,
+                chunk: StreamChunk::ToolCallDelta {
+                    index: 1,
+                    id: call_id.clone(),
+                    name: Some("read_file".into()),
+                    arguments_delta: arguments.clone(),
+                },
+            }));
+        }
+        let usage =
+            Usage { input_tokens: 1000 + self.rng.next() % 1000, output_tokens: 100, ..Usage::default() };
+        chunks.push(self.log(AssistantChunk { turn, step, chunk: StreamChunk::Usage(usage) }));
+        let mut content = vec![Block::Text { text }];
+        if tool {
+            content.push(Block::ToolCall {
+                id: call_id.clone(),
+                name: "read_file".into(),
+                arguments: arguments.clone(),
+            });
+        }
+        let message = Message {
+            id: self.id("a"),
+            role: Role::Assistant,
+            content,
+            source: Source::Model { provider: "bench".into(), model: "bench-1".into() },
+        };
+        self.surface(
+            AssistantMessage { turn, step, message, usage: Some(usage), interrupted: None },
+            SurfaceIntent::append_citing(chunks),
+        );
+        if tool {
+            let call = self.log(ToolCall {
+                turn,
+                step,
+                call_id: call_id.clone(),
+                name: "read_file".into(),
+                arguments,
+            });
+            let message = Message {
+                id: self.id("r"),
+                role: Role::User,
+                content: vec![Block::ToolResult {
+                    tool_call_id: call_id.clone(),
+                    is_error: false,
+                    content: vec![Block::text(self.rng.text(2000))],
+                }],
+                source: Source::Tool { call_id },
+            };
+            self.surface(
+                ToolResult { turn, step, message, error: None },
+                SurfaceIntent::append_citing(vec![call]),
+            );
+        }
+        self.log(StepEnd { turn, step });
+    }
+}
