@@ -1,0 +1,63 @@
+//! [`SqliteOptions`]: how often SQLite fsyncs, and how long a writer waits
+//! for another one.
+
+use std::time::Duration;
+
+/// SQLite's `PRAGMA synchronous` in WAL mode: when a commit reaches the disk.
+///
+/// Whatever the level, [`SessionStore::sync`](palimpsest_persistence::SessionStore::sync)
+/// makes every append so far durable, and a crash never leaves a half-written
+/// batch: SQLite's WAL only counts a commit whose frames are all there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Synchronous {
+    /// `FULL`: every commit fsyncs the WAL. A returned append survives a
+    /// power loss; `sync` has nothing left to do.
+    Full,
+    /// `NORMAL` (the default): commits are written to the WAL but fsynced only
+    /// at a checkpoint. A returned append survives a crash of the process; a
+    /// power loss can roll back the most recent appends (whole batches, never
+    /// part of one). `sync` checkpoints, which fsyncs the WAL and the database.
+    #[default]
+    Normal,
+    /// `OFF`: SQLite never fsyncs on its own. Like `Normal` for a process
+    /// crash; a power loss can lose any appends since the last `sync`, and
+    /// the operating system may even write pages out of order. `sync` raises
+    /// the level for one checkpoint, so it is still durable.
+    Off,
+}
+
+impl Synchronous {
+    /// The value written to `PRAGMA synchronous`.
+    pub(crate) fn pragma_value(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Off => "OFF",
+        }
+    }
+}
+
+/// How a [`SqliteStore`](crate::SqliteStore) is opened.
+///
+/// ```
+/// use std::time::Duration;
+/// use palimpsest_persistence_sqlite::{SqliteOptions, Synchronous};
+///
+/// let options = SqliteOptions { synchronous: Synchronous::Full, ..SqliteOptions::default() };
+/// assert_eq!(options.busy_timeout, Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SqliteOptions {
+    /// When commits are fsynced. Default [`Synchronous::Normal`].
+    pub synchronous: Synchronous,
+    /// How long a write waits for another connection (usually another
+    /// process) that holds the write lock before it fails with `locked`.
+    /// Default 5 seconds.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> SqliteOptions {
+        SqliteOptions { synchronous: Synchronous::Normal, busy_timeout: Duration::from_secs(5) }
+    }
+}

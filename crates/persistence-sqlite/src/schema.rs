@@ -1,0 +1,307 @@
+//! The schema, how an empty database gets it, and how an opened database is
+//! checked against it (bump-and-reject: no migration).
+
+use std::fmt;
+
+use palimpsest_persistence::StoreError;
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::sqlerr::sql_err;
+
+/// The schema version this build reads and writes, kept in `PRAGMA user_version`.
+///
+/// Version 1 was the schema without the `source_event_seqs` and `surface_op`
+/// columns. A database of any other version, older or newer, is refused with
+/// `schema-mismatch`; nothing is migrated while the format is pre-release.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// `PRAGMA application_id` of a Palimpsest store: `"PALI"` in ASCII. A SQLite
+/// file with another id belongs to another program and is refused.
+pub const APPLICATION_ID: i32 = 0x5041_4C49;
+
+/// The schema of version [`SCHEMA_VERSION`], as executed on an empty database.
+pub const SCHEMA_SQL: &str = "\
+CREATE TABLE sessions (
+    id             TEXT    NOT NULL PRIMARY KEY,
+    created_at     INTEGER NOT NULL,
+    cwd            TEXT,
+    parent_session TEXT,
+    seed_length    INTEGER
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE events (
+    session_id        TEXT    NOT NULL,
+    seq               INTEGER NOT NULL,
+    time              INTEGER NOT NULL,
+    type              TEXT    NOT NULL,
+    data              TEXT    NOT NULL,
+    source_event_seqs TEXT,
+    surface_op        TEXT,
+    PRIMARY KEY (session_id, seq)
+) STRICT, WITHOUT ROWID;
+";
+
+/// One column as `PRAGMA table_xinfo` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Column {
+    name: String,
+    decl_type: String,
+    not_null: bool,
+    /// 1-based position in the primary key, 0 when not part of it.
+    pk: i64,
+    has_default: bool,
+    /// Generated or hidden columns are not part of this schema.
+    hidden: bool,
+}
+
+impl Column {
+    fn expected(name: &str, decl_type: &str, not_null: bool, pk: i64) -> Column {
+        Column {
+            name: name.to_owned(),
+            decl_type: decl_type.to_owned(),
+            not_null,
+            pk,
+            has_default: false,
+            hidden: false,
+        }
+    }
+}
+
+impl fmt::Display for Column {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.name, self.decl_type)?;
+        if self.not_null {
+            f.write_str(" NOT NULL")?;
+        }
+        if self.pk > 0 {
+            write!(f, " (primary key part {})", self.pk)?;
+        }
+        if self.has_default {
+            f.write_str(" DEFAULT ...")?;
+        }
+        if self.hidden {
+            f.write_str(" (hidden or generated)")?;
+        }
+        Ok(())
+    }
+}
+
+/// One table: its options and its columns in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Table {
+    name: &'static str,
+    strict: bool,
+    without_rowid: bool,
+    columns: Vec<Column>,
+}
+
+fn expected_tables() -> [Table; 2] {
+    [
+        Table {
+            name: "events",
+            strict: true,
+            without_rowid: true,
+            columns: vec![
+                Column::expected("session_id", "TEXT", true, 1),
+                Column::expected("seq", "INTEGER", true, 2),
+                Column::expected("time", "INTEGER", true, 0),
+                Column::expected("type", "TEXT", true, 0),
+                Column::expected("data", "TEXT", true, 0),
+                Column::expected("source_event_seqs", "TEXT", false, 0),
+                Column::expected("surface_op", "TEXT", false, 0),
+            ],
+        },
+        Table {
+            name: "sessions",
+            strict: true,
+            without_rowid: true,
+            columns: vec![
+                Column::expected("id", "TEXT", true, 1),
+                Column::expected("created_at", "INTEGER", true, 0),
+                Column::expected("cwd", "TEXT", false, 0),
+                Column::expected("parent_session", "TEXT", false, 0),
+                Column::expected("seed_length", "INTEGER", false, 0),
+            ],
+        },
+    ]
+}
+
+/// What an opened database holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DbState {
+    /// No schema, no ids: initialise it.
+    Empty,
+    /// A Palimpsest store of this schema version.
+    Current,
+}
+
+/// Describes the application id for an error message.
+fn describe_application_id(id: i32) -> String {
+    let bytes = id.to_be_bytes();
+    if bytes.iter().all(|b| b.is_ascii_graphic()) {
+        format!("application_id {:#010X} ({:?})", id, String::from_utf8_lossy(&bytes))
+    } else {
+        format!("application_id {:#010X}", id)
+    }
+}
+
+/// What a Palimpsest store is, for the `expected` side of a refusal of a
+/// file that is not one at all.
+pub(crate) fn expected_store() -> String {
+    format!(
+        "a Palimpsest SQLite store ({}, user_version {SCHEMA_VERSION}) or an empty file",
+        describe_application_id(APPLICATION_ID)
+    )
+}
+
+/// Reads the ids and the schema objects, and says whether the database is
+/// empty, current, or refused (`schema-mismatch` naming what was found).
+/// Run it inside a transaction so the answer is one snapshot.
+fn inspect(conn: &Connection, location: &str) -> Result<DbState, StoreError> {
+    let err = |e| sql_err(e, location, "reading the schema");
+    let application_id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).map_err(err)?;
+    let user_version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
+    let mut stmt = conn
+        .prepare(
+            "SELECT type, name FROM sqlite_schema \
+             WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name, type",
+        )
+        .map_err(err)?;
+    let objects: Vec<String> = stmt
+        .query_map([], |r| Ok(format!("{} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(err)?
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
+
+    if application_id == 0 && user_version == 0 && objects.is_empty() {
+        return Ok(DbState::Empty);
+    }
+    if application_id != APPLICATION_ID {
+        let holding = if objects.is_empty() {
+            String::new()
+        } else {
+            format!(", holding [{}]: another program's database", objects.join(", "))
+        };
+        return Err(StoreError::SchemaMismatch {
+            found: format!("{}{holding}", describe_application_id(application_id)),
+            expected: describe_application_id(APPLICATION_ID),
+        });
+    }
+    if user_version != SCHEMA_VERSION {
+        return Err(StoreError::SchemaMismatch {
+            found: format!("user_version {user_version}"),
+            expected: format!(
+                "user_version {SCHEMA_VERSION} (stores of other schema versions are not migrated)"
+            ),
+        });
+    }
+    let tables = expected_tables();
+    let mut expected_objects: Vec<String> = tables.iter().map(|t| format!("table {}", t.name)).collect();
+    expected_objects.sort();
+    if objects != expected_objects {
+        return Err(StoreError::SchemaMismatch {
+            found: format!("schema objects [{}]", objects.join(", ")),
+            expected: format!("schema objects [{}]", expected_objects.join(", ")),
+        });
+    }
+    for table in &tables {
+        check_table(conn, table, location)?;
+    }
+    Ok(DbState::Current)
+}
+
+/// Compares one table's options and columns with the expected ones.
+fn check_table(conn: &Connection, expected: &Table, location: &str) -> Result<(), StoreError> {
+    let err = |e| sql_err(e, location, "reading the schema");
+    let (without_rowid, strict): (bool, bool) = conn
+        .query_row(
+            "SELECT wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
+            [expected.name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(err)?;
+    let mut stmt = conn
+        .prepare(
+            "SELECT name, type, \"notnull\", pk, dflt_value IS NOT NULL, hidden \
+             FROM pragma_table_xinfo(?1) ORDER BY cid",
+        )
+        .map_err(err)?;
+    let columns: Vec<Column> = stmt
+        .query_map([expected.name], |r| {
+            Ok(Column {
+                name: r.get(0)?,
+                decl_type: r.get(1)?,
+                not_null: r.get(2)?,
+                pk: r.get(3)?,
+                has_default: r.get(4)?,
+                hidden: r.get::<_, i64>(5)? != 0,
+            })
+        })
+        .map_err(err)?
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
+
+    let names = |cols: &[Column]| cols.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ");
+    if columns.len() != expected.columns.len()
+        || columns.iter().zip(&expected.columns).any(|(a, b)| a.name != b.name)
+    {
+        return Err(StoreError::SchemaMismatch {
+            found: format!("table {} with columns ({})", expected.name, names(&columns)),
+            expected: format!("table {} with columns ({})", expected.name, names(&expected.columns)),
+        });
+    }
+    if let Some((found, want)) = columns.iter().zip(&expected.columns).find(|(a, b)| a != b) {
+        return Err(StoreError::SchemaMismatch {
+            found: format!("column {}.{found}", expected.name),
+            expected: format!("column {}.{want}", expected.name),
+        });
+    }
+    let options = |strict: bool, wr: bool| {
+        format!(
+            "table {} {}, {}",
+            expected.name,
+            if strict { "STRICT" } else { "not STRICT" },
+            if wr { "WITHOUT ROWID" } else { "with rowid" }
+        )
+    };
+    if (strict, without_rowid) != (expected.strict, expected.without_rowid) {
+        return Err(StoreError::SchemaMismatch {
+            found: options(strict, without_rowid),
+            expected: options(expected.strict, expected.without_rowid),
+        });
+    }
+    Ok(())
+}
+
+/// Checks an opened database and initialises it when it is empty: schema,
+/// `user_version` and `application_id` commit in one transaction. Returns
+/// whether it created the schema.
+///
+/// Two processes opening the same new file race safely: the check is
+/// repeated inside the write transaction, so the loser finds the winner's
+/// schema and checks it like any other.
+pub(crate) fn open_checked(conn: &mut Connection, location: &str) -> Result<bool, StoreError> {
+    let state = {
+        let tx = conn.transaction().map_err(|e| sql_err(e, location, "reading the schema"))?;
+        inspect(&tx, location)?
+    };
+    if state == DbState::Current {
+        return Ok(false);
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| sql_err(e, location, "initialising the schema"))?;
+    if inspect(&tx, location)? == DbState::Current {
+        return Ok(false);
+    }
+    let init = |tx: &rusqlite::Transaction<'_>| -> rusqlite::Result<()> {
+        tx.execute_batch(SCHEMA_SQL)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+        Ok(())
+    };
+    init(&tx).map_err(|e| sql_err(e, location, "initialising the schema"))?;
+    tx.commit().map_err(|e| sql_err(e, location, "committing the new schema"))?;
+    tracing::debug!(location, schema_version = SCHEMA_VERSION, "initialised an empty database");
+    Ok(true)
+}

@@ -1,0 +1,453 @@
+//! [`SqliteStore`]: the [`SessionStore`] over one SQLite database file.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use palimpsest_core_session::{Event, LoadError, SessionHeader};
+use palimpsest_persistence::{check_continues, LoadReport, SessionStore, StoreError, StoredSession};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+
+use crate::codec::{self, EventRow};
+use crate::options::{SqliteOptions, Synchronous};
+use crate::sqlerr::{poisons, sql_err};
+use crate::{file, schema};
+
+const INSERT_EVENT: &str = "INSERT INTO events \
+    (session_id, seq, time, type, data, source_event_seqs, surface_op) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+const INSERT_SESSION: &str = "INSERT INTO sessions \
+    (id, created_at, cwd, parent_session, seed_length) VALUES (?1, ?2, ?3, ?4, ?5)";
+/// The stored length, or no row when the session does not exist.
+const STORED_LEN: &str = "SELECT (SELECT ifnull(max(seq) + 1, 0) FROM events WHERE session_id = ?1) \
+    FROM sessions WHERE id = ?1";
+const SELECT_HEADER: &str = "SELECT created_at, cwd, parent_session, seed_length FROM sessions WHERE id = ?1";
+const SELECT_EVENTS: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
+    FROM events WHERE session_id = ?1 ORDER BY seq";
+const LIST_SESSIONS: &str =
+    "SELECT id, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY id";
+
+/// A [`SessionStore`] keeping every session in one SQLite database.
+///
+/// Opening checks the file and its schema (see the [crate docs](crate) for
+/// what is refused and why); each append is one `BEGIN IMMEDIATE`
+/// transaction. One connection serves the whole store behind a mutex, so
+/// the store is `Send + Sync`; any number of stores, in any number of
+/// processes, may open the same file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    inner: Mutex<Inner>,
+    path: Option<PathBuf>,
+    location: String,
+    options: SqliteOptions,
+}
+
+#[derive(Debug)]
+struct Inner {
+    conn: Connection,
+    /// Set by a failed write: what failed. Every later write is refused.
+    poisoned: Option<String>,
+}
+
+/// A failure inside a write transaction: a refusal decided by the store
+/// (nothing was written, the store stays usable) or a SQLite error.
+enum WriteError {
+    Refused(StoreError),
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for WriteError {
+    fn from(e: rusqlite::Error) -> WriteError {
+        WriteError::Sql(e)
+    }
+}
+
+impl From<StoreError> for WriteError {
+    fn from(e: StoreError) -> WriteError {
+        WriteError::Refused(e)
+    }
+}
+
+/// A failure inside a read: the session's contract-level corruption, or a
+/// SQLite error.
+enum ReadError {
+    Store(StoreError),
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for ReadError {
+    fn from(e: rusqlite::Error) -> ReadError {
+        ReadError::Sql(e)
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` with the default
+    /// [`SqliteOptions`].
+    ///
+    /// A missing or empty file is initialised; a Palimpsest store of this
+    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION) is opened; anything else is
+    /// refused: `schema-mismatch` for another schema version, another
+    /// program's database or a file that is not SQLite at all, `corrupt` for
+    /// a truncated file, `io` when the file cannot be opened.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, SqliteOptions::default())
+    }
+
+    /// Like [`SqliteStore::open`], with options.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref();
+        let location = path.display().to_string();
+        file::precheck(path)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_err(e, &location, "opening"))?;
+        SqliteStore::setup(conn, Some(path.to_owned()), location, options)
+    }
+
+    /// A store in memory, lost when dropped (for tests and examples).
+    pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
+        let conn = Connection::open_in_memory().map_err(|e| sql_err(e, ":memory:", "opening"))?;
+        SqliteStore::setup(conn, None, ":memory:".to_owned(), SqliteOptions::default())
+    }
+
+    fn setup(
+        mut conn: Connection,
+        path: Option<PathBuf>,
+        location: String,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let err = |e| sql_err(e, &location, "configuring the connection");
+        conn.busy_timeout(options.busy_timeout).map_err(err)?;
+        // Some statements run once per event: keep them all prepared.
+        conn.set_prepared_statement_cache_capacity(32);
+        let created = schema::open_checked(&mut conn, &location)?;
+        if path.is_some() {
+            let mode: String =
+                conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(err)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(StoreError::Locked {
+                    what: format!("{location} (could not switch to WAL: the journal mode stayed {mode})"),
+                });
+            }
+        }
+        conn.pragma_update(None, "synchronous", options.synchronous.pragma_value()).map_err(err)?;
+        if let (true, Some(p)) = (created, &path) {
+            sync_parent_dir(p)
+                .map_err(|e| StoreError::io(format!("syncing the directory of {location}"), e))?;
+        }
+        tracing::debug!(location = %location, created, synchronous = ?options.synchronous, "opened SQLite store");
+        Ok(SqliteStore { inner: Mutex::new(Inner { conn, poisoned: None }), path, location, options })
+    }
+
+    /// The database file, or `None` for an in-memory store.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> SqliteOptions {
+        self.options
+    }
+
+    /// Whether the file at `path` starts with the 16-byte SQLite magic
+    /// (`"SQLite format 3\0"`). Says nothing about whose database it is:
+    /// [`SqliteStore::open`] checks that. `false` when it cannot be read.
+    pub fn is_sqlite_file(path: &Path) -> bool {
+        file::has_sqlite_magic(path)
+    }
+
+    /// Creates a session holding `events`, in one transaction: either the
+    /// whole session exists afterwards or nothing changed. For copying a
+    /// session from elsewhere (`palimpsest convert`). Like
+    /// [`create`](SessionStore::create) then [`append`](SessionStore::append),
+    /// the events are stored as given (check them with
+    /// [`Session::from_log`](palimpsest_core_session::Session::from_log)
+    /// first); their seqs must run from 0 (`conflict` otherwise).
+    pub fn import(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        self.write("importing a session", |tx| {
+            insert_session(tx, header)?;
+            check_continues(&header.id, 0, events)?;
+            insert_events(tx, &header.id, events)?;
+            Ok(())
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while the lock was held cannot leave a half-written batch:
+        // the open transaction rolled back when the panic dropped it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it. A
+    /// SQLite failure (other than waiting for a lock) poisons the store.
+    fn write<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, WriteError>,
+    ) -> Result<T, StoreError> {
+        let mut inner = self.lock();
+        if let Some(earlier) = &inner.poisoned {
+            return Err(self.poisoned_error(earlier));
+        }
+        let result = inner
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(WriteError::Sql)
+            .and_then(|tx| {
+                let value = f(&tx)?;
+                tx.commit()?;
+                Ok(value)
+            });
+        match result {
+            Ok(value) => Ok(value),
+            Err(WriteError::Refused(e)) => Err(e),
+            Err(WriteError::Sql(e)) => {
+                if poisons(&e) {
+                    tracing::error!(location = %self.location, error = %e, "write failed; refusing further writes");
+                    inner.poisoned = Some(format!("{what}: {e}"));
+                }
+                Err(sql_err(e, &self.location, what))
+            }
+        }
+    }
+
+    fn poisoned_error(&self, earlier: &str) -> StoreError {
+        StoreError::Io {
+            context: format!("{} refuses writes after an earlier write failed; reopen it", self.location),
+            source: Box::new(std::io::Error::other(earlier.to_owned())),
+        }
+    }
+
+    /// Runs `f` in one read transaction (one snapshot).
+    fn read<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, ReadError>,
+    ) -> Result<T, StoreError> {
+        let mut inner = self.lock();
+        let result = inner.conn.transaction().map_err(ReadError::Sql).and_then(|tx| {
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        });
+        result.map_err(|e| match e {
+            ReadError::Store(e) => e,
+            ReadError::Sql(e) => sql_err(e, &self.location, what),
+        })
+    }
+
+    fn corrupt(&self, session_id: &str, index: Option<u64>, cause: LoadError) -> StoreError {
+        let location = match index {
+            Some(i) => format!("{}: events row (session {session_id:?}, seq {i})", self.location),
+            None => format!("{}: sessions row {session_id:?}", self.location),
+        };
+        StoreError::Corrupt { location, detail: cause.to_string(), cause: Some(cause) }
+    }
+
+    fn checkpoint(&self, inner: &Inner) -> Result<(), rusqlite::Error> {
+        let conn = &inner.conn;
+        if self.options.synchronous == Synchronous::Off {
+            // Under OFF a checkpoint does not fsync: raise the level for it.
+            conn.pragma_update(None, "synchronous", Synchronous::Normal.pragma_value())?;
+        }
+        let result = conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |r| r.get::<_, i64>(0));
+        if self.options.synchronous == Synchronous::Off {
+            conn.pragma_update(None, "synchronous", Synchronous::Off.pragma_value())?;
+        }
+        match result? {
+            0 => Ok(()),
+            _ => Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                Some("the checkpoint could not finish: another connection kept an old snapshot".into()),
+            )),
+        }
+    }
+}
+
+fn insert_session(tx: &Transaction<'_>, header: &SessionHeader) -> Result<(), WriteError> {
+    let inserted = tx.prepare_cached(INSERT_SESSION)?.execute(params![
+        header.id,
+        codec::to_sql_int(header.created_at),
+        header.cwd,
+        header.parent_session,
+        header.seed_length.map(codec::to_sql_int),
+    ]);
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.sqlite_error()
+                .is_some_and(|s| s.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY) =>
+        {
+            Err(WriteError::Refused(StoreError::AlreadyExists { session_id: header.id.clone() }))
+        }
+        Err(e) => Err(WriteError::Sql(e)),
+    }
+}
+
+fn insert_events(tx: &Transaction<'_>, session_id: &str, events: &[Event]) -> Result<(), rusqlite::Error> {
+    let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+    for e in events {
+        insert.execute(params![
+            session_id,
+            codec::to_sql_int(e.seq()),
+            codec::to_sql_int(e.time()),
+            e.event_type().as_str(),
+            e.data().get(),
+            e.source_event_seqs().map(codec::sources_json),
+            e.surface_op().map(codec::surface_op_json),
+        ])?;
+    }
+    Ok(())
+}
+
+/// The stored length of a session, or `None` when there is no such session.
+fn stored_len(tx: &Transaction<'_>, session_id: &str) -> Result<Option<u64>, rusqlite::Error> {
+    tx.prepare_cached(STORED_LEN)?
+        .query_row([session_id], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|n| n.map(codec::from_sql_int))
+}
+
+/// Reads the header columns `created_at, cwd, parent_session, seed_length`,
+/// starting at column `first`.
+fn header_from_row(id: &str, row: &rusqlite::Row<'_>, first: usize) -> Result<SessionHeader, LoadError> {
+    let read = || -> Result<SessionHeader, LoadError> {
+        let created_at = codec::required_int(row.get_ref_unwrap(first), "created_at", 1)?;
+        let cwd = codec::text(row.get_ref_unwrap(first + 1), "cwd", 1)?;
+        let parent = codec::text(row.get_ref_unwrap(first + 2), "parent_session", 1)?;
+        let seed = codec::optional_int(row.get_ref_unwrap(first + 3), "seed_length", 1)?;
+        Ok(SessionHeader {
+            id: id.to_owned(),
+            created_at: codec::from_sql_int(created_at),
+            cwd: cwd.map(str::to_owned),
+            parent_session: parent.map(str::to_owned),
+            seed_length: seed.map(codec::from_sql_int),
+        })
+    };
+    read().map_err(|e| LoadError::HeaderMalformed { detail: e.to_string() })
+}
+
+#[cfg(unix)]
+fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
+    // A new file's directory entry is durable only once its directory is.
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_parent_dir(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+impl SessionStore for SqliteStore {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        self.write("creating a session", |tx| insert_session(tx, header))?;
+        tracing::debug!(session_id = %header.id, "created session");
+        Ok(())
+    }
+
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        self.write("appending", |tx| {
+            let len = stored_len(tx, session_id)?
+                .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+            check_continues(session_id, len, events)?;
+            insert_events(tx, session_id, events)?;
+            Ok(())
+        })?;
+        tracing::trace!(session_id, events = events.len(), "appended");
+        Ok(())
+    }
+
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        self.read("loading a session", |tx| {
+            let not_found = || ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() });
+            let header = tx
+                .prepare_cached(SELECT_HEADER)?
+                .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
+                .optional()?
+                .ok_or_else(not_found)?
+                .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+            let mut stmt = tx.prepare_cached(SELECT_EVENTS)?;
+            let mut rows = stmt.query([session_id])?;
+            let mut events = Vec::new();
+            let mut line = String::new();
+            while let Some(row) = rows.next()? {
+                let index = events.len() as u64;
+                let at = codec::line_of(index);
+                let decoded = (|| {
+                    let event_row = EventRow {
+                        seq: codec::required_int(row.get_ref_unwrap(0), "seq", at)?,
+                        time: codec::required_int(row.get_ref_unwrap(1), "time", at)?,
+                        event_type: codec::required_text(row.get_ref_unwrap(2), "type", at)?,
+                        data: codec::required_text(row.get_ref_unwrap(3), "data", at)?,
+                        source_event_seqs: codec::text(row.get_ref_unwrap(4), "source_event_seqs", at)?,
+                        surface_op: codec::text(row.get_ref_unwrap(5), "surface_op", at)?,
+                    };
+                    event_row.decode(index, &mut line)
+                })();
+                match decoded {
+                    Ok(event) => events.push(event),
+                    Err(e) => return Err(ReadError::Store(self.corrupt(session_id, Some(index), e))),
+                }
+            }
+            Ok(StoredSession { header, events, report: LoadReport::default() })
+        })
+    }
+
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        self.read("listing sessions", |tx| {
+            let mut stmt = tx.prepare_cached(LIST_SESSIONS)?;
+            let mut rows = stmt.query([])?;
+            let mut headers = Vec::new();
+            while let Some(row) = rows.next()? {
+                let id = codec::required_text(row.get_ref_unwrap(0), "id", 1)
+                    .map_err(|e| ReadError::Store(self.corrupt("?", None, e)))?;
+                let header =
+                    header_from_row(id, row, 1).map_err(|e| ReadError::Store(self.corrupt(id, None, e)))?;
+                headers.push(header);
+            }
+            Ok(headers)
+        })
+    }
+
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        self.write("deleting a session", |tx| {
+            let removed = tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute([session_id])?;
+            if removed == 0 {
+                return Err(WriteError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }));
+            }
+            tx.prepare_cached("DELETE FROM events WHERE session_id = ?1")?.execute([session_id])?;
+            Ok(())
+        })?;
+        tracing::debug!(session_id, "deleted session");
+        Ok(())
+    }
+
+    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        if let Some(earlier) = &inner.poisoned {
+            return Err(self.poisoned_error(earlier));
+        }
+        // Under FULL every commit already fsynced the WAL; in memory there is
+        // nothing to sync.
+        if self.path.is_none() || self.options.synchronous == Synchronous::Full {
+            return Ok(());
+        }
+        match self.checkpoint(&inner) {
+            Ok(()) => {
+                tracing::trace!(session_id, "synced");
+                Ok(())
+            }
+            Err(e) => {
+                if poisons(&e) {
+                    inner.poisoned = Some(format!("syncing: {e}"));
+                }
+                Err(sql_err(e, &self.location, "syncing (checkpointing the WAL)"))
+            }
+        }
+    }
+}
