@@ -193,6 +193,23 @@ mod tests {
     }
 
     #[test]
+    fn pending_snapshots_fail_the_check_outside_build_output() {
+        let root = std::env::temp_dir().join(format!("xtask-pending-snapshots-{}", std::process::id()));
+        let write = |rel: &str| {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        };
+        write("crates/a/tests/snapshots/a__x.snap");
+        write("target/debug/b__y.snap.new");
+        assert!(check_no_pending_snapshots(&root).is_ok(), "accepted snapshots and build output are fine");
+        write("crates/a/tests/snapshots/a__x.snap.new");
+        let err = check_no_pending_snapshots(&root).unwrap_err().to_string();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(err.starts_with("1 pending insta snapshot(s)"), "{err}");
+    }
+
+    #[test]
     fn recognises_pending_snapshots() {
         assert!(is_pending_snapshot("derive__plain_chat.snap.new"));
         assert!(is_pending_snapshot(".derive__plain_chat.pending-snap"));
