@@ -1,1 +1,1337 @@
-//! placeholder
+//! The contract test kit: the checks that prove a [`SessionStore`] backend
+//! keeps the contract of [`SessionStore`] and of the session format.
+//!
+//! A backend implements [`StoreFactory`] (how to open the store at one fixed
+//! location, again and again) and runs every check with one macro call:
+//!
+//! ```
+//! use palimpsest_persistence::testkit::MemoryFactory;
+//!
+//! // In `tests/contract.rs` of your backend (here: the in-memory store).
+//! // One `#[test]` per check, each with a fresh factory.
+//! palimpsest_persistence::store_contract_tests!(MemoryFactory::default());
+//! # fn main() {}
+//! ```
+//!
+//! or with one function call, [`run_all`] (given a function making fresh
+//! factories), which stops at the first failing check and names it. Each check is also a public function taking
+//! `&dyn StoreFactory`, so a backend can run one alone.
+//!
+//! # What is checked
+//!
+//! Stored data comes back exactly as appended: every core event kind,
+//! `sourceEventSeqs` absent vs `[]` vs non-empty, both `surfaceOp` forms,
+//! plugin data of any JSON shape, unknown keys inside known payloads,
+//! unicode and escapes, multi-megabyte payloads; each event compares equal
+//! *and* has the same canonical JSON text. Appends are atomic and contiguous
+//! (`conflict`, nothing written); unknown ids are `not-found`; a second
+//! create is `already-exists`; list, delete, reopen after drop, independence
+//! of sessions, unusual session ids (`invalid-id` or a working session, never
+//! a mix-up), a second handle on the same location, torn tails (for backends
+//! that have them) and [`DurableSession`] over the store.
+//!
+//! The checks panic (they are test assertions) with a message naming what
+//! went wrong; they never print.
+
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceOp};
+
+use crate::{Durability, DurableSession, MemoryStore, SessionStore, StoreError, StoredSession};
+
+/// How the kit reaches a backend: opens the store at one fixed location.
+///
+/// Every check gets its own factory (the [`store_contract_tests!`](crate::store_contract_tests) macro
+/// evaluates the factory expression once per test), so a factory should
+/// point at a fresh, empty location, e.g. a new temporary directory.
+pub trait StoreFactory {
+    /// Opens the store at this factory's location; called again to test reopen-after-drop.
+    fn open(&self) -> Box<dyn SessionStore>;
+
+    /// Appends raw bytes after a session's stored records to simulate a torn write.
+    /// Return false if the backend has no torn tails (the torn-tail checks then skip, saying so in their name/doc).
+    ///
+    /// The kit calls this only while no store opened by this factory is
+    /// alive, as after a crash of the writing process.
+    fn append_raw_tail(&self, _session_id: &str, _bytes: &[u8]) -> bool {
+        false
+    }
+}
+
+impl<F: StoreFactory + ?Sized> StoreFactory for &F {
+    fn open(&self) -> Box<dyn SessionStore> {
+        (**self).open()
+    }
+
+    fn append_raw_tail(&self, session_id: &str, bytes: &[u8]) -> bool {
+        (**self).append_raw_tail(session_id, bytes)
+    }
+}
+
+/// A factory over one shared [`MemoryStore`]: every [`open`](StoreFactory::open)
+/// returns a handle on the same sessions, so "reopen after drop" holds. It
+/// has no torn tails.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryFactory {
+    store: Arc<MemoryStore>,
+}
+
+impl StoreFactory for MemoryFactory {
+    fn open(&self) -> Box<dyn SessionStore> {
+        Box::new(SharedStore(self.store.clone()))
+    }
+}
+
+/// A handle on a shared store (what [`MemoryFactory::open`] returns).
+#[derive(Debug)]
+struct SharedStore(Arc<MemoryStore>);
+
+impl SessionStore for SharedStore {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        self.0.create(header)
+    }
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        self.0.append(session_id, events)
+    }
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        self.0.load(session_id)
+    }
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        self.0.list()
+    }
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        self.0.delete(session_id)
+    }
+    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        self.0.sync(session_id)
+    }
+}
+
+/// A contract check.
+pub type Check = fn(&dyn StoreFactory);
+
+/// Every check, by name, in the order [`run_all`] and [`store_contract_tests!`](crate::store_contract_tests) run them.
+pub const CHECKS: &[(&str, Check)] = &[
+    ("round_trips_every_core_event_kind", round_trips_every_core_event_kind),
+    (
+        "source_event_seqs_absent_empty_and_listed_stay_distinct",
+        source_event_seqs_absent_empty_and_listed_stay_distinct,
+    ),
+    ("both_surface_op_forms_round_trip", both_surface_op_forms_round_trip),
+    ("plugin_events_keep_arbitrary_json_data", plugin_events_keep_arbitrary_json_data),
+    ("unknown_payload_keys_are_kept_verbatim", unknown_payload_keys_are_kept_verbatim),
+    ("unicode_and_escapes_round_trip", unicode_and_escapes_round_trip),
+    ("very_large_payloads_round_trip", very_large_payloads_round_trip),
+    ("batch_is_all_or_nothing", batch_is_all_or_nothing),
+    ("non_contiguous_appends_conflict", non_contiguous_appends_conflict),
+    ("unknown_ids_are_not_found", unknown_ids_are_not_found),
+    ("create_twice_is_already_exists", create_twice_is_already_exists),
+    ("list_returns_every_header", list_returns_every_header),
+    ("delete_then_load_is_not_found", delete_then_load_is_not_found),
+    ("reopen_after_drop_sees_everything", reopen_after_drop_sees_everything),
+    ("sessions_are_independent", sessions_are_independent),
+    ("unusual_ids_work_or_are_refused_cleanly", unusual_ids_work_or_are_refused_cleanly),
+    ("second_handle_never_breaks_the_log", second_handle_never_breaks_the_log),
+    (
+        "torn_tail_is_dropped_reported_and_cut_off_if_supported",
+        torn_tail_is_dropped_reported_and_cut_off_if_supported,
+    ),
+    (
+        "unterminated_whole_last_record_is_kept_if_supported",
+        unterminated_whole_last_record_is_kept_if_supported,
+    ),
+    ("durable_open_revalidates_the_stored_log", durable_open_revalidates_the_stored_log),
+    ("durable_refused_append_writes_nothing", durable_refused_append_writes_nothing),
+];
+
+/// Runs every check in [`CHECKS`], each with a fresh factory from
+/// `new_factory` (the checks assume an empty store); panics at the first
+/// failure, naming the check.
+pub fn run_all<F: StoreFactory>(mut new_factory: impl FnMut() -> F) {
+    for (name, check) in CHECKS {
+        let factory = new_factory();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| check(&factory))) {
+            let msg = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            panic!("contract check `{name}` failed: {msg}");
+        }
+    }
+}
+
+/// Runs every contract check as its own `#[test]`, evaluating `$factory`
+/// (an expression whose value implements
+/// [`StoreFactory`](crate::testkit::StoreFactory)) afresh for each.
+///
+/// Invoke it once per module: it defines one test function per check, named
+/// after the check, plus `store_contract_tests_cover_every_check`.
+///
+/// ```
+/// use palimpsest_persistence::testkit::MemoryFactory;
+/// palimpsest_persistence::store_contract_tests!(MemoryFactory::default());
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($factory:expr) => {
+        $crate::__store_contract_tests!(
+            $factory;
+            round_trips_every_core_event_kind,
+            source_event_seqs_absent_empty_and_listed_stay_distinct,
+            both_surface_op_forms_round_trip,
+            plugin_events_keep_arbitrary_json_data,
+            unknown_payload_keys_are_kept_verbatim,
+            unicode_and_escapes_round_trip,
+            very_large_payloads_round_trip,
+            batch_is_all_or_nothing,
+            non_contiguous_appends_conflict,
+            unknown_ids_are_not_found,
+            create_twice_is_already_exists,
+            list_returns_every_header,
+            delete_then_load_is_not_found,
+            reopen_after_drop_sees_everything,
+            sessions_are_independent,
+            unusual_ids_work_or_are_refused_cleanly,
+            second_handle_never_breaks_the_log,
+            torn_tail_is_dropped_reported_and_cut_off_if_supported,
+            unterminated_whole_last_record_is_kept_if_supported,
+            durable_open_revalidates_the_stored_log,
+            durable_refused_append_writes_nothing,
+        );
+    };
+}
+
+/// Implementation detail of [`store_contract_tests!`](crate::store_contract_tests).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_contract_tests {
+    ($factory:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                let factory = $factory;
+                $crate::testkit::$check(&factory);
+            }
+        )*
+
+        #[test]
+        fn store_contract_tests_cover_every_check() {
+            let generated: &[&str] = &[$(stringify!($check)),*];
+            let all: ::std::vec::Vec<&str> = $crate::testkit::CHECKS.iter().map(|(name, _)| *name).collect();
+            assert_eq!(generated, all.as_slice(), "store_contract_tests! is out of date with testkit::CHECKS");
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Sample data
+// ---------------------------------------------------------------------------
+
+/// `time` of the first sample event (2026-01-01T00:00:00Z).
+const T0: u64 = 1_767_225_600_000;
+
+/// Builds an event from its JSON text; a failure is a bug in the kit.
+fn ev(json: &str) -> Event {
+    match Event::from_json(json) {
+        Ok(e) => e,
+        Err(e) => panic!("testkit bug: sample event refused ({}): {e}\n{}", e.code(), clip(json)),
+    }
+}
+
+/// Builds event `seq` of type `ty` with `data` (JSON text) and the optional
+/// envelope keys in `tail` (e.g. `,"surfaceOp":"append"`).
+fn at(seq: u64, ty: &str, data: &str, tail: &str) -> Event {
+    ev(&format!(r#"{{"seq":{seq},"time":{},"type":"{ty}","data":{data}{tail}}}"#, T0 + seq * 10))
+}
+
+/// A plugin event: type `kit/tick`, data `{"n":seq}`.
+fn tick(seq: u64) -> Event {
+    at(seq, "kit/tick", &format!(r#"{{"n":{seq}}}"#), "")
+}
+
+fn ticks(range: std::ops::Range<u64>) -> Vec<Event> {
+    range.map(tick).collect()
+}
+
+/// A header with a fixed creation time.
+fn header(id: &str) -> SessionHeader {
+    SessionHeader::new(id, T0)
+}
+
+const MODEL: &str = r#"{"kind":"model","provider":"kit","model":"kit-1"}"#;
+
+/// A valid session log (every rule of sections 1 and 2 holds) that uses
+/// every core event type, every block, source, chunk and turn-end kind, the
+/// optional payload keys, `sourceEventSeqs` absent, `[]` and listed, both
+/// `surfaceOp` forms and plugin events.
+pub fn sample_events() -> Vec<Event> {
+    let a = r#","surfaceOp":"append""#;
+    let user = |id: &str, text: &str| {
+        format!(
+            r#"{{"id":"{id}","role":"user","content":[{{"type":"text","text":"{text}"}}],"source":{{"kind":"user"}}}}"#
+        )
+    };
+    vec![
+        at(0, "turn/start", r#"{"turn":1}"#, ""),
+        at(
+            1,
+            "user/message",
+            r#"{"turn":1,"message":{"id":"u1","role":"user","content":[{"type":"text","text":"Read notes.txt and describe the picture."},{"type":"image","mediaType":"image/png","data":"iVBORw0KGgoAAAANSUhEUg=="}],"source":{"kind":"user"}}}"#,
+            a,
+        ),
+        at(2, "step/start", r#"{"turn":1,"step":1}"#, ""),
+        at(
+            3,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"reasoning-delta","index":0,"text":"The user wants the file."}}"#,
+            "",
+        ),
+        at(
+            4,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":1,"text":"Reading it."}}"#,
+            "",
+        ),
+        at(
+            5,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"tool-call-delta","index":2,"id":"call_1","name":"read_file","argumentsDelta":"{\"path\":"}}"#,
+            "",
+        ),
+        at(
+            6,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"tool-call-delta","index":2,"id":"call_1","argumentsDelta":"\"notes.txt\"}"}}"#,
+            "",
+        ),
+        at(
+            7,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"usage","inputTokens":120,"outputTokens":30,"cachedInputTokens":100,"reasoningTokens":12}}"#,
+            "",
+        ),
+        at(
+            8,
+            "assistant/message",
+            &format!(
+                r#"{{"turn":1,"step":1,"message":{{"id":"a1","role":"assistant","content":[{{"type":"reasoning","text":"The user wants the file.","signature":"sig-1"}},{{"type":"text","text":"Reading it."}},{{"type":"tool-call","id":"call_1","name":"read_file","arguments":"{{\"path\":\"notes.txt\"}}"}}],"source":{MODEL}}},"usage":{{"inputTokens":120,"outputTokens":30,"cachedInputTokens":100,"reasoningTokens":12}}}}"#
+            ),
+            r#","sourceEventSeqs":[3,4,5,6,7],"surfaceOp":"append""#,
+        ),
+        at(
+            9,
+            "tool/call",
+            r#"{"turn":1,"step":1,"callId":"call_1","name":"read_file","arguments":"{\"path\":\"notes.txt\"}"}"#,
+            "",
+        ),
+        at(
+            10,
+            "tool/result",
+            r#"{"turn":1,"step":1,"message":{"id":"r1","role":"user","content":[{"type":"tool-result","toolCallId":"call_1","isError":false,"content":[{"type":"text","text":"buy milk"}]}],"source":{"kind":"tool","callId":"call_1"}}}"#,
+            r#","sourceEventSeqs":[9],"surfaceOp":"append""#,
+        ),
+        at(11, "step/end", r#"{"turn":1,"step":1}"#, ""),
+        at(
+            12,
+            "context/message",
+            r#"{"message":{"id":"ctx1","role":"user","content":[{"type":"text","text":"notes.txt changed on disk"}],"source":{"kind":"plugin","plugin":"watcher"}}}"#,
+            a,
+        ),
+        at(13, "step/start", r#"{"turn":1,"step":2}"#, ""),
+        at(
+            14,
+            "assistant/message",
+            &format!(
+                r#"{{"turn":1,"step":2,"message":{{"id":"a2","role":"assistant","content":[],"source":{MODEL}}},"usage":{{"inputTokens":140,"outputTokens":0}}}}"#
+            ),
+            r#","sourceEventSeqs":[],"surfaceOp":"append""#,
+        ),
+        at(15, "step/end", r#"{"turn":1,"step":2}"#, ""),
+        at(16, "turn/end", r#"{"turn":1,"reason":{"kind":"completed"}}"#, ""),
+        at(17, "turn/start", r#"{"turn":2}"#, ""),
+        at(18, "user/message", &format!(r#"{{"message":{}}}"#, user("u2", "Stop.")), a),
+        at(19, "steering/message", &format!(r#"{{"message":{}}}"#, user("s1", "Actually, go on.")), a),
+        at(
+            20,
+            "tool/result",
+            r#"{"turn":1,"step":1,"message":{"id":"r1-pruned","role":"user","content":[{"type":"tool-result","toolCallId":"call_1","isError":false,"content":[{"type":"text","text":"[pruned]"}]}],"source":{"kind":"tool","callId":"call_1"}}}"#,
+            r#","sourceEventSeqs":[10],"surfaceOp":{"op":"replace","start":10,"end":10}"#,
+        ),
+        at(21, "turn/end", r#"{"turn":2,"reason":{"kind":"aborted","reason":"user pressed stop"}}"#, ""),
+        at(22, "turn/start", r#"{"turn":3}"#, ""),
+        at(
+            23,
+            "turn/end",
+            r#"{"turn":3,"reason":{"kind":"error","error":{"message":"provider unavailable","code":"PROVIDER_DOWN"}}}"#,
+            "",
+        ),
+        at(24, "turn/start", r#"{"turn":4}"#, ""),
+        at(25, "step/start", r#"{"turn":4,"step":1}"#, ""),
+        at(
+            26,
+            "assistant/message",
+            &format!(
+                r#"{{"turn":4,"step":1,"message":{{"id":"a3","role":"assistant","content":[{{"type":"text","text":"The picture shows"}}],"source":{MODEL}}},"interrupted":true}}"#
+            ),
+            a,
+        ),
+        at(27, "step/end", r#"{"turn":4,"step":1}"#, ""),
+        at(28, "turn/end", r#"{"turn":4,"reason":{"kind":"max-tokens"}}"#, ""),
+        at(29, "turn/start", r#"{"turn":5}"#, ""),
+        at(30, "step/start", r#"{"turn":5,"step":1}"#, ""),
+        at(
+            31,
+            "assistant/message",
+            &format!(
+                r#"{{"turn":5,"step":1,"message":{{"id":"a4","role":"assistant","content":[{{"type":"tool-call","id":"call_2","name":"list_dir","arguments":"{{}}"}}],"source":{MODEL}}}}}"#
+            ),
+            a,
+        ),
+        at(
+            32,
+            "tool/result",
+            r#"{"turn":5,"step":1,"message":{"id":"r2","role":"user","content":[{"type":"tool-result","toolCallId":"call_2","isError":true,"content":[{"type":"text","text":"the tool never started"}]}],"source":{"kind":"tool","callId":"call_2"}},"error":{"name":"ToolNotStarted","code":"TOOL_NOT_STARTED"}}"#,
+            r#","sourceEventSeqs":[31],"surfaceOp":"append""#,
+        ),
+        at(33, "step/end", r#"{"turn":5,"step":1}"#, ""),
+        at(34, "turn/end", r#"{"turn":5,"reason":{"kind":"interrupted"}}"#, ""),
+        at(35, "compaction/start", r#"{"reason":"budget","estimatedTokens":9000}"#, ""),
+        at(
+            36,
+            "user/message",
+            r#"{"message":{"id":"sum1","role":"user","content":[{"type":"text","text":"Summary: the user asked about notes.txt."}],"source":{"kind":"plugin","plugin":"compaction"}}}"#,
+            r#","sourceEventSeqs":[35,1,8,20,12,14,18,19],"surfaceOp":{"op":"replace","start":1,"end":19}"#,
+        ),
+        at(37, "compaction/end", r#"{"summarySeq":36}"#, ""),
+    ]
+}
+
+/// The surface [`sample_events`] leaves.
+pub const SAMPLE_SURFACE: &[u64] = &[36, 26, 31, 32];
+
+// ---------------------------------------------------------------------------
+// Assertion helpers
+// ---------------------------------------------------------------------------
+
+/// At most 160 characters of `s`, for panic messages about huge payloads.
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(160) {
+        Some((i, _)) => format!("{}… ({} bytes)", &s[..i], s.len()),
+        None => s.to_owned(),
+    }
+}
+
+#[track_caller]
+fn must<T>(result: Result<T, StoreError>, what: &str) -> T {
+    match result {
+        Ok(v) => v,
+        Err(e) => panic!("{what}: unexpected error [{}] {e}", e.code()),
+    }
+}
+
+#[track_caller]
+fn must_fail<T: std::fmt::Debug>(result: Result<T, StoreError>, code: &str, what: &str) -> StoreError {
+    match result {
+        Ok(v) => panic!("{what}: expected `{code}`, got Ok({})", clip(&format!("{v:?}"))),
+        Err(e) if e.code() == code => e,
+        Err(e) => panic!("{what}: expected `{code}`, got [{}] {e}", e.code()),
+    }
+}
+
+/// The loaded events are the appended ones: equal, and the same JSON text.
+#[track_caller]
+fn assert_same_events(loaded: &[Event], expected: &[Event], what: &str) {
+    for (i, (l, e)) in loaded.iter().zip(expected).enumerate() {
+        let (lj, ej) = (l.to_json(), e.to_json());
+        assert!(
+            lj == ej,
+            "{what}: event #{i} has other JSON text\n loaded: {}\n stored: {}",
+            clip(&lj),
+            clip(&ej)
+        );
+        assert!(l == e, "{what}: event #{i} differs (same text, but not equal): {}", clip(&lj));
+    }
+    assert_eq!(loaded.len(), expected.len(), "{what}: wrong number of events loaded");
+}
+
+/// Loads `id` and checks header, events and an empty report.
+#[track_caller]
+fn assert_stored(store: &dyn SessionStore, header: &SessionHeader, events: &[Event], what: &str) {
+    let stored = must(store.load(&header.id), &format!("{what}: load {:?}", clip(&header.id)));
+    assert_eq!(&stored.header, header, "{what}: header changed");
+    assert_same_events(&stored.events, events, what);
+    assert_eq!(stored.report, Default::default(), "{what}: load reported something on a clean log");
+}
+
+fn create(store: &dyn SessionStore, header: &SessionHeader) {
+    must(store.create(header), &format!("create {:?}", clip(&header.id)));
+}
+
+fn append(store: &dyn SessionStore, id: &str, events: &[Event]) {
+    let first = events.first().map(Event::seq);
+    must(
+        store.append(id, events),
+        &format!("append {} events from seq {first:?} to {:?}", events.len(), clip(id)),
+    );
+}
+
+fn sorted_headers(mut headers: Vec<SessionHeader>) -> Vec<SessionHeader> {
+    headers.sort_by(|a, b| a.id.cmp(&b.id));
+    headers
+}
+
+// ---------------------------------------------------------------------------
+// Checks: faithful storage
+// ---------------------------------------------------------------------------
+
+/// A log using every core event type (and every payload variant) comes back
+/// equal and with the same JSON text, appended in batches of 1 to 5 events,
+/// both from the same handle and after reopening.
+pub fn round_trips_every_core_event_kind(factory: &dyn StoreFactory) {
+    let events = sample_events();
+    let kinds: BTreeSet<&str> = events.iter().map(|e| e.event_type().as_str()).collect();
+    for core in [
+        EventType::TurnStart,
+        EventType::TurnEnd,
+        EventType::StepStart,
+        EventType::StepEnd,
+        EventType::UserMessage,
+        EventType::ContextMessage,
+        EventType::SteeringMessage,
+        EventType::AssistantChunk,
+        EventType::AssistantMessage,
+        EventType::ToolCall,
+        EventType::ToolResult,
+    ] {
+        assert!(kinds.contains(core.as_str()), "testkit bug: sample lacks {core}");
+    }
+    let h = SessionHeader {
+        cwd: Some("/work/kit".into()),
+        parent_session: Some("kit-parent".into()),
+        seed_length: Some(0),
+        ..header("kit-every-kind")
+    };
+    let store = factory.open();
+    create(&*store, &h);
+    assert_stored(&*store, &h, &[], "fresh session");
+    let mut at = 0;
+    let mut size = 1;
+    while at < events.len() {
+        let end = (at + size).min(events.len());
+        append(&*store, &h.id, &events[at..end]);
+        at = end;
+        size = size % 5 + 1;
+    }
+    must(store.sync(&h.id), "sync");
+    assert_stored(&*store, &h, &events, "same handle");
+    drop(store);
+    let store = factory.open();
+    assert_stored(&*store, &h, &events, "after reopen");
+}
+
+/// `sourceEventSeqs` absent, `[]` and a list are three different things, and
+/// each comes back as it was (absent stays absent, never `[]` or `null`).
+pub fn source_event_seqs_absent_empty_and_listed_stay_distinct(factory: &dyn StoreFactory) {
+    let msg = |id: &str| {
+        format!(
+            r#"{{"turn":1,"step":1,"message":{{"id":"{id}","role":"assistant","content":[],"source":{MODEL}}}}}"#
+        )
+    };
+    let events = vec![
+        at(
+            0,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"x"}}"#,
+            "",
+        ),
+        at(
+            1,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"y"}}"#,
+            "",
+        ),
+        at(2, "assistant/message", &msg("absent"), r#","surfaceOp":"append""#),
+        at(3, "assistant/message", &msg("empty"), r#","sourceEventSeqs":[],"surfaceOp":"append""#),
+        at(4, "assistant/message", &msg("listed"), r#","sourceEventSeqs":[0,1],"surfaceOp":"append""#),
+        at(5, "assistant/message", &msg("one"), r#","sourceEventSeqs":[0],"surfaceOp":"append""#),
+    ];
+    let h = header("kit-sources");
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &events[..3]);
+    append(&*store, &h.id, &events[3..]);
+    for store in [store, factory.open()] {
+        let loaded = must(store.load(&h.id), "load");
+        assert_same_events(&loaded.events, &events, "sourceEventSeqs");
+        let got: Vec<Option<&[u64]>> = loaded.events.iter().map(Event::source_event_seqs).collect();
+        assert_eq!(got, [None, None, None, Some(&[][..]), Some(&[0, 1][..]), Some(&[0][..])]);
+        assert!(!loaded.events[2].to_json().contains("sourceEventSeqs"), "an absent list was written");
+        assert!(loaded.events[3].to_json().contains(r#""sourceEventSeqs":[]"#), "an empty list was lost");
+    }
+}
+
+/// `"append"` and `{"op":"replace","start":S,"end":E}` both come back as they
+/// were, and events off the surface have no `surfaceOp`.
+pub fn both_surface_op_forms_round_trip(factory: &dyn StoreFactory) {
+    let all = sample_events();
+    let events = &all[..21]; // through the replacing tool/result at seq 20
+    let h = header("kit-surface-op");
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, events);
+    let loaded = must(store.load(&h.id), "load");
+    assert_same_events(&loaded.events, events, "surfaceOp");
+    assert_eq!(loaded.events[1].surface_op(), Some(SurfaceOp::Append));
+    assert_eq!(loaded.events[20].surface_op(), Some(SurfaceOp::Replace { start: 10, end: 10 }));
+    assert_eq!(loaded.events[0].surface_op(), None);
+    assert!(loaded.events[20].to_json().ends_with(r#""surfaceOp":{"op":"replace","start":10,"end":10}}"#));
+    let session = Session::from_log(h.clone(), loaded.events)
+        .unwrap_or_else(|e| panic!("the loaded log no longer holds: [{}] {e}", e.code()));
+    assert_eq!(session.surface(), &[1, 8, 20, 12, 14, 18, 19]);
+}
+
+/// Plugin `data` of any JSON shape (`null`, numbers of every form, strings,
+/// booleans, empty and deep containers, unsorted keys, insignificant
+/// whitespace) is kept byte for byte.
+pub fn plugin_events_keep_arbitrary_json_data(factory: &dyn StoreFactory) {
+    let deep = format!("{}0{}", "[".repeat(100), "]".repeat(100));
+    let datas: Vec<String> = [
+        "null",
+        "true",
+        "false",
+        "0",
+        "-0",
+        "-1",
+        "1.5",
+        "-2.5e-7",
+        "1E+300",
+        "18446744073709551615",
+        "-9223372036854775808",
+        "123456789012345678901234567890",
+        r#""""#,
+        r#""a string""#,
+        "[]",
+        "{}",
+        r#"[null,1,"two",[3],{"four":4}]"#,
+        r#"{"z":1,"a":2,"m":{"y":[],"b":{}}}"#,
+        r#"{ "spaced" : [ 1 , 2 ] ,	"tab": true }"#,
+        r#"{"dup":1,"dup":2}"#,
+        &deep,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let events: Vec<Event> = datas
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let ty = if i % 2 == 0 { "kit/plugin" } else { "x-vendor.v2/Event Type ✓" };
+            at(i as u64, ty, d, "")
+        })
+        .collect();
+    let h = header("kit-plugin-data");
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &events);
+    for store in [store, factory.open()] {
+        let loaded = must(store.load(&h.id), "load");
+        assert_same_events(&loaded.events, &events, "plugin data");
+        for (l, d) in loaded.events.iter().zip(&datas) {
+            assert_eq!(l.data().get(), d, "plugin data not kept byte for byte");
+        }
+    }
+}
+
+/// Keys the core payload types do not know, at every level of a known
+/// payload, are kept verbatim (the log is lossless).
+pub fn unknown_payload_keys_are_kept_verbatim(factory: &dyn StoreFactory) {
+    let events = vec![
+        at(0, "turn/start", r#"{"turn":1,"x-trace":{"id":"t-1","sampled":true}}"#, ""),
+        at(
+            1,
+            "user/message",
+            r#"{"turn":1,"message":{"id":"u1","role":"user","content":[{"type":"text","text":"hi","cacheControl":{"type":"ephemeral"}}],"source":{"kind":"user","device":"phone"},"lang":"en"},"meta":[1,null,{"k":"v"}]}"#,
+            r#","surfaceOp":"append""#,
+        ),
+        at(2, "step/start", r#"{"turn":1,"step":1,"budget":null}"#, ""),
+        at(
+            3,
+            "assistant/chunk",
+            r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"ok","logprob":-0.25}}"#,
+            "",
+        ),
+        at(
+            4,
+            "assistant/message",
+            r#"{"turn":1,"step":1,"message":{"id":"a1","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"kit","model":"kit-1","region":"eu"}},"usage":{"inputTokens":1,"outputTokens":1,"costMicros":7},"finish":"stop"}"#,
+            r#","sourceEventSeqs":[3],"surfaceOp":"append""#,
+        ),
+        at(5, "turn/end", r#"{"turn":1,"reason":{"kind":"completed","latencyMs":812}}"#, ""),
+    ];
+    let h = header("kit-unknown-keys");
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &events);
+    for store in [store, factory.open()] {
+        let loaded = must(store.load(&h.id), "load");
+        assert_same_events(&loaded.events, &events, "unknown keys");
+        assert!(loaded.events[1].data().get().contains(r#""device":"phone""#));
+        assert!(loaded.events[4].data().get().ends_with(r#""finish":"stop"}"#));
+    }
+}
+
+/// Unicode (astral, right-to-left, combining, BOM, line separators) and
+/// JSON escapes (`\u0000`, surrogate pairs, `\/`) come back as written, in
+/// the data, the session id, the header and the event type.
+pub fn unicode_and_escapes_round_trip(factory: &dyn StoreFactory) {
+    let text = "😀 𝄞 🦀👩‍👩‍👧 שלום עולם مرحبا بالعالم e\u{301} \u{feff}BOM \u{2028}\u{2029} 日本語 ∑ ÿ";
+    let escaped =
+        r#""nul\u0000 unit\u001f tab\t nl\n cr\r quote\" back\\ slash\/ \u00e9 \ud83d\ude00 \u2028 \uFEFF""#;
+    let h = SessionHeader {
+        cwd: Some("/home/zoë/проекты/日本".into()),
+        parent_session: Some("родитель-🦀".into()),
+        ..header("kit-unicode")
+    };
+    let text_json = match serde_json::to_string(text) {
+        Ok(s) => s,
+        Err(e) => panic!("testkit bug: {e}"),
+    };
+    let events = vec![
+        at(
+            0,
+            "user/message",
+            &format!(
+                r#"{{"message":{{"id":"ü1","role":"user","content":[{{"type":"text","text":{text_json}}},{{"type":"text","text":{escaped}}}],"source":{{"kind":"user"}}}}}}"#
+            ),
+            r#","surfaceOp":"append""#,
+        ),
+        at(1, "kit/ünïcödé/🦀", &format!(r#"{{"ключ":{text_json},"raw":{escaped}}}"#), ""),
+        at(2, "kit/escaped", escaped, ""),
+    ];
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &events);
+    for store in [store, factory.open()] {
+        assert_stored(&*store, &h, &events, "unicode");
+        let loaded = must(store.load(&h.id), "load");
+        assert_eq!(loaded.events[2].data().get(), escaped, "escapes were rewritten");
+        let listed = must(store.list(), "list");
+        assert_eq!(listed, vec![h.clone()], "list must return the unicode header unchanged");
+    }
+}
+
+/// Multi-megabyte payloads (a 4 MiB tool result, a 2 MB plugin array, a
+/// 1 MiB header `cwd`) round-trip, in one batch with small events around them.
+pub fn very_large_payloads_round_trip(factory: &dyn StoreFactory) {
+    let chunk = "line of tool output with \"quotes\", a tab\t, unicode ü🦀 and a newline\n";
+    let mut big_text = String::with_capacity(4 << 20);
+    while big_text.len() < 4 << 20 {
+        big_text.push_str(chunk);
+    }
+    let big_json = match serde_json::to_string(&big_text) {
+        Ok(s) => s,
+        Err(e) => panic!("testkit bug: {e}"),
+    };
+    let mut array = String::from("[");
+    for i in 0..200_000u64 {
+        if i > 0 {
+            array.push(',');
+        }
+        array.push_str(&(i * 7919).to_string());
+    }
+    array.push(']');
+    let events = vec![
+        tick(0),
+        at(1, "tool/call", r#"{"turn":1,"step":1,"callId":"c1","name":"cat","arguments":"{}"}"#, ""),
+        at(
+            2,
+            "tool/result",
+            &format!(
+                r#"{{"turn":1,"step":1,"message":{{"id":"r1","role":"user","content":[{{"type":"tool-result","toolCallId":"c1","isError":false,"content":[{{"type":"text","text":{big_json}}}]}}],"source":{{"kind":"tool","callId":"c1"}}}}}}"#
+            ),
+            r#","sourceEventSeqs":[1],"surfaceOp":"append""#,
+        ),
+        at(3, "kit/big-array", &array, ""),
+        tick(4),
+    ];
+    assert!(events[2].to_json().len() > 4 << 20 && events[3].to_json().len() > 1_500_000);
+    let h = SessionHeader { cwd: Some("d".repeat(1 << 20)), ..header("kit-large") };
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &events[..4]);
+    append(&*store, &h.id, &events[4..]);
+    must(store.sync(&h.id), "sync");
+    drop(store);
+    let store = factory.open();
+    assert_stored(&*store, &h, &events, "large payloads");
+    append(&*store, &h.id, &[tick(5)]);
+    assert_eq!(must(store.load(&h.id), "load").events.len(), 6, "appending after a large event");
+}
+
+// ---------------------------------------------------------------------------
+// Checks: atomicity and contiguity
+// ---------------------------------------------------------------------------
+
+/// A batch is all or nothing: one with a gap, a repeat or a bad first seq is
+/// `conflict` and stores *none* of its events (not even the valid prefix);
+/// a batch continuing the log stores all of them, and so does a large one.
+pub fn batch_is_all_or_nothing(factory: &dyn StoreFactory) {
+    let h = header("kit-batch");
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &ticks(0..2));
+    let refused: [(&str, Vec<Event>); 4] = [
+        ("gap after a valid prefix", vec![tick(2), tick(3), tick(5)]),
+        ("repeated seq", vec![tick(2), tick(2)]),
+        ("first seq too far", vec![tick(3), tick(4)]),
+        ("first seq already stored", vec![tick(1), tick(2)]),
+    ];
+    for (what, batch) in &refused {
+        must_fail(store.append(&h.id, batch), "conflict", what);
+        assert_stored(&*store, &h, &ticks(0..2), &format!("after a refused batch ({what})"));
+    }
+    let err = must_fail(store.append(&h.id, &[tick(4), tick(5)]), "conflict", "first seq too far");
+    match err {
+        StoreError::Conflict { session_id, expected, found } => {
+            assert_eq!((session_id.as_str(), expected, found), (h.id.as_str(), 2, 4), "conflict fields");
+        }
+        other => panic!("conflict must be StoreError::Conflict, got {other:?}"),
+    }
+    append(&*store, &h.id, &ticks(2..5));
+    assert_stored(&*store, &h, &ticks(0..5), "a batch continuing the log");
+    must(store.append(&h.id, &[]), "an empty batch");
+    assert_stored(&*store, &h, &ticks(0..5), "an empty batch changes nothing");
+    append(&*store, &h.id, &ticks(5..2_005));
+    must_fail(store.append(&h.id, &[tick(2_005), tick(2_007)]), "conflict", "gap after a large batch");
+    drop(store);
+    assert_stored(&*factory.open(), &h, &ticks(0..2_005), "after reopen");
+}
+
+/// Appends that do not continue the log are `conflict` and change nothing:
+/// a gap, a replay of an old seq, a first event that is not seq 0. The right
+/// seq still works afterwards.
+pub fn non_contiguous_appends_conflict(factory: &dyn StoreFactory) {
+    let h = header("kit-contiguity");
+    let store = factory.open();
+    create(&*store, &h);
+    must_fail(store.append(&h.id, &[tick(1)]), "conflict", "first event at seq 1");
+    assert_stored(&*store, &h, &[], "nothing stored");
+    append(&*store, &h.id, &[tick(0)]);
+    append(&*store, &h.id, &[tick(1)]);
+    append(&*store, &h.id, &[tick(2)]);
+    for (what, seq) in
+        [("a gap", 4), ("far ahead", 1_000_000), ("a replay of seq 0", 0), ("a replay of seq 2", 2)]
+    {
+        let err = must_fail(store.append(&h.id, &[tick(seq)]), "conflict", what);
+        if let StoreError::Conflict { expected, found, .. } = err {
+            assert_eq!((expected, found), (3, seq), "conflict fields for {what}");
+        }
+        assert_stored(&*store, &h, &ticks(0..3), &format!("after {what}"));
+    }
+    append(&*store, &h.id, &[tick(3)]);
+    drop(store);
+    let store = factory.open();
+    must_fail(store.append(&h.id, &[tick(3)]), "conflict", "a replay after reopen");
+    append(&*store, &h.id, &[tick(4)]);
+    assert_stored(&*store, &h, &ticks(0..5), "after reopen");
+}
+
+// ---------------------------------------------------------------------------
+// Checks: session lifecycle
+// ---------------------------------------------------------------------------
+
+/// Append, load and delete of an id never created are `not-found`, and
+/// create nothing.
+pub fn unknown_ids_are_not_found(factory: &dyn StoreFactory) {
+    let store = factory.open();
+    create(&*store, &header("kit-known"));
+    must_fail(store.append("kit-unknown", &[tick(0)]), "not-found", "append to an unknown id");
+    must_fail(store.append("kit-unknown", &[]), "not-found", "an empty append to an unknown id");
+    must_fail(store.load("kit-unknown"), "not-found", "load of an unknown id");
+    must_fail(store.delete("kit-unknown"), "not-found", "delete of an unknown id");
+    must_fail(store.load("kit-known-but-longer"), "not-found", "load of an id sharing a prefix");
+    assert_eq!(must(store.list(), "list"), vec![header("kit-known")], "an unknown id appeared in the list");
+}
+
+/// A second create of a taken id is `already-exists` and leaves the first
+/// session (header and events) untouched.
+pub fn create_twice_is_already_exists(factory: &dyn StoreFactory) {
+    let h = SessionHeader { cwd: Some("/first".into()), ..header("kit-twice") };
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &ticks(0..2));
+    let again = SessionHeader {
+        cwd: Some("/second".into()),
+        seed_length: Some(9),
+        ..SessionHeader::new("kit-twice", 1)
+    };
+    must_fail(store.create(&again), "already-exists", "second create");
+    must_fail(store.create(&h), "already-exists", "identical second create");
+    assert_stored(&*store, &h, &ticks(0..2), "the first session");
+    drop(store);
+    let store = factory.open();
+    must_fail(store.create(&again), "already-exists", "create after reopen");
+    assert_stored(&*store, &h, &ticks(0..2), "the first session after reopen");
+}
+
+/// `list` returns exactly the headers created (optional fields included),
+/// empty for an empty store, unchanged by appends, without deleted ones.
+pub fn list_returns_every_header(factory: &dyn StoreFactory) {
+    let store = factory.open();
+    assert_eq!(must(store.list(), "list of an empty store"), vec![], "an empty store lists nothing");
+    let headers = vec![
+        SessionHeader::new("kit-list-a", 1),
+        SessionHeader {
+            cwd: Some("/home/kit/project".into()),
+            parent_session: Some("kit-list-a".into()),
+            seed_length: Some(3),
+            ..SessionHeader::new("kit-list-b", 2)
+        },
+        SessionHeader { cwd: Some("C:\\Users\\kit".into()), ..SessionHeader::new("kit-list-c", u64::MAX) },
+        SessionHeader { seed_length: Some(0), ..SessionHeader::new("kit-list-d", 0) },
+    ];
+    for h in &headers {
+        create(&*store, h);
+    }
+    append(&*store, "kit-list-b", &ticks(0..3));
+    assert_eq!(sorted_headers(must(store.list(), "list")), headers, "list");
+    drop(store);
+    let store = factory.open();
+    assert_eq!(sorted_headers(must(store.list(), "list after reopen")), headers, "list after reopen");
+    must(store.delete("kit-list-b"), "delete");
+    let rest: Vec<SessionHeader> = headers.iter().filter(|h| h.id != "kit-list-b").cloned().collect();
+    assert_eq!(sorted_headers(must(store.list(), "list after delete")), rest, "list after delete");
+}
+
+/// After `delete`, load, append and a second delete are `not-found`; the id
+/// can be created again and starts empty; other sessions are untouched.
+pub fn delete_then_load_is_not_found(factory: &dyn StoreFactory) {
+    let store = factory.open();
+    let (h, other) = (header("kit-delete"), header("kit-delete-other"));
+    create(&*store, &h);
+    create(&*store, &other);
+    append(&*store, &h.id, &ticks(0..3));
+    append(&*store, &other.id, &ticks(0..1));
+    must(store.sync(&h.id), "sync");
+    must(store.delete(&h.id), "delete");
+    must_fail(store.load(&h.id), "not-found", "load after delete");
+    must_fail(store.append(&h.id, &[tick(3)]), "not-found", "append after delete");
+    must_fail(store.delete(&h.id), "not-found", "second delete");
+    assert_stored(&*store, &other, &ticks(0..1), "the other session");
+    let again = SessionHeader { cwd: Some("/again".into()), ..SessionHeader::new("kit-delete", 5) };
+    create(&*store, &again);
+    assert_stored(&*store, &again, &[], "a recreated session starts empty");
+    must_fail(store.append(&again.id, &[tick(3)]), "conflict", "a recreated session expects seq 0");
+    append(&*store, &again.id, &[tick(0)]);
+    drop(store);
+    let store = factory.open();
+    assert_stored(&*store, &again, &ticks(0..1), "the recreated session after reopen");
+    must(store.delete(&again.id), "delete after reopen");
+    drop(store);
+    let store = factory.open();
+    must_fail(store.load(&again.id), "not-found", "load of a deleted session after reopen");
+    assert_eq!(must(store.list(), "list"), vec![other], "list after deletes");
+}
+
+/// A store dropped and reopened sees every session, header and event, and
+/// appends continue where they stopped.
+pub fn reopen_after_drop_sees_everything(factory: &dyn StoreFactory) {
+    let sample = sample_events();
+    let a = SessionHeader { seed_length: Some(2), ..header("kit-reopen-a") };
+    let b = header("kit-reopen-b");
+    let c = header("kit-reopen-empty");
+    {
+        let store = factory.open();
+        create(&*store, &a);
+        create(&*store, &b);
+        create(&*store, &c);
+        append(&*store, &a.id, &sample[..10]);
+        append(&*store, &b.id, &ticks(0..4));
+        must(store.sync(&a.id), "sync a");
+        must(store.sync(&b.id), "sync b");
+        must(store.sync(&c.id), "sync c");
+    }
+    {
+        let store = factory.open();
+        assert_stored(&*store, &a, &sample[..10], "a after reopen");
+        assert_stored(&*store, &b, &ticks(0..4), "b after reopen");
+        assert_stored(&*store, &c, &[], "empty session after reopen");
+        append(&*store, &a.id, &sample[10..]);
+        append(&*store, &c.id, &ticks(0..1));
+    }
+    let store = factory.open();
+    assert_stored(&*store, &a, &sample, "a after a second reopen");
+    assert_stored(&*store, &c, &ticks(0..1), "c after a second reopen");
+    assert_eq!(sorted_headers(must(store.list(), "list")), vec![a, b, c], "list after reopen");
+}
+
+/// Sessions do not share seqs, events or errors: interleaved appends each
+/// start at seq 0, a conflict in one does not touch the other, deleting one
+/// leaves the other.
+pub fn sessions_are_independent(factory: &dyn StoreFactory) {
+    let store = factory.open();
+    let ids = ["kit-one", "kit-two", "kit-one-two"];
+    for id in ids {
+        create(&*store, &header(id));
+    }
+    for seq in 0..6 {
+        for (i, id) in ids.iter().enumerate() {
+            if seq < 2 + 2 * i as u64 {
+                append(&*store, id, &[tick(seq)]);
+            }
+        }
+    }
+    must_fail(store.append("kit-one", &[tick(4)]), "conflict", "kit-one is at 2");
+    append(&*store, "kit-two", &[tick(4)]);
+    must(store.delete("kit-one-two"), "delete");
+    assert_stored(&*store, &header("kit-one"), &ticks(0..2), "kit-one");
+    assert_stored(&*store, &header("kit-two"), &ticks(0..5), "kit-two");
+    must_fail(store.load("kit-one-two"), "not-found", "the deleted one");
+}
+
+/// Odd session ids (path separators, `..`, NUL, control characters, Windows
+/// device names, case variants, percent signs, unicode, 4 KB) either work as
+/// sessions of their own or are refused with `invalid-id`, and nothing in
+/// between. Ids of 1 to 64 ASCII letters, digits, `-` and `_` must work, and
+/// ids differing only in case are different sessions.
+pub fn unusual_ids_work_or_are_refused_cleanly(factory: &dyn StoreFactory) {
+    let must_work =
+        ["plain", "UPPER", "upper", "Upper", "a-b_c", "0", "9f1c2d3e-aaaa-4bbb-8ccc-0123456789ab"];
+    let long_ascii = "x".repeat(64);
+    let odd = [
+        "",
+        ".",
+        "..",
+        "../escape",
+        "a/../../b",
+        "/abs",
+        "a/b",
+        "a\\b",
+        "C:\\x",
+        "nul\0byte",
+        "tab\there",
+        "new\nline",
+        "%41",
+        "A",
+        "a",
+        "a%2Fb",
+        "a.jsonl",
+        "a.jsonl.jsonl",
+        "-",
+        "_",
+        "~",
+        " ",
+        "trailing.",
+        "trailing ",
+        "*?<>|:\"",
+        "con",
+        "CON",
+        "nul",
+        "aux.txt",
+        "com1",
+        "lpt9",
+        "é",
+        "e\u{301}",
+        "日本語",
+        "🦀",
+        "שלום",
+        "\u{202e}evil",
+        "\u{feff}",
+    ];
+    let huge = "x".repeat(4096);
+    let huge_unicode = "é".repeat(2048);
+    let mut ids: Vec<&str> = must_work.to_vec();
+    ids.push(&long_ascii);
+    ids.extend(odd);
+    ids.push(&huge);
+    ids.push(&huge_unicode);
+
+    let store = factory.open();
+    let mut accepted = Vec::new();
+    for id in &ids {
+        match store.create(&header(id)) {
+            Ok(()) => accepted.push(*id),
+            Err(e) if e.code() == "invalid-id" => {
+                assert!(!must_work.contains(id) && *id != long_ascii, "the plain id {id:?} was refused: {e}");
+                match store.load(id) {
+                    Err(e) if e.code() == "not-found" || e.code() == "invalid-id" => {}
+                    other => panic!(
+                        "load of the refused id {:?}: expected `not-found` or `invalid-id`, got {:?}",
+                        clip(id),
+                        other.map(|s| s.header)
+                    ),
+                }
+            }
+            Err(e) => panic!("create {:?}: expected Ok or `invalid-id`, got [{}] {e}", clip(id), e.code()),
+        }
+    }
+    for (n, id) in accepted.iter().enumerate() {
+        let event = at(0, "kit/which", &format!(r#"{{"n":{n}}}"#), "");
+        append(&*store, id, std::slice::from_ref(&event));
+    }
+    for (n, id) in accepted.iter().enumerate() {
+        let event = at(0, "kit/which", &format!(r#"{{"n":{n}}}"#), "");
+        assert_stored(&*store, &header(id), std::slice::from_ref(&event), &format!("odd id {:?}", clip(id)));
+    }
+    let listed: BTreeSet<String> = must(store.list(), "list").into_iter().map(|h| h.id).collect();
+    let expected: BTreeSet<String> = accepted.iter().map(|s| s.to_string()).collect();
+    assert_eq!(listed, expected, "list must return exactly the accepted ids");
+    drop(store);
+    let store = factory.open();
+    for id in &accepted {
+        must(store.delete(id), &format!("delete {:?}", clip(id)));
+    }
+    assert_eq!(must(store.list(), "list after deleting everything"), vec![], "something was left behind");
+}
+
+/// Two handles on the same location at once (as two processes would have):
+/// each append either succeeds or is refused (`conflict` or `locked`), every
+/// acknowledged append is stored exactly once, in order, and nothing else is.
+pub fn second_handle_never_breaks_the_log(factory: &dyn StoreFactory) {
+    let h = header("kit-two-handles");
+    let first = factory.open();
+    let second = factory.open();
+    create(&*first, &h);
+    append(&*first, &h.id, &ticks(0..2));
+    let mut acknowledged = ticks(0..2);
+    let stale = second.append(&h.id, &[tick(0)]);
+    match &stale {
+        Err(e) if e.code() == "conflict" || e.code() == "locked" => {}
+        other => panic!("a second handle replaying seq 0 must get `conflict` or `locked`, got {other:?}"),
+    }
+    let mut try_append = |store: &dyn SessionStore, who: &str| {
+        let next = tick(acknowledged.len() as u64);
+        match store.append(&h.id, std::slice::from_ref(&next)) {
+            Ok(()) => acknowledged.push(next),
+            Err(e) if e.code() == "conflict" || e.code() == "locked" => {}
+            Err(e) => panic!("{who} append: expected Ok, `conflict` or `locked`, got [{}] {e}", e.code()),
+        }
+    };
+    try_append(&*second, "second handle");
+    try_append(&*first, "first handle");
+    try_append(&*second, "second handle");
+    assert!(acknowledged.len() >= 3, "the first handle's own appends must keep working");
+    must_fail(second.create(&h), "already-exists", "create through the second handle");
+    drop(first);
+    drop(second);
+    assert_stored(&*factory.open(), &h, &acknowledged, "after two handles");
+}
+
+// ---------------------------------------------------------------------------
+// Checks: torn tails (backends that have them)
+// ---------------------------------------------------------------------------
+
+/// A torn last record (bytes of an unfinished write, no terminator: cut JSON,
+/// or cut inside a UTF-8 sequence) is dropped on load and reported in
+/// [`LoadReport::torn_tail`](crate::LoadReport) (line = events + 2, the header
+/// being line 1; len = the torn bytes); loading again changes nothing; the
+/// next append cuts it off, after which the log is clean, also after reopen.
+///
+/// Skipped (passes without checking) when
+/// [`StoreFactory::append_raw_tail`] returns false: the backend has no torn tails.
+pub fn torn_tail_is_dropped_reported_and_cut_off_if_supported(factory: &dyn StoreFactory) {
+    let tails: [&[u8]; 3] = [
+        br#"{"seq":3,"time":1767225600030,"type":"kit/tick","da"#,
+        b"{\"seq\":3,\"time\":1,\"type\":\"kit/tick\",\"data\":\"\xe6\x97",
+        b"{",
+    ];
+    for (i, tail) in tails.iter().enumerate() {
+        let h = header(&format!("kit-torn-{i}"));
+        {
+            let store = factory.open();
+            create(&*store, &h);
+            append(&*store, &h.id, &ticks(0..3));
+            must(store.sync(&h.id), "sync");
+        }
+        if !factory.append_raw_tail(&h.id, tail) {
+            return;
+        }
+        let store = factory.open();
+        for attempt in ["first load", "second load"] {
+            let loaded = must(store.load(&h.id), attempt);
+            assert_same_events(&loaded.events, &ticks(0..3), attempt);
+            let torn =
+                loaded.report.torn_tail.unwrap_or_else(|| panic!("{attempt}: torn tail #{i} not reported"));
+            assert_eq!(
+                (torn.line, torn.len),
+                (5, tail.len() as u64),
+                "{attempt}: torn tail #{i} line and length"
+            );
+        }
+        append(&*store, &h.id, &ticks(3..5));
+        assert_stored(&*store, &h, &ticks(0..5), "after the append that cut the torn tail off");
+        drop(store);
+        let store = factory.open();
+        assert_stored(&*store, &h, &ticks(0..5), "after reopen");
+        append(&*store, &h.id, &ticks(5..6));
+        assert_stored(&*store, &h, &ticks(0..6), "appending after reopen");
+    }
+}
+
+/// A last record written whole but without its terminator is kept (not
+/// torn), and the next append still produces a clean log.
+///
+/// Skipped (passes without checking) when
+/// [`StoreFactory::append_raw_tail`] returns false: the backend has no torn tails.
+pub fn unterminated_whole_last_record_is_kept_if_supported(factory: &dyn StoreFactory) {
+    let h = header("kit-unterminated");
+    {
+        let store = factory.open();
+        create(&*store, &h);
+        append(&*store, &h.id, &ticks(0..3));
+    }
+    if !factory.append_raw_tail(&h.id, tick(3).to_json().as_bytes()) {
+        return;
+    }
+    let store = factory.open();
+    assert_stored(&*store, &h, &ticks(0..4), "an unterminated whole record");
+    must_fail(store.append(&h.id, &[tick(3)]), "conflict", "the kept record counts");
+    append(&*store, &h.id, &ticks(4..6));
+    assert_stored(&*store, &h, &ticks(0..6), "after the next append");
+    drop(store);
+    assert_stored(&*factory.open(), &h, &ticks(0..6), "after reopen");
+}
+
+// ---------------------------------------------------------------------------
+// Checks: DurableSession over the store
+// ---------------------------------------------------------------------------
+
+fn shared(factory: &dyn StoreFactory) -> Arc<dyn SessionStore> {
+    Arc::from(factory.open())
+}
+
+/// [`DurableSession::open`] re-checks every rule of the stored log: a valid
+/// log opens with its surface, one that breaks a surface rule (which the
+/// store itself does not check) is refused with the rule's contract code,
+/// an unknown id is `not-found`.
+pub fn durable_open_revalidates_the_stored_log(factory: &dyn StoreFactory) {
+    let store = shared(factory);
+    let valid = header("kit-durable-valid");
+    create(&*store, &valid);
+    append(&*store, &valid.id, &sample_events());
+    let (session, report) = DurableSession::open(store.clone(), &valid.id, Durability::default())
+        .unwrap_or_else(|e| panic!("a valid stored log was refused: [{}] {e}", e.code()));
+    assert_eq!(report, Default::default());
+    assert_eq!(session.session().surface(), SAMPLE_SURFACE, "surface of the reopened session");
+    assert_same_events(session.session().events(), &sample_events(), "DurableSession::open");
+
+    let broken: [(&str, &str, Vec<Event>); 2] = [
+        (
+            "kit-durable-start-missing",
+            "replace-start-missing",
+            vec![
+                at(0, "turn/start", r#"{"turn":1}"#, ""),
+                at(
+                    1,
+                    "user/message",
+                    r#"{"message":{"id":"u","role":"user","content":[],"source":{"kind":"user"}}}"#,
+                    r#","sourceEventSeqs":[0],"surfaceOp":{"op":"replace","start":0,"end":0}"#,
+                ),
+            ],
+        ),
+        (
+            "kit-durable-incomplete",
+            "replace-sources-incomplete",
+            vec![
+                at(
+                    0,
+                    "user/message",
+                    r#"{"message":{"id":"u1","role":"user","content":[],"source":{"kind":"user"}}}"#,
+                    r#","surfaceOp":"append""#,
+                ),
+                at(
+                    1,
+                    "user/message",
+                    r#"{"message":{"id":"u2","role":"user","content":[],"source":{"kind":"user"}}}"#,
+                    r#","surfaceOp":"append""#,
+                ),
+                at(
+                    2,
+                    "user/message",
+                    r#"{"message":{"id":"s","role":"user","content":[],"source":{"kind":"plugin","plugin":"kit"}}}"#,
+                    r#","sourceEventSeqs":[0],"surfaceOp":{"op":"replace","start":0,"end":1}"#,
+                ),
+            ],
+        ),
+    ];
+    for (id, code, events) in broken {
+        create(&*store, &header(id));
+        append(&*store, id, &events);
+        match DurableSession::open(store.clone(), id, Durability::default()) {
+            Ok(_) => panic!("{id}: a log breaking `{code}` was opened"),
+            Err(e) => assert_eq!(e.code(), code, "{id}: refused with the wrong code: {e}"),
+        }
+        assert_same_events(&must(store.load(id), "load").events, &events, "a refused open changes nothing");
+    }
+    match DurableSession::open(store.clone(), "kit-durable-unknown", Durability::default()) {
+        Ok(_) => panic!("an unknown session was opened"),
+        Err(e) => assert_eq!(e.code(), "not-found", "open of an unknown id: {e}"),
+    }
+}
+
+/// Through [`DurableSession`], an append the rules refuse writes nothing
+/// (single events and batches with a bad event after good ones), a store
+/// refusal (`conflict`) leaves memory unchanged, valid appends reach the
+/// store, and a reopened session equals what was acknowledged.
+pub fn durable_refused_append_writes_nothing(factory: &dyn StoreFactory) {
+    let sample = sample_events();
+    let store = shared(factory);
+    let h = header("kit-durable-append");
+    let mut session = DurableSession::create(store.clone(), h.clone(), Durability::EveryAppend)
+        .unwrap_or_else(|e| panic!("DurableSession::create: [{}] {e}", e.code()));
+    let batch = sample[..9].to_vec();
+    match session.append_batch(batch) {
+        Ok(range) => assert_eq!(range, 0..9),
+        Err(e) => panic!("a valid batch was refused: [{}] {e}", e.code()),
+    }
+    let bad_replace = at(
+        9,
+        "user/message",
+        r#"{"message":{"id":"x","role":"user","content":[],"source":{"kind":"user"}}}"#,
+        r#","sourceEventSeqs":[2],"surfaceOp":{"op":"replace","start":2,"end":2}"#,
+    );
+    let check_unchanged = |session: &DurableSession, len: usize, what: &str| {
+        assert_eq!(session.session().events().len(), len, "{what}: memory changed");
+        assert_same_events(&must(store.load(&h.id), what).events, &sample[..len], what);
+    };
+    match session.append(bad_replace.clone()) {
+        Ok(_) => panic!("an append breaking replace-start-missing was accepted"),
+        Err(e) => assert_eq!(e.code(), "replace-start-missing"),
+    }
+    check_unchanged(&session, 9, "after a refused event");
+    match session.append_batch(vec![
+        sample[9].clone(),
+        sample[10].clone(),
+        bad_replace.with_seq_and_time(11, T0).unwrap_or_else(|e| panic!("{e}")),
+    ]) {
+        Ok(_) => panic!("a batch ending in a bad event was accepted"),
+        Err(e) => assert_eq!(e.code(), "replace-start-missing"),
+    }
+    check_unchanged(&session, 9, "after a refused batch");
+    // Another writer gets there first: the store refuses, memory stays.
+    append(&*store, &h.id, &sample[9..10]);
+    match session.append(sample[9].clone()) {
+        Ok(_) => panic!("an append the store should refuse (conflict) was accepted"),
+        Err(e) => assert_eq!(e.code(), "conflict", "store refusal: {e}"),
+    }
+    assert_eq!(session.session().events().len(), 9, "a store refusal changed memory");
+    drop(session);
+    let (mut session, _) = DurableSession::open(store.clone(), &h.id, Durability::TurnBoundary)
+        .unwrap_or_else(|e| panic!("reopen: [{}] {e}", e.code()));
+    match session.append_batch(sample[10..].to_vec()) {
+        Ok(range) => assert_eq!(range, 10..sample.len() as u64),
+        Err(e) => panic!("the rest of the log was refused: [{}] {e}", e.code()),
+    }
+    match session.flush() {
+        Ok(()) => {}
+        Err(e) => panic!("flush: [{}] {e}", e.code()),
+    }
+    drop(session);
+    drop(store);
+    let store = factory.open();
+    assert_stored(&*store, &h, &sample, "the durable session after reopen");
+}

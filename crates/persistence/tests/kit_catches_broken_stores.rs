@@ -1,0 +1,290 @@
+//! Tests of the contract kit itself: a correct byte-level store (JSONL in
+//! memory, so it has torn tails) passes every check, and each deliberately
+//! broken variant fails the check written for its fault.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use palimpsest_core_session::jsonl::{header_line, write_events, JsonlLog};
+use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::testkit::{self, StoreFactory, CHECKS};
+use palimpsest_persistence::{check_continues, LoadReport, SessionStore, StoreError, StoredSession};
+
+/// What the store gets wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// Writes the contiguous prefix of a refused batch.
+    NonAtomic,
+    /// Appends whatever it is given.
+    NoContiguityCheck,
+    /// Writes `sourceEventSeqs: []` as absent.
+    DropsEmptySources,
+    /// Re-serialises `data` through `serde_json::Value` (sorted keys, no whitespace).
+    NormalisesData,
+    /// Treats ids case-insensitively.
+    CaseFoldsIds,
+    /// `list` loses `cwd`.
+    ListDropsCwd,
+    /// `delete` hides a session; a later create brings its events back.
+    DeleteKeepsEvents,
+    /// Appends after a torn tail without cutting it off.
+    KeepsTornTail,
+    /// Does not report a dropped torn tail.
+    HidesTornTail,
+    /// Appends after an unterminated last line without adding `\n`.
+    NoNewlineFix,
+    /// Every `open` starts empty.
+    ForgetsOnReopen,
+    /// Cuts `data` longer than 1 MiB.
+    TruncatesHugeLines,
+}
+
+#[derive(Debug, Default)]
+struct Files {
+    live: BTreeMap<String, Vec<u8>>,
+    deleted: BTreeMap<String, Vec<u8>>,
+}
+
+#[derive(Debug)]
+struct BytesStore {
+    fault: Fault,
+    files: Arc<Mutex<Files>>,
+}
+
+fn corrupt(e: palimpsest_core_session::LoadError) -> StoreError {
+    StoreError::Corrupt { location: "memory".into(), detail: e.to_string(), cause: Some(e) }
+}
+
+impl BytesStore {
+    fn files(&self) -> MutexGuard<'_, Files> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn key(&self, id: &str) -> String {
+        if self.fault == Fault::CaseFoldsIds {
+            id.to_lowercase()
+        } else {
+            id.to_owned()
+        }
+    }
+
+    fn encode(&self, events: &[Event]) -> Vec<u8> {
+        let events: Vec<Event> = events
+            .iter()
+            .map(|e| match self.fault {
+                Fault::DropsEmptySources => {
+                    Event::from_json(&e.to_json().replace(r#","sourceEventSeqs":[]"#, "")).unwrap()
+                }
+                Fault::NormalisesData => {
+                    let mut v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+                    let data: serde_json::Value = serde_json::from_str(e.data().get()).unwrap();
+                    v["data"] = data;
+                    Event::from_value(&v).unwrap()
+                }
+                Fault::TruncatesHugeLines if e.data().get().len() > 1 << 20 => {
+                    let mut v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+                    v["data"] = serde_json::Value::Null;
+                    Event::from_value(&v).unwrap()
+                }
+                _ => e.clone(),
+            })
+            .collect();
+        let mut out = Vec::new();
+        write_events(&events, &mut out);
+        out
+    }
+}
+
+impl SessionStore for BytesStore {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        let key = self.key(&header.id);
+        let mut files = self.files();
+        if files.live.contains_key(&key) {
+            return Err(StoreError::AlreadyExists { session_id: header.id.clone() });
+        }
+        let mut bytes = header_line(header).into_bytes();
+        if self.fault == Fault::DeleteKeepsEvents {
+            if let Some(old) = files.deleted.remove(&key) {
+                let log = JsonlLog::parse(&old).map_err(corrupt)?;
+                write_events(&log.events, &mut bytes);
+            }
+        }
+        files.live.insert(key, bytes);
+        Ok(())
+    }
+
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        let mut files = self.files();
+        let not_found = || StoreError::NotFound { session_id: session_id.to_owned() };
+        let bytes = files.live.get_mut(&self.key(session_id)).ok_or_else(not_found)?;
+        let log = JsonlLog::parse(bytes).map_err(corrupt)?;
+        let stored = log.events.len() as u64;
+        let checked = check_continues(session_id, stored, events);
+        let events = match (self.fault, checked) {
+            (Fault::NoContiguityCheck, _) | (_, Ok(())) => events,
+            (Fault::NonAtomic, Err(e)) => {
+                let good =
+                    events.iter().enumerate().take_while(|(i, e)| e.seq() == stored + *i as u64).count();
+                bytes.extend(self.encode(&events[..good]));
+                return Err(e);
+            }
+            (_, Err(e)) => return Err(e),
+        };
+        if let Some(torn) = log.torn_tail {
+            if self.fault != Fault::KeepsTornTail {
+                bytes.truncate(torn.offset as usize);
+            }
+        } else if log.missing_newline && self.fault != Fault::NoNewlineFix {
+            bytes.push(b'\n');
+        }
+        bytes.extend(self.encode(events));
+        Ok(())
+    }
+
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        let files = self.files();
+        let not_found = || StoreError::NotFound { session_id: session_id.to_owned() };
+        let bytes = files.live.get(&self.key(session_id)).ok_or_else(not_found)?;
+        let log = JsonlLog::parse(bytes).map_err(corrupt)?;
+        let torn_tail = if self.fault == Fault::HidesTornTail { None } else { log.torn_tail };
+        Ok(StoredSession { header: log.header, events: log.events, report: LoadReport { torn_tail } })
+    }
+
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        let files = self.files();
+        let mut headers = Vec::new();
+        for bytes in files.live.values() {
+            let mut header = JsonlLog::parse(bytes).map_err(corrupt)?.header;
+            if self.fault == Fault::ListDropsCwd {
+                header.cwd = None;
+            }
+            headers.push(header);
+        }
+        Ok(headers)
+    }
+
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        let key = self.key(session_id);
+        let mut files = self.files();
+        let bytes = files
+            .live
+            .remove(&key)
+            .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+        files.deleted.insert(key, bytes);
+        Ok(())
+    }
+
+    fn sync(&self, _session_id: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+struct Factory {
+    fault: Fault,
+    files: Arc<Mutex<Files>>,
+}
+
+fn factory(fault: Fault) -> Factory {
+    Factory { fault, files: Arc::default() }
+}
+
+impl StoreFactory for Factory {
+    fn open(&self) -> Box<dyn SessionStore> {
+        let files = if self.fault == Fault::ForgetsOnReopen { Arc::default() } else { self.files.clone() };
+        Box::new(BytesStore { fault: self.fault, files })
+    }
+
+    fn append_raw_tail(&self, session_id: &str, bytes: &[u8]) -> bool {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        match files.live.get_mut(session_id) {
+            Some(file) => file.extend_from_slice(bytes),
+            None => panic!("append_raw_tail: no session {session_id:?}"),
+        }
+        true
+    }
+}
+
+fn check(name: &str) -> testkit::Check {
+    match CHECKS.iter().find(|(n, _)| *n == name) {
+        Some((_, check)) => *check,
+        None => panic!("no check named {name}"),
+    }
+}
+
+fn fails(check_name: &str, fault: Fault) -> bool {
+    let f = factory(fault);
+    catch_unwind(AssertUnwindSafe(|| check(check_name)(&f))).is_err()
+}
+
+#[test]
+fn a_correct_byte_store_passes_every_check_including_torn_tails() {
+    testkit::run_all(|| factory(Fault::None));
+}
+
+#[test]
+fn the_sample_log_is_valid_and_has_the_documented_surface() {
+    let session =
+        palimpsest_core_session::Session::from_log(SessionHeader::new("s", 0), testkit::sample_events())
+            .unwrap_or_else(|e| panic!("{}: {e}", e.code()));
+    assert_eq!(session.surface(), testkit::SAMPLE_SURFACE);
+}
+
+#[test]
+fn each_fault_is_caught_by_its_check() {
+    let cases = [
+        (Fault::NonAtomic, "batch_is_all_or_nothing"),
+        (Fault::NoContiguityCheck, "non_contiguous_appends_conflict"),
+        (Fault::NoContiguityCheck, "batch_is_all_or_nothing"),
+        (Fault::NoContiguityCheck, "second_handle_never_breaks_the_log"),
+        (Fault::NoContiguityCheck, "durable_refused_append_writes_nothing"),
+        (Fault::DropsEmptySources, "source_event_seqs_absent_empty_and_listed_stay_distinct"),
+        (Fault::DropsEmptySources, "round_trips_every_core_event_kind"),
+        (Fault::NormalisesData, "plugin_events_keep_arbitrary_json_data"),
+        (Fault::NormalisesData, "unknown_payload_keys_are_kept_verbatim"),
+        (Fault::NormalisesData, "unicode_and_escapes_round_trip"),
+        (Fault::CaseFoldsIds, "unusual_ids_work_or_are_refused_cleanly"),
+        (Fault::ListDropsCwd, "list_returns_every_header"),
+        (Fault::DeleteKeepsEvents, "delete_then_load_is_not_found"),
+        (Fault::KeepsTornTail, "torn_tail_is_dropped_reported_and_cut_off_if_supported"),
+        (Fault::HidesTornTail, "torn_tail_is_dropped_reported_and_cut_off_if_supported"),
+        (Fault::NoNewlineFix, "unterminated_whole_last_record_is_kept_if_supported"),
+        (Fault::ForgetsOnReopen, "reopen_after_drop_sees_everything"),
+        (Fault::ForgetsOnReopen, "create_twice_is_already_exists"),
+        (Fault::TruncatesHugeLines, "very_large_payloads_round_trip"),
+    ];
+    let missed: Vec<String> = cases
+        .iter()
+        .filter(|(fault, name)| !fails(name, *fault))
+        .map(|(fault, name)| format!("{fault:?} not caught by {name}"))
+        .collect();
+    assert!(missed.is_empty(), "{missed:#?}");
+    // The same checks pass on the correct store, so they fail for the fault.
+    for (_, name) in cases {
+        assert!(!fails(name, Fault::None), "{name} fails on the correct store");
+    }
+}
+
+/// `ListDropsCwd` is first caught by the unicode check (it lists a header with a `cwd`).
+#[test]
+fn run_all_names_the_failing_check() {
+    let panic = catch_unwind(|| testkit::run_all(|| factory(Fault::ListDropsCwd))).err().map(|p| match p
+        .downcast::<String>()
+    {
+        Ok(s) => *s,
+        Err(_) => String::from("(not a string)"),
+    });
+    let msg = panic.unwrap_or_default();
+    assert!(msg.starts_with("contract check `unicode_and_escapes_round_trip` failed: "), "{msg}");
+}
+
+#[test]
+fn a_backend_without_torn_tails_skips_those_checks() {
+    // MemoryFactory's append_raw_tail returns false: the checks pass without
+    // touching the store beyond their setup.
+    let f = testkit::MemoryFactory::default();
+    assert!(!f.append_raw_tail("any", b"x"));
+    check("torn_tail_is_dropped_reported_and_cut_off_if_supported")(&f);
+    check("unterminated_whole_last_record_is_kept_if_supported")(&f);
+}
