@@ -8,7 +8,10 @@
 //!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
 //! 5. `doctests`: `cargo test --workspace --doc` (only after nextest, which
 //!    skips doctests; `cargo test` already ran them)
-//! 6. `docs`: `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS="-D warnings"`
+//! 6. `docs`: `cargo doc --workspace --all-features --no-deps` with
+//!    `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
+//!    feature-gated modules (`persistence`'s `testkit`) are checked too and
+//!    links to them resolve
 //! 7. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
 //!    anywhere in the tree
 //!
@@ -67,7 +70,11 @@ fn steps(nextest: bool) -> Vec<Step> {
     } else {
         steps.push(cargo("tests", &["test", "--workspace"], TEST_ENV));
     }
-    steps.push(cargo("docs", &["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")]));
+    steps.push(cargo(
+        "docs",
+        &["doc", "--workspace", "--all-features", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    ));
     steps.push(Step { name: "snapshots", action: Action::InProcess(check_no_pending_snapshots) });
     steps
 }
@@ -189,7 +196,7 @@ mod tests {
     #[test]
     fn describes_commands_as_they_would_be_typed() {
         let docs = steps(true).into_iter().find(|s| s.name == "docs").unwrap();
-        assert_eq!(docs.action.describe(), r#"RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps"#);
+        assert_eq!(docs.action.describe(), r#"RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps"#);
     }
 
     #[test]
