@@ -196,7 +196,10 @@ mod tests {
     #[test]
     fn describes_commands_as_they_would_be_typed() {
         let docs = steps(true).into_iter().find(|s| s.name == "docs").unwrap();
-        assert_eq!(docs.action.describe(), r#"RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps"#);
+        assert_eq!(
+            docs.action.describe(),
+            r#"RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps"#
+        );
     }
 
     #[test]
