@@ -217,20 +217,21 @@ impl Brackets {
                         STEP_OUTSIDE_TURN,
                         format!("step/start names turn {turn}, but turn {open} is open"),
                     ),
-                    Some(_) => {
-                        let expected = self.last_step.saturating_add(1);
-                        if *step != expected {
-                            push(
-                                STEP_OUT_OF_ORDER,
-                                format!("step/start {step} in turn {turn}, expected step {expected}"),
-                            );
-                        }
-                    }
+                    Some(_) => {}
                 }
                 if let Some(open) = &self.open_step {
                     push(
                         STEP_ALREADY_OPEN,
                         format!("step/start {} while {} is open", at(*turn, *step), at(open.turn, open.step)),
+                    );
+                }
+                // The order is judged within the open turn; a step naming
+                // another turn is already step-outside-turn.
+                let expected = self.last_step.saturating_add(1);
+                if self.open_turn == Some(*turn) && *step != expected {
+                    push(
+                        STEP_OUT_OF_ORDER,
+                        format!("step/start {step} in turn {turn}, expected step {expected}"),
                     );
                 }
             }
