@@ -1,0 +1,7 @@
+//! Integration tests of the SQLite store, as one binary. The multi-process
+//! tests re-run this binary as their child processes.
+
+mod basics;
+mod common;
+mod refusals;
+mod tamper;

@@ -1,0 +1,145 @@
+//! Rows edited behind the store's back are refused on load with `corrupt`,
+//! naming the session, the seq and the contract code, as the same edit to a
+//! JSONL line would be.
+
+use std::path::Path;
+
+use palimpsest_core_session::jsonl::to_bytes;
+use palimpsest_persistence::{SessionStore, StoreError};
+use palimpsest_persistence_sqlite::SqliteStore;
+use rusqlite::Connection;
+
+use crate::common::{fixtures, parse, temp_db};
+
+/// A store holding the compaction fixture (session id from its header).
+fn store_with_fixture(path: &Path) -> String {
+    let (_, bytes) =
+        fixtures().into_iter().find(|(n, _)| n == "compaction-and-prune.jsonl").expect("the worked example");
+    let (header, events) = parse(&bytes);
+    let store = SqliteStore::open(path).expect("open");
+    store.import(&header, &events).expect("import");
+    header.id
+}
+
+/// Runs `sql` (with `?1` = the session id) on the closed store, reopens it
+/// and returns the load error.
+fn tampered(sql: &str) -> (String, StoreError) {
+    let (dir, path) = temp_db();
+    let id = store_with_fixture(&path);
+    let conn = Connection::open(&path).expect("raw open");
+    let changed = conn.execute(sql, [&id]).expect("tamper");
+    assert_eq!(changed, 1, "{sql} changed one row");
+    drop(conn);
+    let store = SqliteStore::open(&path).expect("the file itself is fine");
+    let err = store.load(&id).expect_err("a tampered row is refused");
+    drop(dir);
+    (id, err)
+}
+
+/// Asserts `err` is `corrupt` at `seq` of `id` with contract code `code`.
+fn assert_corrupt_at(id: &str, err: &StoreError, seq: u64, contract: &str) {
+    assert_eq!(err.code(), "corrupt", "{err}");
+    assert_eq!(err.contract_code(), Some(contract), "{err}");
+    let StoreError::Corrupt { location, cause: Some(cause), .. } = err else {
+        panic!("expected corrupt with a cause, got {err}");
+    };
+    assert!(location.ends_with(&format!("events row (session {id:?}, seq {seq})")), "{location}");
+    assert_eq!(cause.line(), Some(seq + 2), "the line the event holds in the JSONL form");
+}
+
+#[test]
+fn data_that_is_not_json_is_event_malformed() {
+    let (id, err) = tampered("UPDATE events SET data = '{\"turn\":' WHERE session_id = ?1 AND seq = 0");
+    assert_corrupt_at(&id, &err, 0, "event-malformed");
+}
+
+#[test]
+fn a_type_that_does_not_match_its_data_is_event_malformed() {
+    let (id, err) = tampered("UPDATE events SET type = 'tool/call' WHERE session_id = ?1 AND seq = 0");
+    assert_corrupt_at(&id, &err, 0, "event-malformed");
+}
+
+#[test]
+fn a_surface_event_that_lost_its_surface_op_is_surface_op_missing() {
+    let (id, err) = tampered(
+        "UPDATE events SET surface_op = NULL WHERE session_id = ?1 AND seq = \
+         (SELECT min(seq) FROM events WHERE session_id = ?1 AND type = 'user/message')",
+    );
+    let seq = match &err {
+        StoreError::Corrupt { cause: Some(c), .. } => c.seq().expect("a seq"),
+        other => panic!("{other}"),
+    };
+    assert_corrupt_at(&id, &err, seq, "surface-op-missing");
+}
+
+#[test]
+fn a_json_null_where_the_column_should_be_null_is_event_malformed() {
+    let (id, err) = tampered(
+        "UPDATE events SET source_event_seqs = 'null' WHERE session_id = ?1 AND seq = \
+         (SELECT min(seq) FROM events WHERE session_id = ?1 AND type = 'user/message')",
+    );
+    assert_eq!(err.contract_code(), Some("event-malformed"), "{err}");
+    assert!(err.to_string().contains(&format!("{id:?}")), "{err}");
+}
+
+#[test]
+fn provenance_on_a_log_only_event_is_source_seqs_forbidden() {
+    // seq 2 is a step/start.
+    let (id, err) = tampered("UPDATE events SET source_event_seqs = '[0]' WHERE session_id = ?1 AND seq = 2");
+    assert_corrupt_at(&id, &err, 2, "source-seqs-forbidden");
+}
+
+#[test]
+fn a_malformed_surface_op_is_surface_op_malformed() {
+    let (id, err) = tampered(
+        "UPDATE events SET surface_op = '\"prepend\"' WHERE session_id = ?1 AND seq = \
+         (SELECT min(seq) FROM events WHERE session_id = ?1 AND type = 'user/message')",
+    );
+    assert_eq!(err.contract_code(), Some("surface-op-malformed"), "{err}");
+    assert!(err.to_string().contains(&format!("{id:?}")));
+}
+
+#[test]
+fn a_deleted_row_is_a_gap() {
+    let (id, err) = tampered("DELETE FROM events WHERE session_id = ?1 AND seq = 3");
+    assert_corrupt_at(&id, &err, 3, "seq-not-contiguous");
+    assert!(err.to_string().contains("expected seq 3, found 4"), "{err}");
+}
+
+#[test]
+fn json_smuggled_into_another_key_is_event_malformed() {
+    // `data` ending in `},"x":1` would add a key to the rebuilt line.
+    let (id, err) = tampered(
+        "UPDATE events SET data = data || ',\"sourceEventSeqs\":[0]' WHERE session_id = ?1 AND seq = \
+         (SELECT min(seq) FROM events WHERE session_id = ?1 AND type = 'user/message' AND seq > 0)",
+    );
+    assert_eq!(err.contract_code(), Some("event-malformed"), "{err}");
+    assert!(err.to_string().contains("does not hold exactly one JSON value"), "{err}");
+    assert!(err.to_string().contains(&format!("{id:?}")));
+}
+
+#[test]
+fn text_that_is_not_utf8_is_log_corrupt() {
+    let (id, err) =
+        tampered("UPDATE events SET type = CAST(x'ff74' AS TEXT) WHERE session_id = ?1 AND seq = 3");
+    assert_corrupt_at(&id, &err, 3, "log-corrupt");
+}
+
+#[test]
+fn a_header_column_that_is_not_utf8_is_header_malformed() {
+    let (id, err) = tampered("UPDATE sessions SET cwd = CAST(x'c328' AS TEXT) WHERE id = ?1");
+    assert_eq!(err.code(), "corrupt");
+    assert_eq!(err.contract_code(), Some("header-malformed"), "{err}");
+    assert!(err.to_string().contains(&format!("sessions row {id:?}")), "{err}");
+}
+
+#[test]
+fn an_untouched_copy_loads_and_equals_the_fixture() {
+    // The control for the tests above: the same steps without the edit.
+    let (_dir, path) = temp_db();
+    let id = store_with_fixture(&path);
+    let (_, bytes) =
+        fixtures().into_iter().find(|(n, _)| n == "compaction-and-prune.jsonl").expect("the worked example");
+    let loaded = SqliteStore::open(&path).and_then(|s| s.load(&id)).expect("load");
+    assert_eq!(to_bytes(&loaded.header, &loaded.events), bytes);
+}
