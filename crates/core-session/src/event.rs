@@ -242,6 +242,11 @@ impl Event {
     /// from a file or built dynamically), checking section 1 and the
     /// context-free rules 1–4 of section 2.
     pub fn from_json(json: &str) -> Result<Event, AppendError> {
+        if !json.trim_start().starts_with('{') {
+            // serde would read a struct from an array too; the contract wants an object.
+            let detail = "an event must be a JSON object".to_owned();
+            return Err(AppendError::EventMalformed { seq: None, detail });
+        }
         let wire: WireEvent<'_> = match serde_json::from_str(json) {
             Ok(w) => w,
             Err(e) => {
@@ -251,16 +256,27 @@ impl Event {
         let seq = wire.seq;
         let event_type = EventType::parse(&wire.event_type);
         check_payload(seq, &event_type, wire.data)?;
-        let data = wire.data.to_owned();
-        let surface_op = match wire.surface_op {
-            None => None,
-            Some(raw) => Some(decode_surface_op(seq, &event_type, raw)?),
-        };
-        let source_event_seqs = match wire.source_event_seqs {
-            None => None,
-            Some(raw) => Some(decode_sources(seq, &event_type, raw)?),
-        };
-        Event::assemble(seq, wire.time, event_type, data, source_event_seqs, surface_op)
+        // The contract's check order: null optionals (section 1), rule 2,
+        // rule 1, rule 3, rule 4.
+        for (key, raw) in [("surfaceOp", wire.surface_op), ("sourceEventSeqs", wire.source_event_seqs)] {
+            if raw.is_some_and(is_null) {
+                let detail = format!("`{key}` is null; omit it instead");
+                return Err(AppendError::EventMalformed { seq: Some(seq), detail });
+            }
+        }
+        if !event_type.is_surface_eligible() {
+            if wire.surface_op.is_some() {
+                return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
+            }
+            if wire.source_event_seqs.is_some() {
+                return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
+            }
+        } else if wire.surface_op.is_none() {
+            return Err(AppendError::SurfaceOpMissing { seq, event_type: event_type.to_string() });
+        }
+        let surface_op = wire.surface_op.map(|raw| decode_surface_op(seq, raw)).transpose()?;
+        let source_event_seqs = wire.source_event_seqs.map(|raw| decode_sources(seq, raw)).transpose()?;
+        Event::assemble(seq, wire.time, event_type, wire.data.to_owned(), source_event_seqs, surface_op)
     }
 
     /// Decodes one event from a JSON value. See [`Event::from_json`].
@@ -434,16 +450,7 @@ fn is_null(raw: &RawValue) -> bool {
     raw.get().trim() == "null"
 }
 
-fn decode_surface_op(seq: u64, event_type: &EventType, raw: &RawValue) -> Result<SurfaceOp, AppendError> {
-    if is_null(raw) {
-        return Err(AppendError::EventMalformed {
-            seq: Some(seq),
-            detail: "`surfaceOp` is null; omit it instead".into(),
-        });
-    }
-    if !event_type.is_surface_eligible() {
-        return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
-    }
+fn decode_surface_op(seq: u64, raw: &RawValue) -> Result<SurfaceOp, AppendError> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Replace<'a> {
@@ -472,16 +479,7 @@ fn decode_surface_op(seq: u64, event_type: &EventType, raw: &RawValue) -> Result
     Ok(SurfaceOp::Replace { start: r.start, end: r.end })
 }
 
-fn decode_sources(seq: u64, event_type: &EventType, raw: &RawValue) -> Result<Box<[u64]>, AppendError> {
-    if is_null(raw) {
-        return Err(AppendError::EventMalformed {
-            seq: Some(seq),
-            detail: "`sourceEventSeqs` is null; omit it instead".into(),
-        });
-    }
-    if !event_type.is_surface_eligible() {
-        return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
-    }
+fn decode_sources(seq: u64, raw: &RawValue) -> Result<Box<[u64]>, AppendError> {
     if !raw.get().trim_start().starts_with('[') {
         return Err(AppendError::SourceSeqsMalformed {
             seq,

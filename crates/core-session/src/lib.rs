@@ -25,7 +25,7 @@
 //! | 1.1 envelope, 1.2 payloads, 2 rules 1–4 | [`event`], [`payload`] |
 //! | 2 rules 5–9 (surface, replace, contiguity) | [`surface`] |
 //! | 2a structural invariants | the `palimpsest-invariants` crate, via [`AppendGuard`] |
-//! | 3 derived messages | [`derive`] |
+//! | 3 derived messages | [`derive`](mod@derive) |
 //! | 5 crash repair | [`repair`] |
 //! | compaction and pruning plans | [`rewrite`] |
 //! | forking at an event, explaining an event | [`fork`], [`explain`] |

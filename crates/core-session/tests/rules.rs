@@ -79,6 +79,8 @@ fn envelope_problems_are_event_malformed() {
         (json!({"seq": 0, "time": 0, "type": 7, "data": {"turn": 1}}), Some(0)),
         (json!({"seq": 0, "time": 0, "type": "turn/start", "data": {"turn": 1}, "extra": 1}), Some(0)),
         (json!([1, 2, 3]), None),
+        // serde reads structs from arrays; the contract wants an object.
+        (json!([0, 1, "turn/start", {"turn": 1}]), None),
         (
             {
                 let mut e = base();
@@ -179,6 +181,29 @@ fn unknown_keys_in_known_payloads_and_any_plugin_data_are_accepted() {
 fn rule_1_surface_op_missing() {
     check(&[], user(0, json!({"surfaceOp": "__remove__"})), "surface-op-missing", Some(0));
     check(&[], tool_result(0, "c", json!({"surfaceOp": "__remove__"})), "surface-op-missing", Some(0));
+}
+
+#[test]
+fn rules_are_checked_in_the_documented_order() {
+    // docs/contract-notes.md (a): rule 2, then 1, then 3, then 4, then 9.
+    let mut e = plain(0, "turn/start", json!({"turn": 1}));
+    e["surfaceOp"] = json!("bogus");
+    e["sourceEventSeqs"] = json!("bogus");
+    check(&[], e, "surface-op-forbidden", Some(0));
+    check(
+        &[],
+        user(0, json!({"surfaceOp": "__remove__", "sourceEventSeqs": "x"})),
+        "surface-op-missing",
+        Some(0),
+    );
+    check(
+        &[],
+        user(0, json!({"surfaceOp": "bogus", "sourceEventSeqs": "x"})),
+        "surface-op-malformed",
+        Some(0),
+    );
+    check(&[], user(3, json!({"sourceEventSeqs": [7]})), "source-seqs-not-earlier", Some(3));
+    check(&[], user(3, json!({"sourceEventSeqs": [1]})), "seq-not-contiguous", Some(3));
 }
 
 #[test]
