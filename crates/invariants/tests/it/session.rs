@@ -82,3 +82,14 @@ fn violation_messages() {
     let rendered: Vec<String> = violations.iter().map(ToString::to_string).collect();
     insta::assert_snapshot!(rendered.join("\n"));
 }
+
+#[test]
+fn check_log_stops_at_the_first_surface_rule_violation() {
+    // Seq 1 replaces a seq that is not on the surface (section 2 rule 6);
+    // seq 2 would be turn-out-of-order, but the log is invalid from seq 1 on.
+    let text = log(&[turn_start(2), user("u").replaces(0, 0).cites(&[0]), turn_start(5)]);
+    let (_, events) = parse(&text);
+    let violations = check_log(&events);
+    let found: Vec<(&str, u64)> = violations.iter().map(|v| (v.code, v.seq)).collect();
+    assert_eq!(found, [("turn-out-of-order", 0)]);
+}
