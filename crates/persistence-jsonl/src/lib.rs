@@ -1,2 +1,17 @@
-//! JSONL file backend for Palimpsest: one file per session in a directory,
-//! the format of contract section 6 written verbatim. (Being built: see issue 4.)
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
+//! * [`JsonlStore`]: the store (`store.rs`).
+//! * [`SessionFile`], [`read_session_file`]: one file (`file.rs`).
+//! * [`name`]: the id ↔ file-name encoding.
+
+mod file;
+pub mod name;
+mod store;
+
+pub use file::{read_session_file, SessionFile};
+pub use store::JsonlStore;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,537 @@
+//! [`SessionFile`]: one JSONL session file, held for writing under an
+//! exclusive advisory lock; and [`read_session_file`], the lock-free reader.
+
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use palimpsest_core_session::jsonl::{
+    header_line, write_events, JsonlLog, JsonlReader, ReadOptions, TornTail,
+};
+use palimpsest_core_session::{AppendError, Event, LoadError, SessionHeader, SESSION_FORMAT_VERSION};
+use palimpsest_persistence::{check_continues, LoadReport, StoreError, StoredSession};
+
+/// The backend reads whole files into memory, so a per-line limit would
+/// bound nothing; it reads any line it could have written.
+const READ: ReadOptions = ReadOptions { max_line_bytes: usize::MAX };
+
+/// What is known about the file's end, kept so an append never re-reads it.
+#[derive(Debug, Clone)]
+struct Tail {
+    /// The header's session id.
+    id: String,
+    /// The next seq, or why the stored log cannot be continued.
+    next_seq: Result<u64, (u64, AppendError)>,
+    /// Bytes in the file (a torn tail included).
+    file_len: u64,
+    /// The torn last line, still in the file.
+    torn: Option<TornTail>,
+    /// The last whole line lacks its `\n`.
+    missing_newline: bool,
+}
+
+/// One bare JSONL session file (contract section 6), open for appending.
+///
+/// Holds an exclusive advisory lock ([`File::try_lock`]) on the file from
+/// [`create`](SessionFile::create) or [`open`](SessionFile::open) until it is
+/// dropped: a second writer, in this process or another, gets `locked`.
+/// Readers ([`read_session_file`]) take no lock.
+///
+/// The file is read once, at the first [`load`](SessionFile::load) or
+/// [`append`](SessionFile::append); after that an append only checks the
+/// file's length (one `fstat`) and writes. See the crate docs for what a
+/// returned append guarantees.
+#[derive(Debug)]
+pub struct SessionFile {
+    path: PathBuf,
+    file: File,
+    tail: Option<Tail>,
+    /// Why writes are refused: an earlier write or sync failed.
+    poisoned: Option<String>,
+    /// Written since the last sync.
+    dirty: bool,
+    /// Created here; the directory entry is not yet synced.
+    dir_unsynced: bool,
+    /// The store deleted the file while this handle was shared.
+    deleted: bool,
+    #[cfg(test)]
+    pub(crate) fault: Option<crate::tests::Fault>,
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn io_err(context: impl Into<String>, e: io::Error) -> StoreError {
+    StoreError::io(context, e)
+}
+
+fn shown(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Maps a format error to a store error, with `path:line` as the location.
+pub(crate) fn load_error(path: &Path, e: LoadError) -> StoreError {
+    match e {
+        LoadError::HeaderVersionUnsupported { found } => {
+            StoreError::VersionUnsupported { found, expected: SESSION_FORMAT_VERSION.to_string() }
+        }
+        e => StoreError::Corrupt {
+            location: format!("{}:{}", path.display(), e.line().unwrap_or(1)),
+            detail: e.to_string(),
+            cause: Some(e),
+        },
+    }
+}
+
+fn not_found(path: &Path) -> StoreError {
+    StoreError::NotFound { session_id: shown(path) }
+}
+
+fn lock(file: &File, path: &Path) -> Result<(), StoreError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => {
+            Err(StoreError::Locked { what: format!("session file {}", shown(path)) })
+        }
+        Err(TryLockError::Error(e)) => Err(io_err(format!("lock {}", shown(path)), e)),
+    }
+}
+
+/// Whether `path` still names the file `file` has open (it was not deleted
+/// or replaced between open and lock).
+#[cfg(unix)]
+fn still_there(file: &File, path: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (held, named) = match (file.metadata(), fs::metadata(path)) {
+        (Ok(h), Ok(n)) => (h, n),
+        (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+    Ok(held.dev() == named.dev() && held.ino() == named.ino())
+}
+
+#[cfg(not(unix))]
+fn still_there(_file: &File, path: &Path) -> io::Result<bool> {
+    path.try_exists()
+}
+
+/// Syncs a directory, so that names created or removed in it are durable.
+#[cfg(unix)]
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Directories cannot be synced through std on this platform.
+#[cfg(not(unix))]
+pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+impl SessionFile {
+    /// Creates a session file holding just `header`, and locks it.
+    /// `already-exists` if `path` exists.
+    ///
+    /// The header is written to a hidden temporary file in the same
+    /// directory, which is then hard-linked to `path`, so the file appears
+    /// whole or not at all (no reader sees a file without its header). On
+    /// file systems without hard links it is created in place.
+    pub fn create(path: impl AsRef<Path>, header: &SessionHeader) -> Result<SessionFile, StoreError> {
+        let path = path.as_ref();
+        let line = header_line(header);
+        let dir = parent_of(path);
+        let (tmp, file) = create_temp(dir)?;
+        let created = lock(&file, &tmp)
+            .and_then(|()| (&file).write_all(line.as_bytes()).map_err(|e| io_err(format!("write {}", shown(&tmp)), e)))
+            .and_then(|()| match fs::hard_link(&tmp, path) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    Err(StoreError::AlreadyExists { session_id: header.id.clone() })
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::Unsupported | io::ErrorKind::PermissionDenied) => {
+                    tracing::debug!(path = %path.display(), error = %e, "no hard links here; creating in place");
+                    Ok(false)
+                }
+                Err(e) => Err(io_err(format!("link {} to {}", shown(&tmp), shown(path)), e)),
+            });
+        if let Err(e) = fs::remove_file(&tmp) {
+            tracing::warn!(path = %tmp.display(), error = %e, "could not remove a temporary file");
+        }
+        let file = match created? {
+            true => file,
+            false => create_in_place(path, header, line.as_bytes())?,
+        };
+        let len = line.len() as u64;
+        tracing::debug!(session_id = %header.id, path = %path.display(), "created session file");
+        Ok(SessionFile {
+            path: path.to_owned(),
+            file,
+            tail: Some(Tail {
+                id: header.id.clone(),
+                next_seq: Ok(0),
+                file_len: len,
+                torn: None,
+                missing_newline: false,
+            }),
+            poisoned: None,
+            dirty: true,
+            dir_unsynced: true,
+            deleted: false,
+            #[cfg(test)]
+            fault: None,
+        })
+    }
+
+    /// Opens an existing session file for appending, and locks it:
+    /// `not-found` if there is none, `locked` if another writer holds it.
+    /// The file is read at the first [`load`](SessionFile::load) or
+    /// [`append`](SessionFile::append).
+    pub fn open(path: impl AsRef<Path>) -> Result<SessionFile, StoreError> {
+        let path = path.as_ref();
+        // A file deleted or replaced between our open and our lock is not
+        // the session at `path`: open again (a few times, then give up).
+        for _ in 0..3 {
+            let file = match OpenOptions::new().read(true).append(true).open(path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found(path)),
+                Err(e) => return Err(io_err(format!("open {}", shown(path)), e)),
+            };
+            lock(&file, path)?;
+            if still_there(&file, path).map_err(|e| io_err(format!("stat {}", shown(path)), e))? {
+                return Ok(SessionFile {
+                    path: path.to_owned(),
+                    file,
+                    tail: None,
+                    poisoned: None,
+                    dirty: false,
+                    dir_unsynced: false,
+                    deleted: false,
+                    #[cfg(test)]
+                    fault: None,
+                });
+            }
+            if !path.exists() {
+                return Err(not_found(path));
+            }
+        }
+        Err(StoreError::Locked { what: format!("session file {} (it keeps being replaced)", shown(path)) })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the whole file: header, events, and a torn tail if there is one
+    /// (reported, left in place; the next append cuts it off). Events are
+    /// well-formed; the rules relating them (contiguity included) are for
+    /// [`Session::from_log`](palimpsest_core_session::Session::from_log).
+    pub fn load(&mut self) -> Result<StoredSession, StoreError> {
+        let bytes = self.read_all()?;
+        let log = JsonlLog::parse_with(&bytes, READ).map_err(|e| load_error(&self.path, e))?;
+        let next_seq = match log.events.iter().enumerate().find(|(i, e)| e.seq() != *i as u64) {
+            None => Ok(log.events.len() as u64),
+            Some((i, e)) => {
+                Err((i as u64 + 2, AppendError::SeqNotContiguous { seq: e.seq(), expected: i as u64 }))
+            }
+        };
+        self.tail = Some(tail_of(&log.header, next_seq, &log, bytes.len() as u64));
+        Ok(StoredSession {
+            header: log.header,
+            events: log.events,
+            report: LoadReport { torn_tail: log.torn_tail },
+        })
+    }
+
+    /// Appends a batch: all events or none, in one write. `conflict` if the
+    /// batch does not continue the stored log; `corrupt` if the stored log
+    /// cannot be continued; `io` (and every later write refused with `io`
+    /// until the file is reopened) if the write fails. A torn tail is cut
+    /// off first, and a missing final `\n` is written with the batch.
+    ///
+    /// Returns once the bytes are handed to the operating system; they are
+    /// durable after [`sync`](SessionFile::sync).
+    pub fn append(&mut self, events: &[Event]) -> Result<(), StoreError> {
+        self.check_writable()?;
+        // Another writer that ignored the lock changed the file: read it again.
+        let len = self.file.metadata().map_err(|e| io_err(format!("stat {}", shown(&self.path)), e))?.len();
+        if self.tail.as_ref().is_some_and(|t| t.file_len != len) {
+            tracing::warn!(path = %self.path.display(), "session file changed under its lock; reading it again");
+            self.tail = None;
+        }
+        let tail = self.tail()?.clone();
+        let next = match &tail.next_seq {
+            Ok(n) => *n,
+            Err((line, error)) => {
+                return Err(load_error(&self.path, LoadError::Rule { line: *line, error: error.clone() }));
+            }
+        };
+        check_continues(&tail.id, next, events)?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut file_len = tail.file_len;
+        if let Some(torn) = tail.torn {
+            tracing::warn!(
+                session_id = %tail.id, path = %self.path.display(), line = torn.line, bytes = torn.len,
+                "cutting off a torn last line before appending"
+            );
+            if let Err(e) = self.file.set_len(torn.offset) {
+                return Err(self.poison(format!("cut the torn tail off {}", shown(&self.path)), e));
+            }
+            file_len = torn.offset;
+        }
+        let mut buf = Vec::with_capacity(events.len() * 256 + 1);
+        if tail.missing_newline {
+            buf.push(b'\n');
+        }
+        write_events(events, &mut buf);
+        if let Err(e) = self.write_batch(&buf) {
+            // Best effort: take back whatever part of the batch got written,
+            // so a reopen is less likely to see half a batch.
+            let _ = self.file.set_len(file_len);
+            return Err(self.poison(format!("append to {}", shown(&self.path)), e));
+        }
+        let end = file_len + buf.len() as u64;
+        self.tail = Some(Tail {
+            next_seq: Ok(next + events.len() as u64),
+            file_len: end,
+            torn: None,
+            missing_newline: false,
+            ..tail
+        });
+        self.dirty = true;
+        tracing::trace!(session_id = %self.tail_id(), seq = next, events = events.len(), bytes = buf.len(), "appended");
+        Ok(())
+    }
+
+    /// Makes every append so far durable: `fdatasync`s the file (if written
+    /// since the last sync) and, once after creation, its directory. A failed
+    /// sync refuses later writes with `io` until the file is reopened.
+    pub fn sync(&mut self) -> Result<(), StoreError> {
+        self.check_writable()?;
+        if self.dirty {
+            let result = self.sync_file();
+            if let Err(e) = result {
+                return Err(self.poison(format!("sync {}", shown(&self.path)), e));
+            }
+            self.dirty = false;
+        }
+        if self.dir_unsynced {
+            let dir = parent_of(&self.path).to_owned();
+            if let Err(e) = sync_dir(&dir) {
+                return Err(self.poison(format!("sync directory {}", shown(&dir)), e));
+            }
+            self.dir_unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// The header's session id, reading the file if it was not read yet.
+    pub(crate) fn header_id(&mut self) -> Result<String, StoreError> {
+        Ok(self.tail()?.id.clone())
+    }
+
+    fn tail_id(&self) -> &str {
+        self.tail.as_ref().map_or("", |t| t.id.as_str())
+    }
+
+    fn tail(&mut self) -> Result<&Tail, StoreError> {
+        let tail = match self.tail.take() {
+            Some(t) => t,
+            None => self.scan()?,
+        };
+        Ok(self.tail.insert(tail))
+    }
+
+    /// Reads the file through, keeping no events: what an append needs.
+    fn scan(&mut self) -> Result<Tail, StoreError> {
+        let bytes = self.read_all()?;
+        let corrupt = |e| load_error(&self.path, e);
+        let mut reader = JsonlReader::new(&bytes, READ).map_err(corrupt)?;
+        let mut next_seq = Ok(0);
+        // Every line after the header is an event: event `i` is on line `i + 2`.
+        for (i, event) in reader.by_ref().enumerate() {
+            let event = event.map_err(corrupt)?;
+            if let Ok(n) = next_seq {
+                if event.seq() != n {
+                    let line = i as u64 + 2;
+                    next_seq = Err((line, AppendError::SeqNotContiguous { seq: event.seq(), expected: n }));
+                } else {
+                    next_seq = Ok(n + 1);
+                }
+            }
+        }
+        let torn = reader.torn_tail();
+        let file_len = bytes.len() as u64;
+        Ok(Tail {
+            id: reader.header().id.clone(),
+            next_seq,
+            file_len,
+            torn,
+            missing_newline: reader.missing_newline(),
+        })
+    }
+
+    fn read_all(&mut self) -> Result<Vec<u8>, StoreError> {
+        let context = || format!("read {}", shown(&self.path));
+        let mut bytes = Vec::new();
+        self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
+        self.file.read_to_end(&mut bytes).map_err(|e| io_err(context(), e))?;
+        Ok(bytes)
+    }
+
+    fn check_writable(&self) -> Result<(), StoreError> {
+        if self.deleted {
+            return Err(not_found(&self.path));
+        }
+        match &self.poisoned {
+            None => Ok(()),
+            Some(why) => Err(StoreError::io(
+                format!("refusing to write {}: an earlier write failed; reopen it", shown(&self.path)),
+                io::Error::other(why.clone()),
+            )),
+        }
+    }
+
+    fn poison(&mut self, context: String, e: io::Error) -> StoreError {
+        tracing::error!(path = %self.path.display(), error = %e, "{context} failed; refusing further writes");
+        self.poisoned = Some(format!("{context}: {e}"));
+        self.tail = None;
+        io_err(context, e)
+    }
+
+    /// Marks the file as deleted: later writes are `not-found`.
+    pub(crate) fn mark_deleted(&mut self) {
+        self.deleted = true;
+        self.tail = None;
+    }
+
+    /// Marks the file unusable for writing (after a panic while it was held).
+    pub(crate) fn poison_after_panic(&mut self) {
+        self.poisoned.get_or_insert_with(|| "a writer panicked while holding the file".into());
+        self.tail = None;
+    }
+
+    #[cfg(not(test))]
+    fn write_batch(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.write_all(buf)
+    }
+
+    #[cfg(test)]
+    fn write_batch(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self.fault.take() {
+            Some(crate::tests::Fault::Write { after }) => {
+                self.file.write_all(&buf[..after.min(buf.len())])?;
+                Err(io::Error::other("injected write failure"))
+            }
+            Some(other) => {
+                self.fault = Some(other);
+                self.file.write_all(buf)
+            }
+            None => self.file.write_all(buf),
+        }
+    }
+
+    #[cfg(not(test))]
+    fn sync_file(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    #[cfg(test)]
+    fn sync_file(&mut self) -> io::Result<()> {
+        match self.fault.take() {
+            Some(crate::tests::Fault::Sync) => Err(io::Error::other("injected sync failure")),
+            other => {
+                self.fault = other;
+                self.file.sync_data()
+            }
+        }
+    }
+}
+
+fn tail_of(
+    header: &SessionHeader,
+    next_seq: Result<u64, (u64, AppendError)>,
+    log: &JsonlLog,
+    file_len: u64,
+) -> Tail {
+    Tail {
+        id: header.id.clone(),
+        next_seq,
+        file_len,
+        torn: log.torn_tail,
+        missing_newline: log.missing_newline,
+    }
+}
+
+/// Creates a hidden temporary file in `dir` (ignored by
+/// [`JsonlStore::list`](crate::JsonlStore)).
+fn create_temp(dir: &Path) -> Result<(PathBuf, File), StoreError> {
+    loop {
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".palimpsest-{}-{n}.tmp", std::process::id()));
+        match OpenOptions::new().read(true).append(true).create_new(true).open(&tmp) {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(io_err(format!("create a file in {} (no such directory)", shown(dir)), e))
+            }
+            Err(e) => return Err(io_err(format!("create a file in {}", shown(dir)), e)),
+        }
+    }
+}
+
+/// The fallback of [`SessionFile::create`] without hard links.
+fn create_in_place(path: &Path, header: &SessionHeader, line: &[u8]) -> Result<File, StoreError> {
+    let file = match OpenOptions::new().read(true).append(true).create_new(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            return Err(StoreError::AlreadyExists { session_id: header.id.clone() })
+        }
+        Err(e) => return Err(io_err(format!("create {}", shown(path)), e)),
+    };
+    lock(&file, path)?;
+    (&file).write_all(line).map_err(|e| io_err(format!("write {}", shown(path)), e))?;
+    Ok(file)
+}
+
+/// Reads a session file without locking it (another process may be
+/// appending): header, events and a torn tail, as
+/// [`SessionFile::load`] does. `not-found` names the path.
+pub fn read_session_file(path: &Path) -> Result<StoredSession, StoreError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found(path)),
+        Err(e) => return Err(io_err(format!("read {}", shown(path)), e)),
+    };
+    let log = JsonlLog::parse_with(&bytes, READ).map_err(|e| load_error(path, e))?;
+    Ok(StoredSession {
+        header: log.header,
+        events: log.events,
+        report: LoadReport { torn_tail: log.torn_tail },
+    })
+}
+
+/// Reads just the header line of a session file, for listing.
+pub(crate) fn read_header(path: &Path) -> Result<Option<SessionHeader>, StoreError> {
+    use std::io::BufRead;
+    let file = match File::open(path) {
+        Ok(f) => f,
+        // Deleted since the directory was read: not a session any more.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(format!("open {}", shown(path)), e)),
+    };
+    let mut line = Vec::new();
+    io::BufReader::new(file)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| io_err(format!("read {}", shown(path)), e))?;
+    let reader = JsonlReader::new(&line, READ).map_err(|e| load_error(path, e))?;
+    Ok(Some(reader.header().clone()))
+}

@@ -1,0 +1,239 @@
+//! [`JsonlStore`]: a directory of session files, one per session.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
+
+use crate::file::{read_header, read_session_file, sync_dir, SessionFile};
+use crate::name::{file_name, session_id, SUFFIX};
+
+type Handle = Arc<Mutex<SessionFile>>;
+
+/// A [`SessionStore`] keeping each session in its own JSONL file
+/// (`<dir>/<encoded id>.jsonl`, see the crate docs for the encoding).
+///
+/// The store keeps a [`SessionFile`] (and so its lock) for every session it
+/// has created or appended to, until the session is deleted,
+/// [`close`](JsonlStore::close)d, or the store is dropped. Loads of other
+/// sessions read the file without locking it.
+#[derive(Debug)]
+pub struct JsonlStore {
+    dir: PathBuf,
+    open: Mutex<HashMap<String, Handle>>,
+}
+
+fn lock_handle(handle: &Handle) -> MutexGuard<'_, SessionFile> {
+    handle.lock().unwrap_or_else(|poisoned| {
+        // A writer panicked mid-append: what reached the file is unknown.
+        let mut file = poisoned.into_inner();
+        file.poison_after_panic();
+        file
+    })
+}
+
+impl JsonlStore {
+    /// Opens the store in `dir`, creating the directory if it is missing.
+    /// Nothing is locked or read until a session is used.
+    pub fn open(dir: impl AsRef<Path>) -> Result<JsonlStore, StoreError> {
+        let dir = dir.as_ref();
+        fs::create_dir_all(dir)
+            .map_err(|e| StoreError::io(format!("create store directory {}", dir.display()), e))?;
+        if !dir.is_dir() {
+            return Err(StoreError::io(
+                format!("open store {}", dir.display()),
+                io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+            ));
+        }
+        Ok(JsonlStore { dir: dir.to_owned(), open: Mutex::default() })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file that holds (or would hold) session `session_id`; `invalid-id`
+    /// for an id that has no file name (empty, or too long).
+    pub fn path_of(&self, session_id: &str) -> Result<PathBuf, StoreError> {
+        Ok(self.dir.join(file_name(session_id)?))
+    }
+
+    /// Whether `path` can be opened as a store: an existing directory (a
+    /// session file is a regular file). For callers that accept either.
+    pub fn is_store_dir(path: &Path) -> bool {
+        path.is_dir()
+    }
+
+    /// Releases this store's hold on a session (its file handle and lock),
+    /// without syncing. A no-op for a session the store does not hold.
+    pub fn close(&self, session_id: &str) {
+        self.handles().remove(session_id);
+    }
+
+    /// Makes the next write or sync of a held session fail (tests only).
+    #[cfg(test)]
+    pub(crate) fn inject(&self, session_id: &str, fault: crate::tests::Fault) {
+        if let Some(handle) = self.cached(session_id) {
+            lock_handle(&handle).fault = Some(fault);
+        }
+    }
+
+    fn handles(&self) -> MutexGuard<'_, HashMap<String, Handle>> {
+        // The map is only inserted into and removed from; a panic cannot
+        // leave it half-changed.
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cached(&self, session_id: &str) -> Option<Handle> {
+        self.handles().get(session_id).cloned()
+    }
+
+    /// The held file of a session, opening (and locking) it if needed.
+    fn handle(&self, session_id: &str) -> Result<Handle, StoreError> {
+        // Opening holds the map's lock: two threads opening the same session
+        // at once would otherwise see each other's file lock as `locked`.
+        let mut handles = self.handles();
+        if let Some(handle) = handles.get(session_id) {
+            return Ok(handle.clone());
+        }
+        let path = self.path_of(session_id)?;
+        let mut file = SessionFile::open(&path).map_err(|e| with_id(e, session_id))?;
+        check_id(&path, &file.header_id()?, session_id)?;
+        let handle = Arc::new(Mutex::new(file));
+        handles.insert(session_id.to_owned(), handle.clone());
+        Ok(handle)
+    }
+}
+
+/// Names the session, rather than its path, in a `not-found`.
+fn with_id(e: StoreError, session_id: &str) -> StoreError {
+    match e {
+        StoreError::NotFound { .. } => StoreError::NotFound { session_id: session_id.to_owned() },
+        e => e,
+    }
+}
+
+/// A file whose header names another session (renamed by hand) is corrupt.
+fn check_id(path: &Path, found: &str, expected: &str) -> Result<(), StoreError> {
+    if found == expected {
+        return Ok(());
+    }
+    Err(StoreError::Corrupt {
+        location: format!("{}:1", path.display()),
+        detail: format!(
+            "the header names session {found:?}, but the file name is that of session {expected:?}"
+        ),
+        cause: None,
+    })
+}
+
+impl SessionStore for JsonlStore {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        let path = self.path_of(&header.id)?;
+        let mut handles = self.handles();
+        let file = SessionFile::create(&path, header)?;
+        handles.insert(header.id.clone(), Arc::new(Mutex::new(file)));
+        Ok(())
+    }
+
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        let handle = self.handle(session_id)?;
+        let mut file = lock_handle(&handle);
+        file.append(events).map_err(|e| with_id(e, session_id))
+    }
+
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        let path = self.path_of(session_id)?;
+        let stored = match self.cached(session_id) {
+            Some(handle) => lock_handle(&handle).load()?,
+            None => read_session_file(&path).map_err(|e| with_id(e, session_id))?,
+        };
+        check_id(&path, &stored.header.id, session_id)?;
+        Ok(stored)
+    }
+
+    /// Every session file's header, sorted by id. Hidden files (names
+    /// starting with `.`), directories and names not ending in `.jsonl` are
+    /// ignored; any other file is a session file, and one whose name is not
+    /// an id's encoding, or whose header is unreadable or names another id,
+    /// fails the listing with `corrupt` (or `version-unsupported`).
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        let context = || format!("list {}", self.dir.display());
+        let mut headers = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(|e| StoreError::io(context(), e))? {
+            let entry = entry.map_err(|e| StoreError::io(context(), e))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || !name.ends_with(SUFFIX) {
+                continue;
+            }
+            let path = entry.path();
+            if path.is_dir() {
+                continue;
+            }
+            let Some(id) = session_id(&name) else {
+                return Err(StoreError::Corrupt {
+                    location: path.display().to_string(),
+                    detail: "a .jsonl file whose name is not the encoding of a session id".into(),
+                    cause: None,
+                });
+            };
+            if let Some(header) = read_header(&path)? {
+                check_id(&path, &header.id, &id)?;
+                headers.push(header);
+            }
+        }
+        headers.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(headers)
+    }
+
+    /// Deletes the session's file. `locked` if another writer holds it.
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        let path = self.path_of(session_id)?;
+        let remove =
+            || fs::remove_file(&path).map_err(|e| StoreError::io(format!("delete {}", path.display()), e));
+        let mut handles = self.handles();
+        // Hold the file's lock while removing it, so no writer is appending.
+        match handles.remove(session_id) {
+            Some(handle) => {
+                let mut file = lock_handle(&handle);
+                remove()?;
+                // A thread that fetched this handle before the delete must
+                // not append to the removed file.
+                file.mark_deleted();
+            }
+            None => {
+                let file = SessionFile::open(&path).map_err(|e| with_id(e, session_id))?;
+                remove()?;
+                drop(file);
+            }
+        }
+        drop(handles);
+        if let Err(e) = sync_dir(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "could not sync the store directory after a delete");
+        }
+        tracing::debug!(session_id, path = %path.display(), "deleted session file");
+        Ok(())
+    }
+
+    /// Syncs the session's file if this store wrote to it; a session this
+    /// store did not write needs nothing (`not-found` if it does not exist).
+    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        match self.cached(session_id) {
+            Some(handle) => lock_handle(&handle).sync(),
+            None => {
+                let path = self.path_of(session_id)?;
+                match path.try_exists() {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(StoreError::NotFound { session_id: session_id.to_owned() }),
+                    Err(e) => Err(StoreError::io(format!("stat {}", path.display()), e)),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Unit tests that need the fault-injection seam: I/O errors while writing.
+
+use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::SessionStore;
+
+use crate::{JsonlStore, SessionFile};
+
+/// A failure the next write or sync of a [`SessionFile`] simulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Write the first `after` bytes of the batch, then fail.
+    Write { after: usize },
+    /// Fail the `fdatasync`.
+    Sync,
+}
+
+fn tick(seq: u64) -> Event {
+    match Event::from_json(&format!(r#"{{"seq":{seq},"time":{seq},"type":"kit/tick","data":{{"n":{seq}}}}}"#))
+    {
+        Ok(e) => e,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn ticks(r: std::ops::Range<u64>) -> Vec<Event> {
+    r.map(tick).collect()
+}
+
+#[track_caller]
+fn code<T>(r: Result<T, palimpsest_persistence::StoreError>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => e.code().into(),
+    }
+}
+
+fn tempdir() -> tempfile::TempDir {
+    match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => panic!("tempdir: {e}"),
+    }
+}
+
+#[test]
+fn a_failed_write_is_rolled_back_and_refuses_writes_until_reopen() {
+    let dir = tempdir();
+    let path = dir.path().join("s.jsonl");
+    let mut file = SessionFile::create(&path, &SessionHeader::new("s", 0)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(file.append(&ticks(0..2))), "ok");
+    let before = std::fs::read(&path).unwrap_or_default();
+    file.fault = Some(Fault::Write { after: 10 });
+    let err = file.append(&ticks(2..4)).err().map(|e| (e.code(), e.to_string()));
+    assert_eq!(err.as_ref().map(|e| e.0), Some("io"));
+    assert!(err.is_some_and(|e| e.1.contains("append to")));
+    assert_eq!(std::fs::read(&path).unwrap_or_default(), before, "the half-written batch was not taken back");
+    // Refused from now on, even a batch that would fit.
+    let refused = file.append(&ticks(2..3)).err().map(|e| (e.code(), e.to_string()));
+    assert_eq!(refused.as_ref().map(|e| e.0), Some("io"));
+    assert!(refused.is_some_and(|e| e.1.contains("an earlier write failed")));
+    assert_eq!(code(file.sync()), "io");
+    // Reading still works.
+    assert_eq!(file.load().map(|s| s.events).ok(), Some(ticks(0..2)));
+    drop(file);
+    let mut file = SessionFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(file.append(&ticks(2..3))), "ok");
+    assert_eq!(code(file.sync()), "ok");
+    assert_eq!(file.load().map(|s| s.events).ok(), Some(ticks(0..3)));
+}
+
+#[test]
+fn a_failed_sync_refuses_writes_until_reopen() {
+    let dir = tempdir();
+    let path = dir.path().join("s.jsonl");
+    let mut file = SessionFile::create(&path, &SessionHeader::new("s", 0)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(file.append(&ticks(0..1))), "ok");
+    file.fault = Some(Fault::Sync);
+    assert_eq!(code(file.sync()), "io");
+    assert_eq!(code(file.append(&ticks(1..2))), "io");
+    assert_eq!(code(file.sync()), "io");
+    drop(file);
+    let mut file = SessionFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(file.append(&ticks(1..2))), "ok");
+    assert_eq!(file.load().map(|s| s.events).ok(), Some(ticks(0..2)));
+}
+
+#[test]
+fn a_store_refuses_a_session_after_a_write_error_until_reopened() {
+    let dir = tempdir();
+    let store = JsonlStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    for id in ["bad", "good"] {
+        assert_eq!(code(store.create(&SessionHeader::new(id, 0))), "ok");
+        assert_eq!(code(store.append(id, &ticks(0..1))), "ok");
+    }
+    store.inject("bad", Fault::Write { after: 0 });
+    assert_eq!(code(store.append("bad", &ticks(1..2))), "io");
+    assert_eq!(code(store.append("bad", &ticks(1..2))), "io");
+    assert_eq!(code(store.sync("bad")), "io");
+    // Other sessions are unaffected; the failed one still loads.
+    assert_eq!(code(store.append("good", &ticks(1..2))), "ok");
+    assert_eq!(store.load("bad").map(|s| s.events).ok(), Some(ticks(0..1)));
+    drop(store);
+    let store = JsonlStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(store.append("bad", &ticks(1..2))), "ok");
+    assert_eq!(store.load("bad").map(|s| s.events).ok(), Some(ticks(0..2)));
+}
+
+#[test]
+fn close_releases_the_lock() {
+    let dir = tempdir();
+    let a = JsonlStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let b = JsonlStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(a.create(&SessionHeader::new("s", 0))), "ok");
+    assert_eq!(code(b.append("s", &ticks(0..1))), "locked");
+    a.close("s");
+    assert_eq!(code(b.append("s", &ticks(0..1))), "ok");
+    assert_eq!(code(a.append("s", &ticks(1..2))), "locked");
+}
