@@ -90,7 +90,7 @@ pub(crate) fn precheck(path: &Path) -> Result<(), StoreError> {
     if has_live_sidecar(path) {
         return Ok(());
     }
-    if len % page_size != 0 {
+    if !len.is_multiple_of(page_size) {
         return Err(corrupt(format!(
             "truncated mid-page: {len} bytes is not a whole number of {page_size}-byte pages"
         )));

@@ -238,7 +238,7 @@ fn every_synchronous_level_appends_syncs_and_reopens() {
         assert_eq!(other.load("s").expect("load").events.len(), 100, "{synchronous:?}");
         drop(store);
         let events = other.load("s").expect("load").events;
-        assert_eq!(events.iter().map(tag_of).last().as_deref(), Some("b-49"));
+        assert_eq!(events.last().map(tag_of).as_deref(), Some("b-49"));
     }
 }
 

@@ -3,5 +3,9 @@
 
 mod basics;
 mod common;
+mod contract;
+#[cfg(unix)]
+mod io_errors;
+mod processes;
 mod refusals;
 mod tamper;
