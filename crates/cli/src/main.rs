@@ -1,2 +1,174 @@
-//! The `palimpsest` command-line tool.
-fn main() {}
+//! The `palimpsest` command-line tool: check, inspect, derive and repair
+//! Palimpsest session logs.
+//!
+//! The commands and their output follow section 7 of the session format
+//! contract: exit 0 on success, 1 when the log is invalid or the operation
+//! was refused, 2 on a usage or I/O error; every error is one stderr line
+//! `error[<code>]: <where>: <what>`. The library crates do the work; this
+//! binary only reads arguments, calls them and renders the results.
+//!
+//! Logging goes to stderr through `tracing`, off unless `PALIMPSEST_LOG` is
+//! set (e.g. `PALIMPSEST_LOG=debug`).
+
+mod check;
+mod cmd;
+mod error;
+mod inspect;
+mod output;
+mod timefmt;
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::error::{describe, Exit};
+
+/// Check, inspect, derive and repair Palimpsest session logs.
+#[derive(Debug, Parser)]
+#[command(name = "palimpsest", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check the header, every surface rule and the structural invariants.
+    ///
+    /// Exit 0 when the log is valid, 1 when it is not, 2 when it cannot be
+    /// read. Every violation is printed on stderr as `error[<code>]`.
+    Validate {
+        /// A JSONL session file.
+        file: PathBuf,
+        /// Print `{"valid": bool, "events": n, "violations": [...]}` on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the surface (the seqs the model sees, in order) as a JSON array.
+    Surface {
+        /// A JSONL session file.
+        file: PathBuf,
+    },
+    /// Print the derived messages (the next model request) as a JSON array.
+    Derive {
+        /// A JSONL session file.
+        file: PathBuf,
+        /// Print `{"seq", "sourceEventSeqs", "message"}` objects instead of bare messages.
+        #[arg(long)]
+        provenance: bool,
+    },
+    /// Print the events that close an interrupted turn, as a JSON array.
+    ///
+    /// A balanced log gets `[]`. An invalid log is refused (exit 1).
+    Repair {
+        /// A JSONL session file.
+        file: PathBuf,
+        /// Append the closers to the file (a torn last line is cut first).
+        #[arg(long)]
+        write: bool,
+    },
+    /// Show a session as a timeline a person can read.
+    Inspect {
+        /// A JSONL session file.
+        file: PathBuf,
+        /// When to use colours.
+        #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+        color: ColorChoice,
+    },
+}
+
+/// When `inspect` uses ANSI colours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ColorChoice {
+    /// When stdout is a terminal and `NO_COLOR` is not set.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let result = run(cli.command, &mut out).and_then(|exit| {
+        out.flush()?;
+        Ok(exit)
+    });
+    match result {
+        Ok(exit) => exit.into(),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Whatever was printed before the error still goes out.
+            let _ = out.flush();
+            let (line, exit) = describe(&e);
+            output::error_line(&line);
+            exit.into()
+        }
+    }
+}
+
+fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    match command {
+        Command::Validate { file, json } => cmd::validate(&file, json, out),
+        Command::Surface { file } => cmd::surface(&file, out),
+        Command::Derive { file, provenance } => cmd::derive(&file, provenance, out),
+        Command::Repair { file, write } => cmd::repair(&file, write, out),
+        Command::Inspect { file, color } => {
+            let color = match color {
+                ColorChoice::Always => true,
+                ColorChoice::Never => false,
+                ColorChoice::Auto => output::stdout_wants_color(),
+            };
+            cmd::inspect(&file, color, out)
+        }
+    }
+}
+
+/// Help and version go to stdout with exit 0; anything else is a usage error:
+/// `error[usage]: ...` and clap's hint, exit 2.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let text = e.to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            let mut stderr = io::stderr().lock();
+            let _ = write!(stderr, "error[usage]: {text}");
+            Exit::Usage.into()
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().filter_map(|c| c.downcast_ref::<io::Error>()).any(|io| io.kind() == io::ErrorKind::BrokenPipe)
+}
+
+/// Logs go to stderr, filtered by `PALIMPSEST_LOG`; off when it is unset.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PALIMPSEST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,206 @@
+//! The commands: each reads a session through [`crate::check`], then
+//! renders. Results go to stdout; errors, warnings and notes to stderr.
+
+use std::io::Write;
+use std::path::Path;
+
+use palimpsest_core_session::repair::repair as repair_closers;
+use palimpsest_core_session::Event;
+use palimpsest_persistence::StoreError;
+use palimpsest_persistence_jsonl::SessionFile;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::check::{self, Checked};
+use crate::error::{self, Exit};
+use crate::output;
+
+/// Tells on stderr what the reader forgave: a torn last line, a missing
+/// final newline. Neither is a violation.
+fn report_tail(checked: &Checked) {
+    if let Some(torn) = checked.torn_tail {
+        output::note(&format!(
+            "{}:{}: dropped a torn last line ({} bytes, no newline); it is cut before the next append",
+            checked.origin, torn.line, torn.len
+        ));
+    }
+    if checked.missing_newline {
+        output::note(&format!(
+            "{}: the last line has no newline; it is added before the next append",
+            checked.origin
+        ));
+    }
+}
+
+/// Prints every violation as an `error[<code>]` line.
+fn report_violations(checked: &Checked) {
+    for finding in checked.violations() {
+        output::error_line(&finding.to_error(&checked.origin).to_string());
+    }
+}
+
+/// Warns when a log that sections 1 and 2 accept breaks a section-2a
+/// invariant: such a log still has a surface, but `validate` calls it invalid.
+fn warn_invariants(origin: &str, found: &[check::Finding]) {
+    if let Some(first) = found.first() {
+        let more = match found.len() {
+            1 => String::new(),
+            n => format!(" (and {} more; `palimpsest validate` lists them)", n - 1),
+        };
+        output::warning(&format!(
+            "{}: structural invariant `{}` broken: {}{more}",
+            first.location(origin),
+            first.code,
+            first.seq_detail()
+        ));
+    }
+}
+
+/// The `validate --json` object (contract section 7).
+#[derive(Serialize)]
+struct ValidateReport<'a> {
+    valid: bool,
+    events: usize,
+    violations: Vec<JsonViolation<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonViolation<'a> {
+    code: &'a str,
+    seq: Option<u64>,
+    message: String,
+}
+
+/// `palimpsest validate FILE [--json]`.
+pub(crate) fn validate(file: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let checked = check::check_file(file)?;
+    report_tail(&checked);
+    report_violations(&checked);
+    let violations = checked.violations();
+    if json {
+        let report = ValidateReport {
+            valid: checked.is_valid(),
+            events: checked.events_checked(),
+            violations: violations
+                .iter()
+                .map(|f| JsonViolation { code: &f.code, seq: f.seq, message: f.message() })
+                .collect(),
+        };
+        serde_json::to_writer(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        let events = checked.events_checked();
+        let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+        let summary = match (&checked.session, &checked.fatal) {
+            (Some(session), None) if violations.is_empty() => {
+                format!("valid: {}, {} on the surface", plural(events, "event"), session.surface().len())
+            }
+            (None, _) => "invalid: the header could not be read".to_owned(),
+            (_, Some(fatal)) => format!(
+                "invalid: {}; checking stopped at {} after {}",
+                plural(violations.len(), "violation"),
+                match (fatal.line, fatal.seq) {
+                    (Some(line), _) => format!("line {line}"),
+                    (None, Some(seq)) => format!("seq {seq}"),
+                    (None, None) => "the header".to_owned(),
+                },
+                plural(events, "valid event")
+            ),
+            _ => format!("invalid: {} in {}", plural(violations.len(), "violation"), plural(events, "event")),
+        };
+        writeln!(out, "{}: {summary}", checked.origin)?;
+    }
+    Ok(if checked.is_valid() { Exit::Success } else { Exit::Invalid })
+}
+
+/// `palimpsest surface FILE`: the surface as a JSON array of seqs.
+pub(crate) fn surface(file: &Path, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let checked = check::check_file(file)?;
+    report_tail(&checked);
+    let origin = checked.origin.clone();
+    let (session, invariants) = checked.into_session()?;
+    warn_invariants(&origin, &invariants);
+    serde_json::to_writer(&mut *out, session.surface())?;
+    writeln!(out)?;
+    Ok(Exit::Success)
+}
+
+/// One element of `derive --provenance`.
+#[derive(Serialize)]
+struct WithProvenance<'a> {
+    seq: u64,
+    #[serde(rename = "sourceEventSeqs", skip_serializing_if = "Option::is_none")]
+    source_event_seqs: Option<&'a [u64]>,
+    message: &'a RawValue,
+}
+
+/// `palimpsest derive FILE [--provenance]`: the derived messages, each
+/// exactly as logged.
+pub(crate) fn derive(file: &Path, provenance: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let checked = check::check_file(file)?;
+    report_tail(&checked);
+    let origin = checked.origin.clone();
+    let (session, invariants) = checked.into_session()?;
+    warn_invariants(&origin, &invariants);
+    let messages = session.derive_messages();
+    if provenance {
+        let items = messages.iter().map(|m| {
+            let item = WithProvenance { seq: m.seq, source_event_seqs: m.source_event_seqs, message: m.raw };
+            serde_json::to_string(&item).unwrap_or_default()
+        });
+        output::json_lines_array(out, items)?;
+    } else {
+        output::json_lines_array(out, messages.iter().map(|m| m.raw.get()))?;
+    }
+    Ok(Exit::Success)
+}
+
+/// `palimpsest repair FILE [--write]`: the closers of an interrupted turn
+/// (contract section 5) as a JSON array of events.
+pub(crate) fn repair(file: &Path, write: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let checked = check::check_file(file)?;
+    report_tail(&checked);
+    if !checked.is_valid() {
+        report_violations(&checked);
+        if write {
+            output::note(&format!("{}: an invalid log is not repaired; nothing was written", checked.origin));
+        }
+        return Ok(Exit::Invalid);
+    }
+    let origin = checked.origin.clone();
+    let (session, _) = checked.into_session()?;
+    let closers = repair_closers(session.events());
+    if write {
+        if closers.is_empty() {
+            output::note(&format!("{origin}: nothing to repair; the file is unchanged"));
+        } else {
+            append_closers(file, &closers).map_err(|e| error::from_store(&e, &origin))?;
+            output::note(&format!("{origin}: appended {} closing events", closers.len()));
+        }
+    }
+    output::json_lines_array(out, closers.iter().map(|e| e.to_json()))?;
+    Ok(Exit::Success)
+}
+
+/// Appends `closers` to a JSONL file under its writer lock, in one write,
+/// and syncs. [`SessionFile`] cuts a torn last line and adds a missing final
+/// newline first, and refuses with `conflict` if the log changed since it
+/// was checked (another writer appended in between).
+fn append_closers(file: &Path, closers: &[Event]) -> Result<(), StoreError> {
+    let mut writer = SessionFile::open(file)?;
+    writer.append(closers)?;
+    writer.sync()
+}
+
+/// `palimpsest inspect FILE`: the timeline. Exit 1 when the log is invalid
+/// (everything readable is still shown).
+pub(crate) fn inspect(file: &Path, color: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let checked = check::check_file(file)?;
+    crate::inspect::render(&checked, color, out)?;
+    if checked.is_valid() {
+        Ok(Exit::Success)
+    } else {
+        report_violations(&checked);
+        Ok(Exit::Invalid)
+    }
+}
