@@ -5,7 +5,7 @@
 //! noisy: ratios are what carry across runs. Nothing here asserts a timing.
 //!
 //! ```text
-//! palimpsest-bench [--quick] [--sizes 10000,100000] [--json FILE]
+//! palimpsest-bench [--quick] [--sizes 10000,100000] [--only SECTION] [--json FILE]
 //! ```
 
 mod measure;
@@ -50,10 +50,12 @@ struct Args {
     sizes: Vec<usize>,
     json: Option<String>,
     memory_probe: Option<String>,
+    only: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { sizes: vec![10_000, 100_000, 1_000_000], json: None, memory_probe: None };
+    let mut args =
+        Args { sizes: vec![10_000, 100_000, 1_000_000], json: None, memory_probe: None, only: None };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -65,10 +67,14 @@ fn parse_args() -> Result<Args, String> {
                     .map(|s| s.trim().parse().map_err(|_| format!("not a size: {s}")))
                     .collect::<Result<_, _>>()?;
             }
+            "--only" => args.only = Some(it.next().ok_or("--only needs a section name")?),
             "--json" => args.json = Some(it.next().ok_or("--json needs a file")?),
             "--memory-probe" => args.memory_probe = Some(it.next().ok_or("--memory-probe needs a file")?),
             "-h" | "--help" => {
-                return Err("usage: palimpsest-bench [--quick] [--sizes N,N,...] [--json FILE]".into());
+                return Err(
+                    "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE]"
+                        .into(),
+                );
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -108,6 +114,9 @@ fn main() -> ExitCode {
             w.bytes.len() as f64 / n.max(1) as f64
         );
         for (name, section) in sections::ALL {
+            if args.only.as_deref().is_some_and(|o| o != *name) {
+                continue;
+            }
             eprintln!("  {name} ...");
             match section(&w) {
                 Ok(mut r) => rows.append(&mut r),

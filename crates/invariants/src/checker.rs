@@ -25,9 +25,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use palimpsest_core_session::payload::{
-    AssistantChunk, AssistantMessage, Block, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnStart,
-};
 use palimpsest_core_session::repair::TOOL_NOT_STARTED;
 use palimpsest_core_session::{Event, EventType, SessionView, SurfaceOp};
 
@@ -35,8 +32,8 @@ use crate::codes::*;
 use crate::Violation;
 
 /// What the checker needs to know about one event, parsed once.
-#[derive(Debug)]
-enum Fact {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fact {
     TurnStart {
         turn: u64,
     },
@@ -78,35 +75,41 @@ enum Fact {
 }
 
 impl Fact {
-    fn of(event: &Event) -> Fact {
+    /// Reads only the fields the invariants need, borrowing strings and
+    /// skipping message text unparsed: dev mode runs this on every append,
+    /// so it must not cost a full typed parse of each payload.
+    pub(crate) fn of(event: &Event) -> Fact {
+        let data = event.data().get();
         let fact = match event.event_type() {
-            EventType::TurnStart => event.data_as::<TurnStart>().map(|d| Fact::TurnStart { turn: d.turn }),
-            EventType::TurnEnd => event.data_as::<TurnEnd>().map(|d| Fact::TurnEnd { turn: d.turn }),
-            EventType::StepStart => {
-                event.data_as::<StepStart>().map(|d| Fact::StepStart { turn: d.turn, step: d.step })
+            EventType::TurnStart | EventType::TurnEnd => {
+                serde_json::from_str::<lite::Turn>(data).map(|d| match event.event_type() {
+                    EventType::TurnStart => Fact::TurnStart { turn: d.turn },
+                    _ => Fact::TurnEnd { turn: d.turn },
+                })
             }
+            EventType::StepStart => serde_json::from_str::<lite::Step>(data)
+                .map(|d| Fact::StepStart { turn: d.turn, step: d.step }),
             EventType::StepEnd => {
-                event.data_as::<StepEnd>().map(|d| Fact::StepEnd { turn: d.turn, step: d.step })
+                serde_json::from_str::<lite::Step>(data).map(|d| Fact::StepEnd { turn: d.turn, step: d.step })
             }
             EventType::AssistantChunk => {
-                event.data_as::<AssistantChunk>().map(|d| Fact::Chunk { turn: d.turn, step: d.step })
+                serde_json::from_str::<lite::Step>(data).map(|d| Fact::Chunk { turn: d.turn, step: d.step })
             }
-            EventType::AssistantMessage => event.data_as::<AssistantMessage>().map(|d| Fact::Assistant {
+            EventType::AssistantMessage => serde_json::from_str::<lite::WithMessage<'_>>(data)
+                .map(|d| Fact::Assistant { turn: d.turn, step: d.step, calls: d.message.tool_call_ids() }),
+            EventType::ToolCall => serde_json::from_str::<lite::Call<'_>>(data).map(|d| Fact::ToolCall {
                 turn: d.turn,
                 step: d.step,
-                calls: tool_call_ids(&d.message.content),
+                call_id: d.call_id.into_owned(),
             }),
-            EventType::ToolCall => event.data_as::<ToolCall>().map(|d| Fact::ToolCall {
-                turn: d.turn,
-                step: d.step,
-                call_id: d.call_id,
-            }),
-            EventType::ToolResult => event.data_as::<ToolResult>().map(|d| Fact::ToolResult {
-                turn: d.turn,
-                step: d.step,
-                call_id: d.call_id().to_owned(),
-                not_started: d.error.is_some_and(|e| e.code == TOOL_NOT_STARTED),
-            }),
+            EventType::ToolResult => {
+                serde_json::from_str::<lite::WithMessage<'_>>(data).map(|d| Fact::ToolResult {
+                    turn: d.turn,
+                    step: d.step,
+                    call_id: d.message.result_call_id(),
+                    not_started: d.error.is_some_and(|e| e.code == TOOL_NOT_STARTED),
+                })
+            }
             _ => Ok(Fact::Other),
         };
         // Core payloads were checked when the event was built, so this does
@@ -127,19 +130,6 @@ impl Fact {
     }
 }
 
-/// Ids of the `tool-call` blocks, in order, without repeats.
-fn tool_call_ids(content: &[Block]) -> Vec<String> {
-    let mut ids: Vec<String> = Vec::new();
-    for block in content {
-        if let Block::ToolCall { id, .. } = block {
-            if !ids.contains(id) {
-                ids.push(id.clone());
-            }
-        }
-    }
-    ids
-}
-
 /// `turn 2 step 1`, for messages.
 fn at(turn: u64, step: u64) -> String {
     format!("turn {turn} step {step}")
@@ -155,11 +145,14 @@ struct OpenStep {
     /// Call id -> seq of the first `assistant/message` of this step with a
     /// `tool-call` block for it.
     requests: HashMap<String, u64>,
+    /// Seqs of the `assistant/chunk`s naming this step, ascending: an
+    /// assistant message citing them needs no re-parse.
+    chunks: Vec<u64>,
 }
 
 impl OpenStep {
     fn new(turn: u64, step: u64) -> OpenStep {
-        OpenStep { turn, step, tool_calls: HashMap::new(), requests: HashMap::new() }
+        OpenStep { turn, step, tool_calls: HashMap::new(), requests: HashMap::new(), chunks: Vec::new() }
     }
 
     fn is(&self, turn: u64, step: u64) -> bool {
@@ -241,7 +234,8 @@ impl Brackets {
             Fact::Assistant { turn, step, .. } => {
                 self.in_step(event, *turn, *step, &mut push);
                 if appended {
-                    check_assistant_sources(view, event, *turn, *step, &mut push);
+                    let open = self.open_step.as_ref().filter(|o| o.is(*turn, *step));
+                    check_assistant_sources(view, event, *turn, *step, open, &mut push);
                 }
             }
             Fact::ToolResult { turn, step, call_id, not_started } if appended => {
@@ -345,7 +339,12 @@ impl Brackets {
                     open.tool_calls.entry(call_id.clone()).or_insert(seq);
                 }
             }
-            Fact::Chunk { .. } | Fact::ToolResult { .. } | Fact::Other => {}
+            Fact::Chunk { turn, step } => {
+                if let Some(open) = self.open_step.as_mut().filter(|s| s.is(*turn, *step)) {
+                    open.chunks.push(seq);
+                }
+            }
+            Fact::ToolResult { .. } | Fact::Other => {}
         }
     }
 }
@@ -356,11 +355,16 @@ fn check_assistant_sources(
     event: &Event,
     turn: u64,
     step: u64,
+    open: Option<&OpenStep>,
     push: &mut impl FnMut(&'static str, String),
 ) {
     let Some(sources) = event.source_event_seqs() else { return };
     let mut bad: Vec<String> = Vec::new();
     for &cited in sources {
+        // Fast path: a chunk of this (open) step, known without parsing.
+        if open.is_some_and(|o| o.chunks.binary_search(&cited).is_ok()) {
+            continue;
+        }
         let Some(e) = view.event(cited) else {
             bad.push(format!("{cited} (not in the log)"));
             continue;
@@ -550,18 +554,26 @@ impl Checker {
     /// Every violation `candidate` would commit, in a fixed order, changing
     /// nothing. `view` is the session before the candidate.
     pub(crate) fn check(&self, view: SessionView<'_>, candidate: &Event) -> Vec<Violation> {
-        let fact = Fact::of(candidate);
+        self.check_fact(view, candidate, &Fact::of(candidate))
+    }
+
+    /// [`Checker::check`] with the candidate's facts already read.
+    pub(crate) fn check_fact(&self, view: SessionView<'_>, candidate: &Event, fact: &Fact) -> Vec<Violation> {
         let mut out = Vec::new();
-        self.brackets.check(view, candidate, &fact, &mut out);
-        self.tools.check(view, candidate, &fact, &mut out);
+        self.brackets.check(view, candidate, fact, &mut out);
+        self.tools.check(view, candidate, fact, &mut out);
         out
     }
 
     /// Folds in `event`, which is now the last event of `after`.
     pub(crate) fn commit(&mut self, after: SessionView<'_>, event: &Event) {
-        let fact = Fact::of(event);
-        self.brackets.commit(event.seq(), &fact);
-        self.tools.commit(after, event, &fact);
+        self.commit_fact(after, event, &Fact::of(event));
+    }
+
+    /// [`Checker::commit`] with the event's facts already read.
+    pub(crate) fn commit_fact(&mut self, after: SessionView<'_>, event: &Event, fact: &Fact) {
+        self.brackets.commit(event.seq(), fact);
+        self.tools.commit(after, event, fact);
     }
 
     /// The state for `view`, built from scratch: the brackets from the log,
@@ -572,15 +584,99 @@ impl Checker {
         let from = view.events.iter().rposition(|e| *e.event_type() == EventType::TurnStart).unwrap_or(0);
         let mut brackets = Brackets::default();
         for event in &view.events[from..] {
-            // Chunks, results and plugin events never move a bracket: skip parsing them.
-            if matches!(
-                event.event_type(),
-                EventType::AssistantChunk | EventType::ToolResult | EventType::Plugin(_)
-            ) {
+            // Results and plugin events never move a bracket: skip parsing
+            // them. (Chunks are remembered by the open step.)
+            if matches!(event.event_type(), EventType::ToolResult | EventType::Plugin(_)) {
                 continue;
             }
             brackets.commit(event.seq(), &Fact::of(event));
         }
         Checker { brackets, tools: SurfaceTools::from_surface(view) }
+    }
+}
+
+/// Borrowing views of the core payloads: just the fields the invariants
+/// read. Unknown and unread keys (message text, chunk contents) are skipped
+/// without being copied.
+mod lite {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub(super) struct Turn {
+        pub(super) turn: u64,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Step {
+        pub(super) turn: u64,
+        pub(super) step: u64,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Call<'a> {
+        pub(super) turn: u64,
+        pub(super) step: u64,
+        #[serde(rename = "callId", borrow)]
+        pub(super) call_id: Cow<'a, str>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct WithMessage<'a> {
+        pub(super) turn: u64,
+        pub(super) step: u64,
+        #[serde(borrow)]
+        pub(super) message: Message<'a>,
+        #[serde(default, borrow)]
+        pub(super) error: Option<Error<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Message<'a> {
+        #[serde(borrow)]
+        content: Vec<Block<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Block<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Cow<'a, str>,
+        #[serde(default, borrow)]
+        id: Option<Cow<'a, str>>,
+        #[serde(rename = "toolCallId", default, borrow)]
+        tool_call_id: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Error<'a> {
+        #[serde(borrow)]
+        pub(super) code: Cow<'a, str>,
+    }
+
+    impl Message<'_> {
+        /// Ids of the `tool-call` blocks, in order, without repeats.
+        pub(super) fn tool_call_ids(&self) -> Vec<String> {
+            let mut ids: Vec<String> = Vec::new();
+            for b in &self.content {
+                if let (true, Some(id)) = (b.kind == "tool-call", &b.id) {
+                    if !ids.iter().any(|x| x == id) {
+                        ids.push(id.to_string());
+                    }
+                }
+            }
+            ids
+        }
+
+        /// The call a `tool/result` answers (its one `tool-result` block's id;
+        /// event validation made it equal to the source's `callId`).
+        pub(super) fn result_call_id(&self) -> String {
+            self.content
+                .iter()
+                .find(|b| b.kind == "tool-result")
+                .and_then(|b| b.tool_call_id.as_deref())
+                .unwrap_or_default()
+                .to_owned()
+        }
     }
 }

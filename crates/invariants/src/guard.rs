@@ -1,9 +1,11 @@
 //! [`InvariantGuard`]: the checker as an [`AppendGuard`], and [`DevMode`],
 //! which decides whether a session gets one.
 
+use std::sync::Mutex;
+
 use palimpsest_core_session::{AppendGuard, Event, GuardViolation, SessionView};
 
-use crate::checker::Checker;
+use crate::checker::{Checker, Fact};
 use crate::Violation;
 
 /// The section-2a checker as an [`AppendGuard`]: installed on a `Session`, it
@@ -30,9 +32,23 @@ use crate::Violation;
 /// assert_eq!(session.events().len(), 1); // the veto changed nothing
 /// # Ok::<(), AppendError>(())
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct InvariantGuard {
     state: Checker,
+    /// The facts read by the last `check`, keyed by the candidate's seq and
+    /// the address of its data (stable while the event moves into the log),
+    /// so `committed` need not parse the same event again.
+    checked: Mutex<Option<(u64, usize, Fact)>>,
+}
+
+impl Clone for InvariantGuard {
+    fn clone(&self) -> InvariantGuard {
+        InvariantGuard { state: self.state.clone(), checked: Mutex::new(None) }
+    }
+}
+
+fn fact_key(event: &Event) -> (u64, usize) {
+    (event.seq(), event.data().get().as_ptr() as usize)
 }
 
 impl InvariantGuard {
@@ -54,7 +70,11 @@ impl InvariantGuard {
 
 impl AppendGuard for InvariantGuard {
     fn check(&self, session: SessionView<'_>, candidate: &Event) -> Result<(), GuardViolation> {
-        match self.state.check(session, candidate).into_iter().next() {
+        let fact = Fact::of(candidate);
+        let violations = self.state.check_fact(session, candidate, &fact);
+        let (seq, addr) = fact_key(candidate);
+        *self.checked.lock().unwrap_or_else(|p| p.into_inner()) = Some((seq, addr, fact));
+        match violations.into_iter().next() {
             None => Ok(()),
             Some(v) => {
                 tracing::debug!(
@@ -69,11 +89,18 @@ impl AppendGuard for InvariantGuard {
     }
 
     fn committed(&mut self, session: SessionView<'_>, event: &Event) {
-        self.state.commit(session, event);
+        let cached = self.checked.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        match cached {
+            Some((seq, addr, fact)) if (seq, addr) == fact_key(event) => {
+                self.state.commit_fact(session, event, &fact)
+            }
+            _ => self.state.commit(session, event),
+        }
     }
 
     fn rebuild(&mut self, session: SessionView<'_>) {
         self.state = Checker::rebuild(session);
+        *self.checked.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
