@@ -1,4 +1,11 @@
-//! SQLite backend for Palimpsest session logs (placeholder docs, rewritten below).
+//! SQLite backend for Palimpsest session logs: the embedded default store,
+//! with a bump-and-reject [`SCHEMA_VERSION`].
+//!
+//! The rest of this page is the crate's README: the guarantees of each
+//! [`Synchronous`] level, what [`SqliteStore::open`] refuses, the schema
+//! ([`SCHEMA_SQL`]) and the versioning policy.
+//!
+#![doc = include_str!("../README.md")]
 
 mod codec;
 mod file;

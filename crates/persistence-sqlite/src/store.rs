@@ -371,9 +371,11 @@ impl SessionStore for SqliteStore {
                 .optional()?
                 .ok_or_else(not_found)?
                 .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+            // The length from the primary key (no scan) sizes the vector once.
+            let len = stored_len(tx, session_id)?.unwrap_or(0);
             let mut stmt = tx.prepare_cached(SELECT_EVENTS)?;
             let mut rows = stmt.query([session_id])?;
-            let mut events = Vec::new();
+            let mut events = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 24));
             let mut line = String::new();
             while let Some(row) = rows.next()? {
                 let index = events.len() as u64;

@@ -280,3 +280,10 @@ fn a_durable_session_works_over_the_store() {
     assert_eq!(s.session().events().len(), 4);
     assert_eq!(report, Default::default());
 }
+
+#[test]
+fn the_readme_shows_the_schema_the_code_creates() {
+    let readme = include_str!("../../README.md");
+    let sql = readme.split("```sql\n").nth(1).and_then(|s| s.split("```").next()).expect("an sql block");
+    assert_eq!(sql, palimpsest_persistence_sqlite::SCHEMA_SQL);
+}
