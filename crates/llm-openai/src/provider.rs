@@ -1,0 +1,251 @@
+//! [`OpenAiProvider`]: the loop's [`Provider`] over HTTP.
+//!
+//! One `stream` call POSTs the [`request_body`] to the endpoint, retrying
+//! per the [`RetryPolicy`](crate::RetryPolicy) until a success status comes
+//! back (or the retries run out), then returns a stream that reads the
+//! response body piece by piece through a [`StreamDecoder`]. Dropping the
+//! stream closes the connection, so a cancelled turn stops the generation
+//! on servers that notice.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use futures_util::stream;
+use palimpsest_core_agent_loop::{BoxFuture, ChunkStream, ModelRequest, Provider, ProviderError, StreamItem};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Response, Url};
+use tracing::Instrument;
+
+use crate::config::{ConfigError, OpenAiConfig};
+use crate::decode::StreamDecoder;
+use crate::error::{body_error, is_retryable, retry_after, send_error, server_message, status_error};
+use crate::request::request_body;
+
+/// The most bytes of an error response read for its message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A [`Provider`] for an OpenAI-compatible `chat/completions` endpoint.
+///
+/// Building one does no I/O; each [`Provider::stream`] call makes one
+/// streaming request (plus its retries).
+///
+/// ```
+/// use palimpsest_core_agent_loop::Provider;
+/// use palimpsest_llm_openai::{OpenAiConfig, OpenAiProvider};
+///
+/// let config = OpenAiConfig::new("http://127.0.0.1:8000/v1", "qwen3-8b").with_provider_name("vllm");
+/// let provider = OpenAiProvider::new(config)?;
+/// assert_eq!((provider.name(), provider.model()), ("vllm", "qwen3-8b"));
+/// assert_eq!(provider.endpoint().as_str(), "http://127.0.0.1:8000/v1/chat/completions");
+/// # Ok::<(), palimpsest_llm_openai::ConfigError>(())
+/// ```
+pub struct OpenAiProvider {
+    config: OpenAiConfig,
+    endpoint: Url,
+    client: reqwest::Client,
+    headers: HeaderMap,
+}
+
+impl OpenAiProvider {
+    /// A provider for `config`. Fails on a base URL that is not a usable
+    /// `http(s)` URL, an API key or extra header that cannot be sent, or an
+    /// HTTP client that cannot be built.
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiProvider, ConfigError> {
+        let endpoint = config.endpoint()?;
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        if let Some(key) = &config.api_key {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ConfigError::InvalidHeader {
+                    name: AUTHORIZATION.to_string(),
+                    reason: "the API key contains characters a header cannot carry".into(),
+                })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        for (name, value) in &config.extra_headers {
+            let invalid =
+                |reason: &str| ConfigError::InvalidHeader { name: name.clone(), reason: reason.into() };
+            let header =
+                HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid("not a valid header name"))?;
+            let mut value =
+                HeaderValue::from_str(value).map_err(|_| invalid("its value is not a valid header value"))?;
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!(env!("CARGO_PKG_NAME"), "/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(config.connect_timeout);
+        if let Some(idle) = config.idle_timeout {
+            builder = builder.read_timeout(idle);
+        }
+        let client = builder.build().map_err(|source| ConfigError::HttpClient { source })?;
+        Ok(OpenAiProvider { config, endpoint, client, headers })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    /// The JSON body this provider sends for `request` (see [`request_body`]).
+    pub fn request_body(&self, request: &ModelRequest) -> serde_json::Value {
+        request_body(&self.config, request)
+    }
+
+    /// Sends the request, retrying before the stream starts; returns the
+    /// successful response.
+    async fn send(&self, body: Vec<u8>) -> Result<Response, ProviderError> {
+        let policy = &self.config.retry;
+        let url = self.endpoint.as_str();
+        let mut retry = 0u32;
+        loop {
+            let attempt = retry + 1;
+            let sent = self
+                .client
+                .post(self.endpoint.clone())
+                .headers(self.headers.clone())
+                .body(body.clone())
+                .send()
+                .await;
+            let (error, retryable, asked) = match sent {
+                Ok(response) if response.status().is_success() => {
+                    tracing::debug!(
+                        attempt,
+                        status = response.status().as_u16(),
+                        request_id = response.headers().get("x-request-id").and_then(|v| v.to_str().ok()),
+                        "stream started"
+                    );
+                    return Ok(response);
+                }
+                Ok(response) => {
+                    let status = response.status();
+                    let asked = retry_after(response.headers());
+                    let body = read_limited(response).await;
+                    (status_error(status, url, &body, asked, attempt), is_retryable(status), asked)
+                }
+                Err(e) => {
+                    let retryable = e.is_connect() || e.is_timeout() || e.is_request();
+                    (send_error(e, url, attempt), retryable, None)
+                }
+            };
+            if !retryable || retry >= policy.max_retries {
+                tracing::warn!(attempt, code = error.code(), error = %error, "request failed");
+                return Err(error);
+            }
+            let delay = policy.delay(retry, asked);
+            tracing::debug!(attempt, delay_ms = delay.as_millis() as u64, code = error.code(), error = %error, "retrying");
+            tokio::time::sleep(delay).await;
+            retry += 1;
+        }
+    }
+
+    async fn start(&self, request: ModelRequest) -> Result<ChunkStream<'_>, ProviderError> {
+        let body = serde_json::to_vec(&self.request_body(&request)).map_err(|e| {
+            ProviderError::other("PROVIDER_REQUEST", format!("cannot encode the request: {e}"))
+        })?;
+        let response = self.send(body).await?;
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+        if is_json {
+            // A server that answers a streaming request with one JSON body:
+            // an error object, or a completion that ignored `stream`.
+            let body = read_limited(response).await;
+            return Err(ProviderError::stream(format!(
+                "the server answered with JSON instead of an event stream: {}",
+                server_message(&body)
+            )));
+        }
+        Ok(Box::pin(chunk_stream(response)))
+    }
+}
+
+/// The response body as stream items.
+fn chunk_stream(
+    response: Response,
+) -> impl futures_util::Stream<Item = Result<StreamItem, ProviderError>> + Send {
+    struct State {
+        response: Option<Response>,
+        decoder: StreamDecoder,
+        queue: VecDeque<Result<StreamItem, ProviderError>>,
+        bytes: u64,
+    }
+    let state =
+        State { response: Some(response), decoder: StreamDecoder::new(), queue: VecDeque::new(), bytes: 0 };
+    stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(item) = state.queue.pop_front() {
+                return Some((item, state));
+            }
+            let response = state.response.as_mut()?;
+            match response.chunk().await {
+                Ok(Some(bytes)) => {
+                    state.bytes += bytes.len() as u64;
+                    state.queue.extend(state.decoder.feed(&bytes));
+                }
+                Ok(None) => state.queue.extend(state.decoder.finish()),
+                Err(e) => state.queue.push_back(Err(body_error(e))),
+            }
+            let failed = state.queue.back().is_some_and(Result::is_err);
+            if failed || state.decoder.is_done() {
+                // Done, cut or unreadable: stop reading (dropping the
+                // response closes the connection).
+                state.response = None;
+                tracing::debug!(bytes = state.bytes, failed, "event stream ended");
+            }
+        }
+    })
+}
+
+/// At most [`MAX_ERROR_BODY`] bytes of a response body; a read failure
+/// ends it early (the status is what matters then).
+async fn read_limited(mut response: Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY {
+        match response.chunk().await {
+            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(MAX_ERROR_BODY);
+    body
+}
+
+impl fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiProvider")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.config.provider_name
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    fn stream(&self, request: ModelRequest) -> BoxFuture<'_, Result<ChunkStream<'_>, ProviderError>> {
+        let span = tracing::debug_span!(
+            "openai_stream",
+            provider = %self.config.provider_name,
+            model = %self.config.model,
+            endpoint = %self.endpoint,
+            messages = request.messages.len(),
+        );
+        Box::pin(self.start(request).instrument(span))
+    }
+}
