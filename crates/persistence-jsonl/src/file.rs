@@ -17,7 +17,7 @@ use palimpsest_persistence::{check_continues, LoadReport, StoreError, StoredSess
 const READ: ReadOptions = ReadOptions { max_line_bytes: usize::MAX };
 
 /// What is known about the file's end, kept so an append never re-reads it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Tail {
     /// The header's session id.
     id: String,
@@ -265,21 +265,22 @@ impl SessionFile {
             tracing::warn!(path = %self.path.display(), "session file changed under its lock; reading it again");
             self.tail = None;
         }
-        let tail = self.tail()?.clone();
+        let tail = self.tail()?;
         let next = match &tail.next_seq {
             Ok(n) => *n,
             Err((line, error)) => {
-                return Err(load_error(&self.path, LoadError::Rule { line: *line, error: error.clone() }));
+                let e = LoadError::Rule { line: *line, error: error.clone() };
+                return Err(load_error(&self.path, e));
             }
         };
         check_continues(&tail.id, next, events)?;
         if events.is_empty() {
             return Ok(());
         }
-        let mut file_len = tail.file_len;
-        if let Some(torn) = tail.torn {
+        let (torn, missing_newline, mut file_len) = (tail.torn, tail.missing_newline, tail.file_len);
+        if let Some(torn) = torn {
             tracing::warn!(
-                session_id = %tail.id, path = %self.path.display(), line = torn.line, bytes = torn.len,
+                session_id = %self.tail_id(), path = %self.path.display(), line = torn.line, bytes = torn.len,
                 "cutting off a torn last line before appending"
             );
             if let Err(e) = self.file.set_len(torn.offset) {
@@ -288,7 +289,7 @@ impl SessionFile {
             file_len = torn.offset;
         }
         let mut buf = Vec::with_capacity(events.len() * 256 + 1);
-        if tail.missing_newline {
+        if missing_newline {
             buf.push(b'\n');
         }
         write_events(events, &mut buf);
@@ -298,14 +299,12 @@ impl SessionFile {
             let _ = self.file.set_len(file_len);
             return Err(self.poison(format!("append to {}", shown(&self.path)), e));
         }
-        let end = file_len + buf.len() as u64;
-        self.tail = Some(Tail {
-            next_seq: Ok(next + events.len() as u64),
-            file_len: end,
-            torn: None,
-            missing_newline: false,
-            ..tail
-        });
+        if let Some(tail) = self.tail.as_mut() {
+            tail.next_seq = Ok(next + events.len() as u64);
+            tail.file_len = file_len + buf.len() as u64;
+            tail.torn = None;
+            tail.missing_newline = false;
+        }
         self.dirty = true;
         tracing::trace!(session_id = %self.tail_id(), seq = next, events = events.len(), bytes = buf.len(), "appended");
         Ok(())
