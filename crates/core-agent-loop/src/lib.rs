@@ -1,3 +1,167 @@
 //! The Palimpsest agent loop: turns, steps, streamed chunks, tool calls and
-//! their results, appended through a `dyn SessionStore` with the provenance of
-//! contract section 4. (Being built: see issue 6.)
+//! their results, appended through a `dyn SessionStore` with the provenance
+//! of contract section 4.
+//!
+//! # The key decision: log first, then act
+//!
+//! Every streamed chunk is appended as an `assistant/chunk` before the next
+//! one is read; every `tool/call` is appended before the tool runs; every
+//! result is appended before the step ends. So at any instant the log says
+//! what happened up to that point, and a crash (or a dropped future, or a
+//! failed store) leaves a log that is valid as written and that crash
+//! repair (contract section 5) closes on the next open. The loop never
+//! rewrites: history changes only by appends that pass the surface rules,
+//! its own and its plugins' alike.
+//!
+//! # What a turn writes
+//!
+//! `turn/start` → `user/message` (with `data.turn`) → per step: `step/start`
+//! → injected `steering/message`/`context/message` → plugin appends →
+//! `assistant/chunk` × n → `assistant/message` citing exactly that step's
+//! chunk seqs (`[]` for an empty stream), with the usage of the last usage
+//! chunk → one `tool/call` per requested call → `tool/result` per call in
+//! request order, each citing `[its tool/call seq]` → `step/end` → … →
+//! `turn/end` with its reason. See [`AgentLoop::run_turn`].
+//!
+//! # Failures, and what the log says about each
+//!
+//! | what | in the log | `turn/end` reason |
+//! |---|---|---|
+//! | unknown tool | error `tool/result`, `error {name: UnknownTool, code: UNKNOWN_TOOL}`; the turn goes on | — |
+//! | tool error / panic | error `tool/result` with the tool's name and code (`TOOL_PANICKED` for a panic); the turn goes on | — |
+//! | provider error before the stream | nothing more in the step | `error`, code from [`ProviderError::code`] |
+//! | provider error mid-stream | the chunks; the prefix as an `assistant/message` with `interrupted: true`; its calls get a `tool/call` and a `STREAM_FAILED` error result | `error` |
+//! | cancellation mid-stream | same, with `CANCELLED` error results | `aborted` (`reason: "cancelled"`) |
+//! | cancellation while tools run | finished calls keep their results; unfinished ones get `CANCELLED` error results | `aborted` |
+//! | output-token limit ([`FinishReason::MaxTokens`]) | the message; its calls get `OUTPUT_TRUNCATED` error results, none runs | `max-tokens` |
+//! | step limit ([`AgentConfig::max_steps`]) | the last allowed step closes normally | `error`, code `STEP_LIMIT` |
+//! | a plugin hook fails | what it appended before failing | `error`, code `PLUGIN_FAILED` |
+//! | the store fails, or an append is refused | as far as it got; `run_turn` returns `Err` | none yet: repaired before the next turn |
+//!
+//! **Partial responses.** When a stream stops early (error or
+//! cancellation) after delivering at least one chunk, the loop writes the
+//! delivered prefix as an `assistant/message` with `interrupted: true`,
+//! citing those chunks. So every chunk in the log is cited by its step's
+//! message, the derived history shows what the user saw streamed, and any
+//! tool call in the prefix is answered, keeping the next request
+//! provider-valid. When no chunk was delivered, no `assistant/message` is
+//! written: `sourceEventSeqs: []` would claim a known empty stream.
+//!
+//! **Every result cites its call.** Calls that are never run (cancelled,
+//! cut by the token limit, in a failed stream) still get a `tool/call`
+//! event first, so every `tool/result` the loop writes cites
+//! `[its tool/call seq]` (contract section 4). Only crash repair writes the
+//! `TOOL_NOT_STARTED` form.
+//!
+//! # Resume
+//!
+//! [`AgentLoopBuilder::open`] checks the stored log (and the invariants in
+//! dev mode) and, if the last turn is open, appends the repair closers as
+//! one batch before anything else. The loop does the same before a turn
+//! when an earlier `run_turn` was dropped or failed mid-turn.
+//!
+//! # Durability and I/O
+//!
+//! Appends go through [`DurableSession`](palimpsest_persistence::DurableSession):
+//! the session's rules, then the store, then memory. Natural groups are one
+//! batch (`turn/start` with the user message, a message with its calls, a
+//! failed step's closers with `turn/end`, the repair closers). With the
+//! default [`Durability::TurnBoundary`](palimpsest_persistence::Durability)
+//! the store syncs at each `turn/end`. Store calls are synchronous and run
+//! on the loop's task.
+//!
+//! # Determinism
+//!
+//! Times come from a [`Clock`] and message ids from an [`IdGenerator`],
+//! each read in a fixed order; with [`ManualClock`], [`SequentialIds`] and
+//! a [`ScriptedProvider`] a run writes the same bytes every time.
+//!
+//! # Observability
+//!
+//! A `turn` span (`session_id`, `turn`, `first_seq`, `last_seq`, `reason`)
+//! wraps each turn and a `step` span (`turn`, `step`, `first_seq`,
+//! `last_seq`) each step; appends are `trace` events with `seq`. The
+//! library never prints and installs no subscriber.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use palimpsest_core_agent_loop::{AgentLoop, ScriptedProvider, ScriptedResponse, TurnInput};
+//! use palimpsest_core_session::payload::TurnEndReason;
+//! use palimpsest_persistence::{MemoryStore, SessionStore};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::reply("Hello!").usage(12, 3)]));
+//! let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+//! let mut agent = AgentLoop::builder(provider).create(store.clone(), "s1")?;
+//!
+//! let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! let outcome = runtime.block_on(agent.run_turn(TurnInput::text("hi")))?;
+//!
+//! assert_eq!(outcome.reason, TurnEndReason::Completed);
+//! assert_eq!(outcome.usage.output_tokens, 3);
+//! // turn/start, user/message, step/start, 2 chunks, assistant/message, step/end, turn/end
+//! assert_eq!(store.load("s1")?.events.len(), 8);
+//! let history = agent.session().derive_messages();
+//! assert_eq!(history.len(), 2);
+//! // The assistant message cites its two chunks.
+//! assert_eq!(history[1].source_event_seqs, Some(&[3, 4][..]));
+//! # Ok(())
+//! # }
+//! ```
+
+mod agent;
+mod assemble;
+mod clock;
+mod dev;
+mod error;
+mod exec;
+mod inject;
+mod plugin;
+mod provider;
+mod scripted;
+mod state;
+mod tool;
+
+pub use agent::{AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome};
+pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
+pub use dev::DevMode;
+pub use error::LoopError;
+pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
+pub use plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
+pub use provider::{
+    BoxFuture, ChunkStream, FinishReason, ModelRequest, Provider, ProviderError, SharedError, StreamItem,
+    ToolSpec,
+};
+pub use scripted::{ScriptedProvider, ScriptedResponse, SCRIPT_EXHAUSTED};
+pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};
+
+/// The stable codes the loop writes into the log: `tool/result`
+/// `data.error.code`, and the `turn/end` error code for failures that are
+/// not the provider's (those use [`ProviderError::code`]).
+pub mod codes {
+    /// A call to a tool the registry does not have (error name `UnknownTool`).
+    pub const UNKNOWN_TOOL: &str = "UNKNOWN_TOOL";
+    /// The tool panicked (error name `ToolPanicked`).
+    pub const TOOL_PANICKED: &str = "TOOL_PANICKED";
+    /// The turn was cancelled before the call finished (error name `Cancelled`).
+    pub const CANCELLED: &str = "CANCELLED";
+    /// The response hit the output-token limit; the call was not run (error
+    /// name `OutputTruncated`).
+    pub const OUTPUT_TRUNCATED: &str = "OUTPUT_TRUNCATED";
+    /// The response's stream failed; the call was not run (error name
+    /// `StreamFailed`).
+    pub const STREAM_FAILED: &str = "STREAM_FAILED";
+    /// `turn/end` error code: the turn reached [`AgentConfig::max_steps`](crate::AgentConfig::max_steps).
+    pub const STEP_LIMIT: &str = "STEP_LIMIT";
+    /// `turn/end` error code: a plugin hook failed.
+    pub const PLUGIN_FAILED: &str = "PLUGIN_FAILED";
+    /// The `reason` of an `aborted` turn end written on cancellation.
+    pub const ABORT_REASON: &str = "cancelled";
+}
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,54 @@
+//! [`LoopError`]: why a loop operation returned `Err` instead of ending the
+//! turn in the log.
+//!
+//! Failures the log can record (a provider error, a tool error, a failed
+//! plugin, cancellation, a step limit) end the turn with a `turn/end` reason
+//! and `run_turn` returns `Ok`. A `LoopError` means the log itself could not
+//! be written as intended: the store failed, or an append was refused (a
+//! bug, or an invariant caught in dev mode). The turn may then be left open
+//! in the store; the next turn (or the next open) appends the repair
+//! closers first.
+
+use palimpsest_persistence::DurableError;
+
+/// A loop operation failed to write the log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoopError {
+    /// The session refused an append or the store failed.
+    #[error("session {session_id:?}: {source}")]
+    Session {
+        /// The session.
+        session_id: String,
+        /// What failed (boxed: it is large, and errors are the cold path).
+        #[source]
+        source: Box<DurableError>,
+    },
+    /// `plugin-append-forbidden`: a plugin tried an append reserved to the
+    /// loop (an appended `assistant/message` or `tool/result`).
+    #[error("plugin-append-forbidden: plugin {plugin:?} may not append {what}")]
+    PluginAppendForbidden {
+        /// The plugin's name.
+        plugin: String,
+        /// What it tried.
+        what: String,
+    },
+}
+
+impl LoopError {
+    /// The stable code: the contract code of a refused append (e.g.
+    /// `replace-start-missing`, or an invariant code in dev mode), the
+    /// store's code (e.g. `io`), or `plugin-append-forbidden`.
+    pub fn code(&self) -> &str {
+        match self {
+            LoopError::Session { source, .. } => source.code(),
+            LoopError::PluginAppendForbidden { .. } => "plugin-append-forbidden",
+        }
+    }
+
+    /// True when the store failed (as opposed to an append being refused):
+    /// nothing more can be written until the store is reopened.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(self, LoopError::Session { source, .. } if matches!(**source, DurableError::Store(_)))
+    }
+}

@@ -1,0 +1,319 @@
+//! The model side of the loop: the [`Provider`] trait, the [`ModelRequest`]
+//! it receives and the stream of [`StreamItem`]s it answers with.
+//!
+//! A provider streams the contract's `StreamChunk`s (text, reasoning and
+//! tool-call deltas, usage) and, optionally, a [`FinishReason`]. The loop
+//! logs every chunk as an `assistant/chunk` event before it looks at the
+//! next one, so whatever the user saw streamed is in the log, whatever
+//! happens later.
+//!
+//! The trait is object-safe: its async method returns a boxed future, and
+//! the stream is a boxed [`futures_core::Stream`].
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_core::Stream;
+use palimpsest_core_session::payload::{Block, Message, Role, StreamChunk};
+
+/// A boxed, sendable future: the return type of the object-safe async
+/// methods of this crate's traits.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The stream a [`Provider`] answers with. It ends when the response is
+/// complete; an `Err` item ends it early (the loop reads nothing after it).
+pub type ChunkStream<'a> = Pin<Box<dyn Stream<Item = Result<StreamItem, ProviderError>> + Send + 'a>>;
+
+/// A shareable error, for the `source` of a [`ProviderError`].
+pub type SharedError = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// One item of a [`ChunkStream`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamItem {
+    /// A streamed piece of the response. Logged as an `assistant/chunk`.
+    Chunk(StreamChunk),
+    /// Why the model stopped. Not logged as a chunk (the contract has no
+    /// finish chunk); the loop uses it to end the turn with `max-tokens`. A
+    /// stream may send it before its last chunks (usage often comes after
+    /// it); the last one sent wins.
+    Finish(FinishReason),
+}
+
+/// Why the model stopped generating.
+///
+/// A stream that ends without a [`StreamItem::Finish`] is read as a natural
+/// stop. Whether the loop runs tools does not depend on this value but on
+/// the response itself: every `tool-call` block gets a `tool/call` and a
+/// `tool/result`, so the history stays provider-valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// The model finished its answer.
+    Stop,
+    /// The model stopped to have tools called.
+    ToolCalls,
+    /// The output-token limit cut the response: the loop executes none of
+    /// its tool calls (their arguments may be cut too) and ends the turn
+    /// with `max-tokens`.
+    MaxTokens,
+}
+
+/// A tool as the model sees it in a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the tool's arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// What the loop asks the model: the system prompt, the derived history and
+/// the tools it may call.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ModelRequest {
+    /// The system prompt.
+    pub system: Option<String>,
+    /// The derived history (contract section 3), in surface order.
+    pub messages: Vec<Message>,
+    /// The tools the model may call, in registration order.
+    pub tools: Vec<ToolSpec>,
+    /// The output-token limit to ask for, if any.
+    pub max_output_tokens: Option<u64>,
+}
+
+impl ModelRequest {
+    /// A request with these messages and nothing else.
+    pub fn new(messages: Vec<Message>) -> ModelRequest {
+        ModelRequest { system: None, messages, tools: Vec::new(), max_output_tokens: None }
+    }
+
+    /// Sets the system prompt.
+    pub fn with_system(mut self, system: impl Into<String>) -> ModelRequest {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Sets the tools.
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> ModelRequest {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the output-token limit.
+    pub fn with_max_output_tokens(mut self, limit: u64) -> ModelRequest {
+        self.max_output_tokens = Some(limit);
+        self
+    }
+
+    /// The ids of tool calls that providers would reject this request for:
+    /// a `tool-call` block of an assistant message not answered by a
+    /// `tool-result` block before the next assistant message, or a
+    /// `tool-result` block that answers no earlier call. Empty for a
+    /// provider-valid history.
+    pub fn unpaired_tool_calls(&self) -> Vec<String> {
+        let mut unpaired = Vec::new();
+        let mut open: Vec<String> = Vec::new();
+        for message in &self.messages {
+            if message.role == Role::Assistant {
+                unpaired.append(&mut open);
+            }
+            for block in &message.content {
+                match block {
+                    Block::ToolCall { id, .. } if message.role == Role::Assistant => open.push(id.clone()),
+                    Block::ToolResult { tool_call_id, .. } => {
+                        match open.iter().position(|c| c == tool_call_id) {
+                            Some(i) => {
+                                open.remove(i);
+                            }
+                            None => unpaired.push(tool_call_id.clone()),
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        unpaired.append(&mut open);
+        unpaired
+    }
+}
+
+/// A language model that streams responses.
+///
+/// Implement it for your provider's API; the loop holds an
+/// `Arc<dyn Provider>`. [`ScriptedProvider`](crate::ScriptedProvider) is a
+/// deterministic implementation for tests, examples and demos.
+///
+/// ```
+/// use palimpsest_core_agent_loop::{BoxFuture, ChunkStream, ModelRequest, Provider, ProviderError};
+///
+/// #[derive(Debug)]
+/// struct Offline;
+///
+/// impl Provider for Offline {
+///     fn name(&self) -> &str { "offline" }
+///     fn model(&self) -> &str { "none" }
+///     fn stream(&self, _request: ModelRequest) -> BoxFuture<'_, Result<ChunkStream<'_>, ProviderError>> {
+///         Box::pin(async { Err(ProviderError::unavailable("no network")) })
+///     }
+/// }
+/// let provider: std::sync::Arc<dyn Provider> = std::sync::Arc::new(Offline);
+/// assert_eq!(provider.name(), "offline");
+/// ```
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// The provider's name, written into each assistant message's source.
+    fn name(&self) -> &str;
+
+    /// The model's name, written into each assistant message's source.
+    fn model(&self) -> &str;
+
+    /// Starts a response. An `Err` here means nothing was streamed.
+    fn stream(&self, request: ModelRequest) -> BoxFuture<'_, Result<ChunkStream<'_>, ProviderError>>;
+}
+
+/// A provider failed. The turn ends with `{"kind":"error"}` carrying
+/// [`ProviderError::code`] and the `Display` text.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// `PROVIDER_UNAVAILABLE`: the provider could not be reached or failed on
+    /// its side (network, 5xx, overload).
+    #[error("provider unavailable: {message}")]
+    Unavailable {
+        /// What happened.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<SharedError>,
+    },
+    /// `PROVIDER_RATE_LIMITED`: too many requests.
+    #[error("provider rate limit: {message}")]
+    RateLimited {
+        /// What happened.
+        message: String,
+        /// How long the provider asked to wait, in milliseconds.
+        retry_after_ms: Option<u64>,
+    },
+    /// `PROVIDER_REFUSED`: the provider rejected the request (bad request,
+    /// context too long, authentication).
+    #[error("provider refused the request: {message}")]
+    Refused {
+        /// What happened.
+        message: String,
+    },
+    /// `PROVIDER_STREAM`: the stream broke or sent something unreadable.
+    #[error("provider stream failed: {message}")]
+    Stream {
+        /// What happened.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<SharedError>,
+    },
+    /// Any other failure, with the provider's own stable code.
+    #[error("{code}: {message}")]
+    Other {
+        /// A stable code (`SCREAMING_SNAKE_CASE` by convention).
+        code: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl ProviderError {
+    /// An [`Unavailable`](ProviderError::Unavailable) error without a source.
+    pub fn unavailable(message: impl Into<String>) -> ProviderError {
+        ProviderError::Unavailable { message: message.into(), source: None }
+    }
+
+    /// A [`Stream`](ProviderError::Stream) error without a source.
+    pub fn stream(message: impl Into<String>) -> ProviderError {
+        ProviderError::Stream { message: message.into(), source: None }
+    }
+
+    /// A [`Refused`](ProviderError::Refused) error.
+    pub fn refused(message: impl Into<String>) -> ProviderError {
+        ProviderError::Refused { message: message.into() }
+    }
+
+    /// An [`Other`](ProviderError::Other) error.
+    pub fn other(code: impl Into<String>, message: impl Into<String>) -> ProviderError {
+        ProviderError::Other { code: code.into(), message: message.into() }
+    }
+
+    /// The stable code written into the `turn/end` error.
+    pub fn code(&self) -> &str {
+        match self {
+            ProviderError::Unavailable { .. } => "PROVIDER_UNAVAILABLE",
+            ProviderError::RateLimited { .. } => "PROVIDER_RATE_LIMITED",
+            ProviderError::Refused { .. } => "PROVIDER_REFUSED",
+            ProviderError::Stream { .. } => "PROVIDER_STREAM",
+            ProviderError::Other { code, .. } => code,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palimpsest_core_session::payload::Source;
+
+    fn msg(role: Role, content: Vec<Block>) -> Message {
+        Message { id: "m".into(), role, content, source: Source::User }
+    }
+
+    fn call(id: &str) -> Block {
+        Block::ToolCall { id: id.into(), name: "t".into(), arguments: "{}".into() }
+    }
+
+    fn result(id: &str) -> Block {
+        Block::ToolResult { tool_call_id: id.into(), is_error: false, content: vec![] }
+    }
+
+    #[test]
+    fn unpaired_tool_calls_finds_missing_and_stray_results() {
+        let ok = ModelRequest::new(vec![
+            msg(Role::User, vec![Block::text("hi")]),
+            msg(Role::Assistant, vec![call("a"), call("b")]),
+            msg(Role::User, vec![result("b")]),
+            msg(Role::User, vec![result("a")]),
+            msg(Role::Assistant, vec![Block::text("done")]),
+        ]);
+        assert!(ok.unpaired_tool_calls().is_empty());
+
+        let missing = ModelRequest::new(vec![
+            msg(Role::Assistant, vec![call("a")]),
+            msg(Role::Assistant, vec![Block::text("next")]),
+        ]);
+        assert_eq!(missing.unpaired_tool_calls(), ["a"]);
+
+        let trailing = ModelRequest::new(vec![msg(Role::Assistant, vec![call("z")])]);
+        assert_eq!(trailing.unpaired_tool_calls(), ["z"]);
+
+        let stray = ModelRequest::new(vec![msg(Role::User, vec![result("x")])]);
+        assert_eq!(stray.unpaired_tool_calls(), ["x"]);
+    }
+
+    #[test]
+    fn provider_error_codes_are_stable() {
+        assert_eq!(ProviderError::unavailable("x").code(), "PROVIDER_UNAVAILABLE");
+        assert_eq!(ProviderError::stream("x").code(), "PROVIDER_STREAM");
+        assert_eq!(ProviderError::refused("x").code(), "PROVIDER_REFUSED");
+        assert_eq!(
+            ProviderError::RateLimited { message: "x".into(), retry_after_ms: Some(5) }.code(),
+            "PROVIDER_RATE_LIMITED"
+        );
+        assert_eq!(ProviderError::other("MY_CODE", "x").code(), "MY_CODE");
+        let with_source = ProviderError::Unavailable {
+            message: "connect".into(),
+            source: Some(Arc::new(std::io::Error::other("refused"))),
+        };
+        let source = std::error::Error::source(&with_source).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("refused"));
+    }
+}

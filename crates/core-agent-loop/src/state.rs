@@ -1,0 +1,115 @@
+//! The loop's shared state ([`LoopCore`]) and the [`Batch`] builder that
+//! turns payloads into events with contiguous seqs and clock times.
+//!
+//! Both the loop and the plugin context append through [`LoopCore::commit`],
+//! so every append takes the same path: the session's rules (and the
+//! invariants guard in dev mode) → the store → memory.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use palimpsest_core_session::payload::{LogPayload, SurfacePayload};
+use palimpsest_core_session::{AppendError, Event, SurfaceIntent};
+use palimpsest_persistence::{DurableError, DurableSession};
+
+use crate::agent::AgentConfig;
+use crate::clock::{Clock, IdGenerator};
+use crate::error::LoopError;
+use crate::provider::{ModelRequest, Provider};
+use crate::tool::ToolRegistry;
+
+/// Everything a step needs except the plugins (which are borrowed apart
+/// from it while a hook runs).
+#[derive(Debug)]
+pub(crate) struct LoopCore {
+    pub(crate) session: DurableSession,
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) config: AgentConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdGenerator>,
+}
+
+impl LoopCore {
+    pub(crate) fn session_id(&self) -> &str {
+        self.session.session().id()
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.session.session().next_seq()
+    }
+
+    pub(crate) fn error(&self, source: impl Into<DurableError>) -> LoopError {
+        LoopError::Session { session_id: self.session_id().to_owned(), source: Box::new(source.into()) }
+    }
+
+    /// Appends `events` as one atomic batch.
+    pub(crate) fn commit(&mut self, events: Vec<Event>) -> Result<Range<u64>, LoopError> {
+        if events.is_empty() {
+            let next = self.next_seq();
+            return Ok(next..next);
+        }
+        match self.session.append_batch(events) {
+            Ok(range) => Ok(range),
+            Err(e) => {
+                tracing::warn!(session_id = %self.session_id(), code = e.code(), error = %e, "append failed");
+                Err(self.error(e))
+            }
+        }
+    }
+
+    /// The request the model would get now: system prompt, derived history, tools.
+    pub(crate) fn request(&self) -> ModelRequest {
+        ModelRequest {
+            system: self.config.system_prompt.clone(),
+            messages: self.session.session().derive_messages().into_iter().map(|d| d.message).collect(),
+            tools: self.tools.specs(),
+            max_output_tokens: self.config.max_output_tokens,
+        }
+    }
+}
+
+/// Events to append together, built with the seqs they will get.
+///
+/// Build a batch only when nothing else will be appended before it is
+/// committed: its seqs continue the log as it is when it was created.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    next: u64,
+    events: Vec<Event>,
+}
+
+impl Batch {
+    pub(crate) fn new(core: &LoopCore) -> Batch {
+        Batch { next: core.next_seq(), events: Vec::new() }
+    }
+
+    fn push(&mut self, core: &LoopCore, event: Result<Event, AppendError>) -> Result<u64, LoopError> {
+        let event = event.map_err(|e| core.error(e))?;
+        let seq = event.seq();
+        self.events.push(event);
+        self.next += 1;
+        Ok(seq)
+    }
+
+    /// Adds a log-only event; returns the seq it will have.
+    pub(crate) fn log(&mut self, core: &LoopCore, payload: impl Into<LogPayload>) -> Result<u64, LoopError> {
+        let event = Event::log(self.next, core.clock.now_ms(), payload);
+        self.push(core, event)
+    }
+
+    /// Adds a surface event; returns the seq it will have.
+    pub(crate) fn surface(
+        &mut self,
+        core: &LoopCore,
+        payload: impl Into<SurfacePayload>,
+        intent: SurfaceIntent,
+    ) -> Result<u64, LoopError> {
+        let event = Event::surface(self.next, core.clock.now_ms(), payload, intent);
+        self.push(core, event)
+    }
+
+    pub(crate) fn into_events(self) -> Vec<Event> {
+        self.events
+    }
+}
