@@ -1,0 +1,325 @@
+//! Every failure ends in a valid log: tool failures, provider errors,
+//! cancellation, the output-token limit, the step limit, a failing store.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use palimpsest_core_agent_loop::{
+    codes, AgentConfig, DevMode, FinishReason, FnTool, ProviderError, ScriptedProvider, ScriptedResponse,
+    ToolContext, ToolError, TurnInput,
+};
+use palimpsest_core_session::payload::{Block, ErrorInfo, ToolResult, TurnEndReason};
+use palimpsest_core_session::{Event, EventType, Session, SessionHeader};
+use palimpsest_persistence::{MemoryStore, SessionStore, StoreError, StoredSession};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::*;
+
+fn results(session: &Session) -> Vec<(String, bool, Option<String>)> {
+    session
+        .events()
+        .iter()
+        .filter_map(|e| e.data_as::<ToolResult>().ok().filter(|_| *e.event_type() == EventType::ToolResult))
+        .map(|r| {
+            let is_error = matches!(&r.message.content[..], [Block::ToolResult { is_error: true, .. }]);
+            (r.call_id().to_owned(), is_error, r.error.map(|e| e.code))
+        })
+        .collect()
+}
+
+fn error_reason(code: &str, message: &str) -> TurnEndReason {
+    TurnEndReason::Error { error: ErrorInfo { message: message.into(), code: code.into() } }
+}
+
+#[tokio::test]
+async fn tool_failures_are_results_and_the_turn_goes_on() {
+    check("tool_failures", async |backend: &Backend| {
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::new()
+                .tool_call(0, "call-1", "nope", &["{}"])
+                .tool_call(1, "call-2", "fail", &["{}"])
+                .tool_call(2, "call-3", "read", &["{not json"])
+                .tool_call(3, "call-4", "explode", &["{}"])
+                .tool_call(4, "call-5", "read", &["{\"path\": \"ok.txt\"}"]),
+            ScriptedResponse::reply("Four of five failed."),
+        ]));
+        let mut agent = builder(&provider).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("Try everything.")).await.expect("turn");
+        assert_eq!((outcome.reason, outcome.steps), (TurnEndReason::Completed, 2));
+        let expected = [
+            ("call-1", true, Some(codes::UNKNOWN_TOOL)),
+            ("call-2", true, Some("DISK_FULL")),
+            ("call-3", true, Some("INVALID_ARGUMENTS")),
+            ("call-4", true, Some(codes::TOOL_PANICKED)),
+            ("call-5", false, None),
+        ]
+        .map(|(id, err, code)| (id.to_owned(), err, code.map(str::to_owned)));
+        assert_eq!(results(agent.session()), expected);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn provider_error_before_the_stream() {
+    check("provider_error_before_stream", async |backend: &Backend| {
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::refuse(ProviderError::unavailable("connection refused")),
+            ScriptedResponse::reply("Back online."),
+        ]));
+        let mut agent = builder(&provider).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("hello?")).await.expect("turn");
+        assert_eq!(
+            outcome.reason,
+            error_reason("PROVIDER_UNAVAILABLE", "provider unavailable: connection refused")
+        );
+        assert_eq!(outcome.message, None);
+        // No assistant/message: nothing was streamed.
+        assert!(!types(agent.session()).contains(&"assistant/message".to_owned()));
+        // The session goes on.
+        let next = agent.run_turn(TurnInput::text("and now?")).await.expect("turn 2");
+        assert_eq!(next.reason, TurnEndReason::Completed);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn provider_error_mid_stream_keeps_the_prefix() {
+    check("provider_error_mid_stream", async |backend: &Backend| {
+        let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::new()
+            .text(0, "I will read ")
+            .text(0, "the file")
+            .tool_call(1, "call-1", "read", &["{\"path\":", " \"a.t"])
+            .error(ProviderError::stream("connection reset"))]));
+        let mut agent = builder(&provider).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("read a.txt")).await.expect("turn");
+        assert_eq!(
+            outcome.reason,
+            error_reason("PROVIDER_STREAM", "provider stream failed: connection reset")
+        );
+        // The prefix became an interrupted message citing the four chunks;
+        // its half-streamed call was answered, not run.
+        let message = outcome.message.expect("the prefix message");
+        assert_eq!(message.content[0], Block::text("I will read the file"));
+        assert_eq!(
+            results(agent.session()),
+            [("call-1".to_owned(), true, Some(codes::STREAM_FAILED.to_owned()))]
+        );
+        assert!(agent.request_preview().unpaired_tool_calls().is_empty());
+    })
+    .await;
+}
+
+/// Cancels `token` when the `n`th `assistant/chunk` is committed.
+fn cancel_at_chunk(token: CancellationToken, n: usize) -> impl palimpsest_core_agent_loop::Plugin {
+    let mut seen = 0;
+    Watch(move |e: &Event, _s: &Session| {
+        if *e.event_type() == EventType::AssistantChunk {
+            seen += 1;
+            if seen == n {
+                token.cancel();
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn cancel_mid_stream() {
+    check("cancel_mid_stream", async |backend: &Backend| {
+        let token = CancellationToken::new();
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::new()
+                .text(0, "Let me ")
+                .text(0, "check")
+                .tool_call(1, "call-1", "read", &["{\"pa", "th\": \"x\"}"])
+                .text(2, " never delivered")
+                .usage(10, 10),
+            ScriptedResponse::reply("Fine, stopping."),
+        ]));
+        let mut agent = builder(&provider)
+            .plugin(cancel_at_chunk(token.clone(), 3))
+            .create(backend.store(), SID)
+            .expect("create");
+        let outcome = agent.run_turn(TurnInput::text("check x").with_cancel(token)).await.expect("turn");
+        assert_eq!(outcome.reason, TurnEndReason::Aborted { reason: "cancelled".into() });
+        let message = outcome.message.expect("the delivered prefix");
+        assert_eq!(
+            message.content,
+            [
+                Block::text("Let me check"),
+                Block::ToolCall { id: "call-1".into(), name: "read".into(), arguments: "{\"pa".into() }
+            ]
+        );
+        assert_eq!(
+            results(agent.session()),
+            [("call-1".to_owned(), true, Some(codes::CANCELLED.to_owned()))]
+        );
+        // The next turn's request is provider-valid.
+        let next = agent.run_turn(TurnInput::text("never mind")).await.expect("turn 2");
+        assert_eq!(next.reason, TurnEndReason::Completed);
+        assert!(provider.last_request().expect("request").unpaired_tool_calls().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cancel_while_tools_run() {
+    check("cancel_during_tools", async |backend: &Backend| {
+        let token = CancellationToken::new();
+        let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::new()
+            .tool_call(0, "call-1", "read", &["{\"path\": \"a.txt\"}"])
+            .tool_call(1, "call-2", "wait", &["{}"])
+            .tool_call(2, "call-3", "stop", &["{}"])
+            .tool_call(3, "call-4", "fail", &["{}"])]));
+        let wait =
+            FnTool::new("wait", "Waits forever.", serde_json::json!({}), |_a: String, _c: ToolContext| {
+                std::future::pending::<Result<Vec<Block>, ToolError>>()
+            })
+            .with_concurrent(true);
+        let stop = {
+            let token = token.clone();
+            FnTool::new(
+                "stop",
+                "Cancels the turn.",
+                serde_json::json!({}),
+                move |_a: String, _c: ToolContext| {
+                    let token = token.clone();
+                    async move {
+                        token.cancel();
+                        Ok::<_, ToolError>(vec![Block::text("cancelled the turn")])
+                    }
+                },
+            )
+            .with_concurrent(true)
+        };
+        let mut agent =
+            builder(&provider).tool(wait).tool(stop).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("go").with_cancel(token)).await.expect("turn");
+        assert_eq!(outcome.reason, TurnEndReason::Aborted { reason: "cancelled".into() });
+        // `read`, `wait` and `stop` ran together. `read` and `stop` finished
+        // and keep their results; `wait` was still running and `fail` (not
+        // concurrent) had not started: both are answered as cancelled. All in
+        // request order.
+        let cancelled = Some(codes::CANCELLED.to_owned());
+        assert_eq!(
+            results(agent.session()),
+            [
+                ("call-1".to_owned(), false, None),
+                ("call-2".to_owned(), true, cancelled.clone()),
+                ("call-3".to_owned(), false, None),
+                ("call-4".to_owned(), true, cancelled),
+            ]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn max_tokens() {
+    check("max_tokens", async |backend: &Backend| {
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::new().text(0, "The answer is").usage(10, 4).finish(FinishReason::MaxTokens),
+            ScriptedResponse::new()
+                .text(0, "Reading")
+                .tool_call(1, "call-1", "read", &["{\"path\": \"big"])
+                .usage(20, 4)
+                .finish(FinishReason::MaxTokens),
+        ]));
+        let config = AgentConfig::default().with_max_output_tokens(4).with_dev_mode(DevMode::On);
+        let mut agent = builder(&provider).config(config).create(backend.store(), SID).expect("create");
+        let first = agent.run_turn(TurnInput::text("What is it?")).await.expect("turn 1");
+        assert_eq!(first.reason, TurnEndReason::MaxTokens);
+        assert_eq!(provider.last_request().and_then(|r| r.max_output_tokens), Some(4));
+        let second = agent.run_turn(TurnInput::text("Read big.txt")).await.expect("turn 2");
+        assert_eq!(second.reason, TurnEndReason::MaxTokens);
+        // The truncated call was recorded and answered, never run.
+        assert_eq!(
+            results(agent.session()),
+            [("call-1".to_owned(), true, Some(codes::OUTPUT_TRUNCATED.to_owned()))]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn step_limit() {
+    check("step_limit", async |backend: &Backend| {
+        let again = |n: u32| {
+            ScriptedResponse::new().tool_call(0, &format!("call-{n}"), "add", &["{\"a\": 1, \"b\": 1}"])
+        };
+        let provider = Arc::new(ScriptedProvider::new([again(1), again(2), again(3)]));
+        let config = AgentConfig::default().with_max_steps(2).with_dev_mode(DevMode::On);
+        let mut agent = builder(&provider).config(config).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("loop forever")).await.expect("turn");
+        assert_eq!(outcome.reason, error_reason(codes::STEP_LIMIT, "the turn reached its limit of 2 steps"));
+        assert_eq!(outcome.steps, 2);
+        assert_eq!(provider.remaining(), 1);
+        assert!(agent.request_preview().unpaired_tool_calls().is_empty());
+    })
+    .await;
+}
+
+/// A store whose appends start failing after `ok` successful ones.
+#[derive(Debug)]
+struct FailingStore {
+    inner: MemoryStore,
+    ok: AtomicUsize,
+}
+
+impl SessionStore for FailingStore {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        self.inner.create(header)
+    }
+
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        if self.ok.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err() {
+            return Err(StoreError::io("append", std::io::Error::other("disk on fire")));
+        }
+        self.inner.append(session_id, events)
+    }
+
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        self.inner.load(session_id)
+    }
+
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        self.inner.list()
+    }
+
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        self.inner.delete(session_id)
+    }
+
+    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        self.inner.sync(session_id)
+    }
+}
+
+#[tokio::test]
+async fn a_failing_store_returns_err_and_the_turn_is_repaired_later() {
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedResponse::new().tool_call(0, "call-1", "read", &["{\"path\": \"a\"}"]),
+        ScriptedResponse::reply("never seen"),
+        ScriptedResponse::reply("Recovered."),
+    ]));
+    // Appends: turn/start+user, step/start, the chunk, message+call; then the result fails.
+    let store = Arc::new(FailingStore { inner: MemoryStore::default(), ok: AtomicUsize::new(4) });
+    let dyn_store: Arc<dyn SessionStore> = store.clone();
+    let mut agent = builder(&provider).create(dyn_store.clone(), SID).expect("create");
+    let err = agent.run_turn(TurnInput::text("read a")).await.expect_err("the store fails");
+    assert_eq!(err.code(), "io");
+    assert!(err.is_store_failure());
+    drop(agent);
+
+    // Memory never got ahead of the store: reopen and repair.
+    store.ok.store(usize::MAX, Ordering::SeqCst);
+    let (mut agent, report) = resumed_builder(&provider, T0 + 1_000, "r").open(dyn_store, SID).expect("open");
+    let repaired = report.repaired.expect("the open turn was repaired");
+    assert_eq!(repaired, 6..9);
+    let closers = &agent.session().events()[6..];
+    let result = closers[0].data_as::<ToolResult>().expect("a tool/result closer");
+    assert_eq!(result.error.map(|e| e.code).as_deref(), Some("TOOL_OUTCOME_UNKNOWN"));
+    assert_eq!(types(agent.session())[7..9], ["step/end", "turn/end"]);
+    let outcome = agent.run_turn(TurnInput::text("again")).await.expect("turn 2");
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+    assert!(provider.last_request().expect("request").unpaired_tool_calls().is_empty());
+}

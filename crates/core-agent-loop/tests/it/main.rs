@@ -1,0 +1,10 @@
+//! Integration tests of the agent loop, as one binary: every scenario runs
+//! against every store through `Arc<dyn SessionStore>` and is snapshotted
+//! (full log and derived history) once, the same bytes for every store.
+
+mod common;
+mod concurrency;
+mod failures;
+mod plugins;
+mod resume;
+mod scenarios;
