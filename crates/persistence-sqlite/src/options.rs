@@ -50,9 +50,11 @@ impl Synchronous {
 pub struct SqliteOptions {
     /// When commits are fsynced. Default [`Synchronous::Normal`].
     pub synchronous: Synchronous,
-    /// How long a write waits for another connection (usually another
-    /// process) that holds the write lock before it fails with `locked`.
-    /// Default 5 seconds.
+    /// How long an operation waits for a lock another connection (usually
+    /// another process) holds before it fails with `locked`: an append,
+    /// create or delete waiting for the write lock, a `sync` waiting for its
+    /// checkpoint, an open waiting to initialise a new file. Reads never
+    /// wait for writers. Default 5 seconds.
     pub busy_timeout: Duration,
 }
 
