@@ -11,6 +11,7 @@
 mod measure;
 mod report;
 mod sections;
+mod stores;
 mod workload;
 
 use std::process::ExitCode;
@@ -27,13 +28,24 @@ pub(crate) struct Workload {
     pub(crate) events: Vec<palimpsest_core_session::Event>,
     /// The canonical JSONL file.
     pub(crate) bytes: Vec<u8>,
+    /// Index one past each turn's last event: the per-turn batches.
+    pub(crate) turn_ends: Vec<usize>,
 }
 
 impl Workload {
     fn new(n: usize) -> Workload {
         let (header, events) = workload::generate(n, 42);
         let bytes = palimpsest_core_session::jsonl::to_bytes(&header, &events);
-        Workload { n, header, events, bytes }
+        let mut turn_ends: Vec<usize> = events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.event_type().as_str() == "turn/end")
+            .map(|(i, _)| i + 1)
+            .collect();
+        if turn_ends.last() != Some(&n) {
+            turn_ends.push(n);
+        }
+        Workload { n, header, events, bytes, turn_ends }
     }
 
     /// Runs per measurement: fewer for larger workloads.

@@ -1,6 +1,5 @@
 //! The measured sections. Each takes a workload and returns its rows.
 
-use std::io::Write as _;
 use std::time::Duration;
 
 use palimpsest_core_session::jsonl::JsonlLog;
@@ -14,18 +13,22 @@ use crate::Workload;
 type Section = fn(&Workload) -> Result<Vec<Row>, String>;
 
 /// Every section, in report order.
-pub(crate) const ALL: &[(&str, Section)] =
-    &[("memory", in_memory), ("jsonl", jsonl), ("rss", resident_memory)];
+pub(crate) const ALL: &[(&str, Section)] = &[
+    ("memory", in_memory),
+    ("jsonl", crate::stores::jsonl),
+    ("sqlite", crate::stores::sqlite),
+    ("rss", resident_memory),
+];
 
-fn per_sec(n: usize, d: Duration) -> f64 {
+pub(crate) fn per_sec(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64().max(1e-9)
 }
 
-fn row(section: &'static str, name: &str, w: &Workload, value: f64, unit: &'static str) -> Row {
+pub(crate) fn row(section: &'static str, name: &str, w: &Workload, value: f64, unit: &'static str) -> Row {
     Row { section, name: name.into(), n: w.n, value, unit, baseline: None, higher_is_better: unit == "ev/s" }
 }
 
-fn with_baseline(mut r: Row, name: &str, value: f64) -> Row {
+pub(crate) fn with_baseline(mut r: Row, name: &str, value: f64) -> Row {
     r.baseline = Some((name.into(), value));
     r
 }
@@ -89,53 +92,6 @@ fn in_memory(w: &Workload) -> Result<Vec<Row>, String> {
         row("memory", "SurfaceManager::sync, nothing new", w, idle_sync, "ns"),
         row("memory", "derive_messages, first call", w, derive.as_secs_f64() * 1e3, "ms"),
         row("memory", "derive_messages, repeated", w, derive_again.as_secs_f64() * 1e3, "ms"),
-    ])
-}
-
-fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
-    let runs = w.runs();
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let path = dir.path().join("bench.jsonl");
-    std::fs::write(&path, &w.bytes).map_err(|e| e.to_string())?;
-    // Baseline: the same bytes, read and parsed line by line into Values.
-    let value_parse = median(
-        runs,
-        || (),
-        |()| {
-            let bytes = std::fs::read(&path).unwrap_or_default();
-            bytes
-                .split(|&b| b == b'\n')
-                .filter(|l| !l.is_empty())
-                .filter(|l| serde_json::from_slice::<serde_json::Value>(l).is_ok())
-                .count()
-        },
-    );
-    let load = median(
-        runs,
-        || (),
-        |()| {
-            let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-            JsonlLog::parse(&bytes).and_then(JsonlLog::into_session).map_err(|e| e.to_string())
-        },
-    );
-    // Baseline: the same bytes written and synced.
-    let raw_write = median(
-        runs,
-        || (),
-        |()| {
-            let target = dir.path().join("raw.jsonl");
-            let mut f = std::fs::File::create(&target).map_err(|e| e.to_string())?;
-            f.write_all(&w.bytes).and_then(|()| f.sync_all()).map_err(|e| e.to_string())
-        },
-    );
-    let mb = w.bytes.len() as f64 / 1e6;
-    Ok(vec![
-        with_baseline(
-            row("jsonl", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
-            "serde_json::Value per line",
-            per_sec(w.n, value_parse),
-        ),
-        row("jsonl", "raw write + sync of the same bytes", w, mb / raw_write.as_secs_f64(), "MB/s"),
     ])
 }
 

@@ -1,0 +1,229 @@
+//! The store sections: JSONL and SQLite writes and loads, each beside a
+//! baseline doing the same I/O on the same bytes or rows with no validation.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use palimpsest_core_session::Session;
+use palimpsest_persistence::SessionStore;
+use palimpsest_persistence_jsonl::JsonlStore;
+use palimpsest_persistence_sqlite::SqliteStore;
+
+use crate::measure::median;
+use crate::report::Row;
+use crate::sections::{per_sec, row, with_baseline};
+use crate::Workload;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The workload's events cut into per-turn batches.
+fn turns(w: &Workload) -> Vec<&[palimpsest_core_session::Event]> {
+    let mut start = 0;
+    w.turn_ends
+        .iter()
+        .map(|&end| {
+            let batch = &w.events[start..end];
+            start = end;
+            batch
+        })
+        .collect()
+}
+
+/// Writes the workload through a store: one batch, or one batch and one
+/// sync per turn.
+fn write_through(store: &dyn SessionStore, w: &Workload, per_turn: bool) -> Result<(), String> {
+    store.create(&w.header).map_err(err)?;
+    if per_turn {
+        for batch in turns(w) {
+            store.append(&w.header.id, batch).map_err(err)?;
+            store.sync(&w.header.id).map_err(err)?;
+        }
+    } else {
+        store.append(&w.header.id, &w.events).map_err(err)?;
+        store.sync(&w.header.id).map_err(err)?;
+    }
+    Ok(())
+}
+
+fn load_validate(store: &dyn SessionStore, id: &str) -> Result<Session, String> {
+    let stored = store.load(id).map_err(err)?;
+    Session::from_log(stored.header, stored.events).map_err(err)
+}
+
+pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
+    let runs = w.runs();
+    let tmp = tempfile::tempdir().map_err(err)?;
+    let mut k = 0;
+    let mut fresh_dir = || {
+        k += 1;
+        tmp.path().join(format!("run{k}"))
+    };
+    let write = |per_turn: bool, dir: &Path| -> Result<(), String> {
+        let store = JsonlStore::open(dir).map_err(err)?;
+        write_through(&store, w, per_turn)
+    };
+    let one_batch = median(runs, &mut fresh_dir, |dir| write(false, &dir));
+    let per_turn_runs = if w.n > 200_000 { 1 } else { runs.min(3) };
+    let per_turn = median(per_turn_runs, &mut fresh_dir, |dir| write(true, &dir));
+    // Baselines: the same bytes, written and synced, in one go or per turn.
+    let header_len = palimpsest_core_session::jsonl::header_line(&w.header).len();
+    let raw = |per_turn: bool, dir: &Path| -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(err)?;
+        let mut f = std::fs::File::create(dir.join("raw.jsonl")).map_err(err)?;
+        if per_turn {
+            f.write_all(&w.bytes[..header_len]).map_err(err)?;
+            let mut at = header_len;
+            for batch in turns(w) {
+                let len: usize = batch.iter().map(|e| e.to_json().len() + 1).sum();
+                f.write_all(&w.bytes[at..at + len]).and_then(|()| f.sync_data()).map_err(err)?;
+                at += len;
+            }
+            Ok(())
+        } else {
+            f.write_all(&w.bytes).and_then(|()| f.sync_all()).map_err(err)
+        }
+    };
+    let raw_one = median(runs, &mut fresh_dir, |dir| raw(false, &dir));
+    let raw_turns = median(per_turn_runs, &mut fresh_dir, |dir| raw(true, &dir));
+    // Load: the store's own read, decode and a full Session seed, against
+    // reading the same file and parsing each line into a serde_json::Value.
+    let dir = fresh_dir();
+    write(false, &dir)?;
+    let load =
+        median(runs, || JsonlStore::open(&dir).map_err(err), |store| load_validate(&store?, &w.header.id));
+    let file = JsonlStore::open(&dir).map_err(err)?.path_of(&w.header.id).map_err(err)?;
+    let values = median(
+        runs,
+        || (),
+        |()| {
+            let bytes = std::fs::read(&file).unwrap_or_default();
+            bytes
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+                .count()
+        },
+    );
+    Ok(vec![
+        with_baseline(
+            row("jsonl", "write, one batch + sync", w, per_sec(w.n, one_batch), "ev/s"),
+            "same bytes: write + fsync",
+            per_sec(w.n, raw_one),
+        ),
+        with_baseline(
+            row("jsonl", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
+            "same bytes: write + fdatasync per turn",
+            per_sec(w.n, raw_turns),
+        ),
+        with_baseline(
+            row("jsonl", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
+            "same file: serde_json::Value per line",
+            per_sec(w.n, values),
+        ),
+    ])
+}
+
+/// The bare rusqlite baseline: the same schema and rows, no validation.
+fn bare_insert(path: &Path, w: &Workload, per_turn: bool) -> Result<(), String> {
+    let mut conn = rusqlite::Connection::open(path).map_err(err)?;
+    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;").map_err(err)?;
+    conn.execute_batch(palimpsest_persistence_sqlite::SCHEMA_SQL).map_err(err)?;
+    let insert = |tx: &rusqlite::Transaction<'_>,
+                  batch: &[palimpsest_core_session::Event]|
+     -> rusqlite::Result<()> {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO events (session_id, seq, time, type, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for e in batch {
+            let sources = e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default());
+            let op = e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default());
+            stmt.execute(rusqlite::params![
+                w.header.id,
+                e.seq() as i64,
+                e.time() as i64,
+                e.event_type().as_str(),
+                e.data().get(),
+                sources,
+                op
+            ])?;
+        }
+        Ok(())
+    };
+    let batches = if per_turn { turns(w) } else { vec![&w.events[..]] };
+    for batch in batches {
+        let tx = conn.transaction().map_err(err)?;
+        insert(&tx, batch).map_err(err)?;
+        tx.commit().map_err(err)?;
+        conn.execute_batch("PRAGMA wal_checkpoint(FULL)").map_err(err)?;
+    }
+    Ok(())
+}
+
+fn bare_select(path: &Path, id: &str) -> Result<usize, String> {
+    let conn = rusqlite::Connection::open(path).map_err(err)?;
+    let mut stmt = conn
+        .prepare("SELECT seq, time, type, data, source_event_seqs, surface_op FROM events WHERE session_id = ?1 ORDER BY seq")
+        .map_err(err)?;
+    let rows = stmt
+        .query_map([id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ))
+        })
+        .map_err(err)?;
+    let mut n = 0;
+    for r in rows {
+        std::hint::black_box(r.map_err(err)?);
+        n += 1;
+    }
+    Ok(n)
+}
+
+pub(crate) fn sqlite(w: &Workload) -> Result<Vec<Row>, String> {
+    let runs = w.runs();
+    let tmp = tempfile::tempdir().map_err(err)?;
+    let mut k = 0;
+    let mut fresh = || {
+        k += 1;
+        tmp.path().join(format!("run{k}.db"))
+    };
+    let write = |per_turn: bool, path: &Path| -> Result<(), String> {
+        let store = Arc::new(SqliteStore::open(path).map_err(err)?);
+        write_through(store.as_ref(), w, per_turn)
+    };
+    let per_turn_runs = if w.n > 200_000 { 1 } else { runs.min(3) };
+    let one_batch = median(runs, &mut fresh, |p| write(false, &p));
+    let per_turn = median(per_turn_runs, &mut fresh, |p| write(true, &p));
+    let bare_one = median(runs, &mut fresh, |p| bare_insert(&p, w, false));
+    let bare_turns = median(per_turn_runs, &mut fresh, |p| bare_insert(&p, w, true));
+    let db = fresh();
+    write(false, &db)?;
+    let load =
+        median(runs, || SqliteStore::open(&db).map_err(err), |store| load_validate(&store?, &w.header.id));
+    let select = median(runs, || (), |()| bare_select(&db, &w.header.id));
+    Ok(vec![
+        with_baseline(
+            row("sqlite", "write, one batch + sync", w, per_sec(w.n, one_batch), "ev/s"),
+            "bare rusqlite insert, one transaction",
+            per_sec(w.n, bare_one),
+        ),
+        with_baseline(
+            row("sqlite", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
+            "bare rusqlite insert, a transaction per turn",
+            per_sec(w.n, bare_turns),
+        ),
+        with_baseline(
+            row("sqlite", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
+            "bare rusqlite select of the same rows",
+            per_sec(w.n, select),
+        ),
+    ])
+}
