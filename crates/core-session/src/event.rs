@@ -253,30 +253,72 @@ impl Event {
                 return Err(AppendError::EventMalformed { seq: salvage_seq(json), detail: e.to_string() })
             }
         };
-        let seq = wire.seq;
-        let event_type = EventType::parse(&wire.event_type);
-        check_payload(seq, &event_type, wire.data)?;
+        Event::decode(
+            wire.seq,
+            wire.time,
+            &wire.event_type,
+            wire.data.to_owned(),
+            wire.source_event_seqs,
+            wire.surface_op,
+        )
+    }
+
+    /// Rebuilds an event from stored parts (for example a database row),
+    /// with exactly the checks of [`Event::from_json`] but without building
+    /// and re-reading a JSON envelope. `data`, `source_event_seqs` and
+    /// `surface_op` are JSON texts, the optional ones `None` when absent.
+    pub fn from_parts(
+        seq: u64,
+        time: u64,
+        event_type: &str,
+        data: &str,
+        source_event_seqs: Option<&str>,
+        surface_op: Option<&str>,
+    ) -> Result<Event, AppendError> {
+        let raw = |what: &str, text: &'_ str| -> Result<Box<RawValue>, AppendError> {
+            RawValue::from_string(text.to_owned()).map_err(|e| AppendError::EventMalformed {
+                seq: Some(seq),
+                detail: format!("`{what}` is not JSON: {e}"),
+            })
+        };
+        let data = raw("data", data)?;
+        let sources = source_event_seqs.map(|t| raw("sourceEventSeqs", t)).transpose()?;
+        let op = surface_op.map(|t| raw("surfaceOp", t)).transpose()?;
+        Event::decode(seq, time, event_type, data, sources.as_deref(), op.as_deref())
+    }
+
+    /// The checks shared by [`Event::from_json`] and [`Event::from_parts`].
+    fn decode(
+        seq: u64,
+        time: u64,
+        event_type: &str,
+        data: Box<RawValue>,
+        source_event_seqs: Option<&RawValue>,
+        surface_op: Option<&RawValue>,
+    ) -> Result<Event, AppendError> {
+        let event_type = EventType::parse(event_type);
+        check_payload(seq, &event_type, &data)?;
         // The contract's check order: null optionals (section 1), rule 2,
         // rule 1, rule 3, rule 4.
-        for (key, raw) in [("surfaceOp", wire.surface_op), ("sourceEventSeqs", wire.source_event_seqs)] {
+        for (key, raw) in [("surfaceOp", surface_op), ("sourceEventSeqs", source_event_seqs)] {
             if raw.is_some_and(is_null) {
                 let detail = format!("`{key}` is null; omit it instead");
                 return Err(AppendError::EventMalformed { seq: Some(seq), detail });
             }
         }
         if !event_type.is_surface_eligible() {
-            if wire.surface_op.is_some() {
+            if surface_op.is_some() {
                 return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
             }
-            if wire.source_event_seqs.is_some() {
+            if source_event_seqs.is_some() {
                 return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
             }
-        } else if wire.surface_op.is_none() {
+        } else if surface_op.is_none() {
             return Err(AppendError::SurfaceOpMissing { seq, event_type: event_type.to_string() });
         }
-        let surface_op = wire.surface_op.map(|raw| decode_surface_op(seq, raw)).transpose()?;
-        let source_event_seqs = wire.source_event_seqs.map(|raw| decode_sources(seq, raw)).transpose()?;
-        Event::assemble(seq, wire.time, event_type, wire.data.to_owned(), source_event_seqs, surface_op)
+        let surface_op = surface_op.map(|raw| decode_surface_op(seq, raw)).transpose()?;
+        let source_event_seqs = source_event_seqs.map(|raw| decode_sources(seq, raw)).transpose()?;
+        Event::assemble(seq, time, event_type, data, source_event_seqs, surface_op)
     }
 
     /// Decodes one event from a JSON value. See [`Event::from_json`].

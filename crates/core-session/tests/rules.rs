@@ -406,3 +406,49 @@ fn batches_are_all_or_nothing() {
     assert_eq!(r.unwrap(), 1..3);
     assert_eq!(s.surface(), &[2]);
 }
+
+#[test]
+fn from_parts_checks_exactly_what_from_json_checks() {
+    // Every event the rule tests use, valid or not, decodes the same way
+    // from its parts as from its JSON text.
+    let cases = [
+        user(0, json!({})),
+        user(3, json!({"sourceEventSeqs": [0, 1]})),
+        user(0, json!({"surfaceOp": "__remove__"})),
+        user(0, json!({"surfaceOp": {"op": "replace", "start": 0}})),
+        user(1, json!({"sourceEventSeqs": [0, 0]})),
+        user(1, json!({"sourceEventSeqs": []})),
+        user(0, json!({"surfaceOp": Value::Null})),
+        tool_result(
+            4,
+            "c",
+            json!({"surfaceOp": {"op": "replace", "start": 1, "end": 1}, "sourceEventSeqs": [1]}),
+        ),
+        plain(0, "turn/start", json!({"turn": "x"})),
+        plain(0, "compaction/start", Value::Null),
+        {
+            let mut e = plain(0, "turn/start", json!({"turn": 1}));
+            e["surfaceOp"] = json!("append");
+            e
+        },
+    ];
+    for case in cases {
+        let part = |k: &str| case.get(k).map(|v| v.to_string());
+        let from_parts = Event::from_parts(
+            case["seq"].as_u64().unwrap(),
+            case["time"].as_u64().unwrap(),
+            case["type"].as_str().unwrap(),
+            &case["data"].to_string(),
+            part("sourceEventSeqs").as_deref(),
+            part("surfaceOp").as_deref(),
+        );
+        let from_json = Event::from_value(&case);
+        match (from_parts, from_json) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(a), Err(b)) => assert_eq!((a.code(), a.seq()), (b.code(), b.seq()), "{case}"),
+            (a, b) => panic!("{case}: from_parts {a:?} but from_json {b:?}"),
+        }
+    }
+    let err = Event::from_parts(0, 0, "x", "{not json", None, None).unwrap_err();
+    assert_eq!((err.code(), err.seq()), ("event-malformed", Some(0)));
+}
