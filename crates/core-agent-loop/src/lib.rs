@@ -131,8 +131,8 @@ pub use error::LoopError;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
 pub use plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
 pub use provider::{
-    BoxFuture, ChunkStream, FinishReason, ModelRequest, Provider, ProviderError, SharedError, StreamItem,
-    ToolSpec,
+    complete, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest, Provider, ProviderError,
+    SharedError, StreamItem, ToolSpec,
 };
 pub use scripted::{ScriptedProvider, ScriptedResponse, SCRIPT_EXHAUSTED};
 pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};

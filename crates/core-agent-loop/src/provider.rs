@@ -16,7 +16,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_core::Stream;
-use palimpsest_core_session::payload::{Block, Message, Role, StreamChunk};
+use palimpsest_core_session::payload::{Block, Message, Role, StreamChunk, Usage};
+
+use crate::assemble::Assembler;
 
 /// A boxed, sendable future: the return type of the object-safe async
 /// methods of this crate's traits.
@@ -174,6 +176,59 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// Starts a response. An `Err` here means nothing was streamed.
     fn stream(&self, request: ModelRequest) -> BoxFuture<'_, Result<ChunkStream<'_>, ProviderError>>;
+}
+
+/// A whole response, collected by [`complete`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Completion {
+    /// The content blocks, assembled from the deltas as the loop does.
+    pub content: Vec<Block>,
+    /// The last usage chunk.
+    pub usage: Option<Usage>,
+    /// The last finish reason sent.
+    pub finish: Option<FinishReason>,
+}
+
+impl Completion {
+    /// The text blocks, concatenated.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Sends `request` and collects the whole response: for side requests that
+/// are not turns, such as a compaction plugin's summarizer. Nothing is
+/// logged; the caller records what it needs.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use palimpsest_core_agent_loop::{complete, ModelRequest, ScriptedProvider, ScriptedResponse};
+///
+/// let provider = ScriptedProvider::new([ScriptedResponse::reply("A short summary.")]);
+/// let summary = complete(&provider, ModelRequest::new(vec![]).with_system("Summarize.")).await?;
+/// assert_eq!(summary.text(), "A short summary.");
+/// # Ok::<(), palimpsest_core_agent_loop::ProviderError>(())
+/// # }).unwrap();
+/// ```
+pub async fn complete(provider: &dyn Provider, request: ModelRequest) -> Result<Completion, ProviderError> {
+    let mut stream = provider.stream(request).await?;
+    let mut assembler = Assembler::default();
+    let mut finish = None;
+    while let Some(item) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+        match item? {
+            StreamItem::Chunk(chunk) => assembler.push(&chunk),
+            StreamItem::Finish(reason) => finish = Some(reason),
+        }
+    }
+    let (content, usage) = assembler.finish();
+    Ok(Completion { content, usage, finish })
 }
 
 /// A provider failed. The turn ends with `{"kind":"error"}` carrying

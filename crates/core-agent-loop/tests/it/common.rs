@@ -1,14 +1,13 @@
 //! The harness: deterministic loops, the stores every scenario runs
 //! against, the canonical rendering that is snapshotted, and test tools.
 
-use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 
 use palimpsest_core_agent_loop::{
-    AgentConfig, AgentLoop, AgentLoopBuilder, DevMode, FnTool, ManualClock, ModelRequest, Plugin, Provider,
-    ProviderError, ScriptedProvider, SequentialIds, StreamItem, ToolContext, ToolError, ToolRegistry,
+    AgentConfig, AgentLoop, AgentLoopBuilder, DevMode, FnTool, ManualClock, Plugin, Provider,
+    ScriptedProvider, SequentialIds, ToolContext, ToolError, ToolRegistry,
 };
-use palimpsest_core_session::payload::{Block, StreamChunk};
+use palimpsest_core_session::payload::Block;
 use palimpsest_core_session::{Event, Session};
 use palimpsest_persistence::{MemoryStore, SessionStore};
 use tempfile::TempDir;
@@ -159,21 +158,6 @@ impl<F: FnMut(&Event, &Session) + Send + Sync> Plugin for Watch<F> {
     fn on_event(&mut self, event: &Event, session: &Session) {
         (self.0)(event, session)
     }
-}
-
-/// Collects a response's text, for plugins that ask the model something.
-pub(crate) async fn complete_text(
-    provider: &dyn Provider,
-    request: ModelRequest,
-) -> Result<String, ProviderError> {
-    let mut stream = provider.stream(request).await?;
-    let mut text = String::new();
-    while let Some(item) = poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
-        if let StreamItem::Chunk(StreamChunk::TextDelta { text: t, .. }) = item? {
-            text.push_str(&t);
-        }
-    }
-    Ok(text)
 }
 
 fn arg<'a>(args: &'a serde_json::Value, key: &str) -> Result<&'a serde_json::Value, ToolError> {

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use palimpsest_core_agent_loop::{
-    codes, AgentConfig, BoxFuture, DevMode, ModelRequest, Plugin, PluginContext, PluginError,
+    codes, complete, AgentConfig, BoxFuture, DevMode, ModelRequest, Plugin, PluginContext, PluginError,
     ScriptedProvider, ScriptedResponse, StepSummary, TurnInput,
 };
 use palimpsest_core_session::payload::{
@@ -31,9 +31,10 @@ impl Compact {
         let start = ctx.append_event("compaction/start", serde_json::json!({ "shadows": old.len() }))?;
         let history = ctx.request().messages.into_iter().filter(|m| m.role == Role::Assistant).collect();
         let request = ModelRequest::new(history).with_system("Summarize the conversation.");
-        let summary = complete_text(ctx.provider(), request)
+        let summary = complete(ctx.provider(), request)
             .await
-            .map_err(|e| PluginError::failed("SUMMARIZER_FAILED", e.to_string()))?;
+            .map_err(|e| PluginError::failed("SUMMARIZER_FAILED", e.to_string()))?
+            .text();
         let message = Message {
             id: ctx.new_message_id(),
             role: Role::User,
