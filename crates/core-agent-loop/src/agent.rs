@@ -623,8 +623,9 @@ impl AgentLoop {
         let mut batch = Batch::new(&self.core);
         batch.log(&self.core, StepStart { turn, step })?;
         self.pull_injections();
-        while let Some(injection) = self.queued.pop_front() {
-            let Injection { kind, content, source } = injection;
+        // Dequeued only once committed: a failed append loses no injection.
+        for Injection { kind, content, source } in &self.queued {
+            let (content, source) = (content.clone(), source.clone());
             let message = Message { id: self.core.ids.next_id(), role: Role::User, content, source };
             match kind {
                 InjectionKind::Steering => {
@@ -636,6 +637,7 @@ impl AgentLoop {
             };
         }
         self.commit(batch)?;
+        self.queued.clear();
 
         let cut_short = |this: &Self, reason: TurnEndReason| -> Result<StepResult, LoopError> {
             let mut closers = Batch::new(&this.core);
@@ -701,27 +703,20 @@ impl AgentLoop {
 
         // Cancelled or failed: keep the delivered prefix, answer its calls
         // without running them, close the step.
-        let (reason, not_run) = match stop {
-            Stop::Done => (None, None),
-            Stop::Cancelled => (
-                Some(aborted()),
-                Some(ToolError::new(
-                    "Cancelled",
-                    codes::CANCELLED,
-                    "The turn was cancelled before this tool call ran.",
-                )),
-            ),
+        let cut = match stop {
+            Stop::Done => None,
+            Stop::Cancelled => {
+                let message = "The turn was cancelled before this tool call ran.";
+                Some((aborted(), ToolError::new("Cancelled", codes::CANCELLED, message)))
+            }
             Stop::Failed(error) => {
                 tracing::warn!(code = error.code(), %error, "provider failed");
-                let not_run = ToolError::new(
-                    "StreamFailed",
-                    codes::STREAM_FAILED,
-                    "The model's response failed before this tool call ran.",
-                );
-                (Some(error_reason(error.code(), error.to_string())), Some(not_run))
+                let message = "The model's response failed before this tool call ran.";
+                let not_run = ToolError::new("StreamFailed", codes::STREAM_FAILED, message);
+                Some((error_reason(error.code(), error.to_string()), not_run))
             }
         };
-        if let (Some(reason), Some(not_run)) = (reason, not_run) {
+        if let Some((reason, not_run)) = cut {
             let mut closers = Batch::new(&self.core);
             if !chunk_seqs.is_empty() {
                 let message = message(self);

@@ -135,6 +135,8 @@ pub use provider::{
     SharedError, StreamItem, ToolSpec,
 };
 pub use scripted::{ScriptedProvider, ScriptedResponse, SCRIPT_EXHAUSTED};
+/// Re-exported: the token that cancels a turn ([`TurnInput::with_cancel`]).
+pub use tokio_util::sync::CancellationToken;
 pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};
 
 /// The stable codes the loop writes into the log: `tool/result`
