@@ -323,3 +323,75 @@ async fn a_failing_store_returns_err_and_the_turn_is_repaired_later() {
     assert_eq!(outcome.reason, TurnEndReason::Completed);
     assert!(provider.last_request().expect("request").unpaired_tool_calls().is_empty());
 }
+
+#[tokio::test]
+async fn a_turn_cancelled_before_it_starts_has_no_step() {
+    let token = CancellationToken::new();
+    token.cancel();
+    let provider = Arc::new(ScriptedProvider::new([]));
+    let backend = Backend::new(Kind::Memory);
+    let mut agent = builder(&provider).create(backend.store(), SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("never mind").with_cancel(token)).await.expect("turn");
+    assert_eq!((outcome.reason, outcome.steps), (TurnEndReason::Aborted { reason: "cancelled".into() }, 0));
+    assert_eq!(types(&reload(&backend.store())), ["turn/start", "user/message", "turn/end"]);
+    assert!(provider.requests().is_empty());
+}
+
+#[tokio::test]
+async fn cancel_while_waiting_for_the_first_chunk() {
+    let token = CancellationToken::new();
+    let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::new().hang()]));
+    let backend = Backend::new(Kind::Memory);
+    let mut agent = builder(&provider).create(backend.store(), SID).expect("create");
+    // Runs once the turn waits on the silent stream (the test runtime has one thread).
+    let canceller = {
+        let token = token.clone();
+        tokio::spawn(async move { token.cancel() })
+    };
+    let outcome = agent.run_turn(TurnInput::text("hello").with_cancel(token)).await.expect("turn");
+    canceller.await.expect("the canceller ran");
+    assert_eq!(outcome.reason, TurnEndReason::Aborted { reason: "cancelled".into() });
+    // Nothing was streamed: no assistant/message (`[]` would claim a known empty stream).
+    assert_eq!(
+        types(&reload(&backend.store())),
+        ["turn/start", "user/message", "step/start", "step/end", "turn/end"]
+    );
+    assert_eq!(provider.requests().len(), 1);
+}
+
+/// Starts a compaction, then waits forever (a summarizer that never answers).
+struct Stuck(CancellationToken);
+
+impl palimpsest_core_agent_loop::Plugin for Stuck {
+    fn name(&self) -> &str {
+        "stuck"
+    }
+
+    fn before_request<'a>(
+        &'a mut self,
+        ctx: &'a mut palimpsest_core_agent_loop::PluginContext<'_>,
+    ) -> palimpsest_core_agent_loop::BoxFuture<'a, Result<(), palimpsest_core_agent_loop::PluginError>> {
+        Box::pin(async move {
+            ctx.append_event("compaction/start", serde_json::json!({}))?;
+            self.0.cancel();
+            std::future::pending::<()>().await;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn cancel_during_a_plugin_hook_leaves_its_appends_and_a_valid_log() {
+    let token = CancellationToken::new();
+    let provider = Arc::new(ScriptedProvider::new([]));
+    let backend = Backend::new(Kind::Memory);
+    let mut agent =
+        builder(&provider).plugin(Stuck(token.clone())).create(backend.store(), SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("compact").with_cancel(token)).await.expect("turn");
+    assert_eq!(outcome.reason, TurnEndReason::Aborted { reason: "cancelled".into() });
+    assert_eq!(
+        types(&reload(&backend.store())),
+        ["turn/start", "user/message", "step/start", "compaction/start", "step/end", "turn/end"]
+    );
+    assert!(provider.requests().is_empty());
+}
