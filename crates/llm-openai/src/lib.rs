@@ -42,6 +42,14 @@
 //! stream with a `PROVIDER_STREAM` error, and the loop keeps the chunks it
 //! already logged. Nothing here panics on what a server sends.
 //!
+//! # Runtime
+//!
+//! [`OpenAiProvider::stream`](palimpsest_core_agent_loop::Provider::stream)
+//! must run inside a tokio runtime with I/O and time enabled (the HTTP
+//! client and the retry delays need both), as `#[tokio::main]` and
+//! `Builder::enable_all` give. Building the provider, [`request_body`] and
+//! [`StreamDecoder`] need no runtime.
+//!
 //! # TLS
 //!
 //! HTTPS uses rustls with the `ring` backend and Mozilla's root
