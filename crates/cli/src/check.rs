@@ -8,7 +8,7 @@
 //! valid log is and report violations the same way.
 
 use palimpsest_core_session::jsonl::{JsonlReader, ReadOptions, TornTail};
-use palimpsest_core_session::{AppendError, Event, LoadError, Session, SurfaceOp};
+use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
 
 use crate::error::CliError;
 use palimpsest_invariants as invariants;
@@ -28,7 +28,7 @@ pub(crate) struct Finding {
 
 impl Finding {
     /// From a section-1/2 refusal of an event read at `line`.
-    fn from_append(error: &AppendError, line: Option<u64>) -> Finding {
+    pub(crate) fn from_append(error: &AppendError, line: Option<u64>) -> Finding {
         Finding {
             code: error.code().to_owned(),
             seq: error.seq(),
@@ -236,6 +236,29 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
         replaced: checker.replaced,
         torn_tail,
         missing_newline,
+    }
+}
+
+/// Checks a session loaded from a store: its events are each well-formed
+/// already; the rules that relate them are checked here.
+pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: String) -> Checked {
+    let mut checker = Checker { session: Session::create(header), replaced: Vec::new() };
+    let mut fatal = None;
+    for event in events {
+        if let Err(finding) = checker.push(event, None) {
+            fatal = Some(finding);
+            break;
+        }
+    }
+    let invariants = invariant_findings(checker.session.events(), false);
+    Checked {
+        origin,
+        session: Some(checker.session),
+        fatal,
+        invariants,
+        replaced: checker.replaced,
+        torn_tail: None,
+        missing_newline: false,
     }
 }
 

@@ -5,15 +5,14 @@ use std::io::Write;
 use std::path::Path;
 
 use palimpsest_core_session::repair::repair as repair_closers;
-use palimpsest_core_session::Event;
-use palimpsest_persistence::StoreError;
-use palimpsest_persistence_jsonl::SessionFile;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::check::{self, Checked};
-use crate::error::{self, Exit};
+use crate::error::Exit;
 use crate::output;
+use crate::store_arg::{self, Store, StoreArgs};
+use crate::timefmt;
 
 /// Tells on stderr what the reader forgave: a torn last line, a missing
 /// final newline. Neither is a violation.
@@ -41,7 +40,7 @@ fn report_violations(checked: &Checked) {
 
 /// Warns when a log that sections 1 and 2 accept breaks a section-2a
 /// invariant: such a log still has a surface, but `validate` calls it invalid.
-fn warn_invariants(origin: &str, found: &[check::Finding]) {
+pub(crate) fn warn_invariants(origin: &str, found: &[check::Finding]) {
     if let Some(first) = found.first() {
         let more = match found.len() {
             1 => String::new(),
@@ -71,9 +70,10 @@ struct JsonViolation<'a> {
     message: String,
 }
 
-/// `palimpsest validate FILE [--json]`.
-pub(crate) fn validate(file: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let checked = check::check_file(file)?;
+/// `palimpsest validate STORE [--json]`.
+pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let target = store_arg::open(args)?;
+    let checked = target.check()?;
     report_tail(&checked);
     report_violations(&checked);
     let violations = checked.violations();
@@ -113,9 +113,10 @@ pub(crate) fn validate(file: &Path, json: bool, out: &mut dyn Write) -> anyhow::
     Ok(if checked.is_valid() { Exit::Success } else { Exit::Invalid })
 }
 
-/// `palimpsest surface FILE`: the surface as a JSON array of seqs.
-pub(crate) fn surface(file: &Path, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let checked = check::check_file(file)?;
+/// `palimpsest surface STORE`: the surface as a JSON array of seqs.
+pub(crate) fn surface(args: &StoreArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let target = store_arg::open(args)?;
+    let checked = target.check()?;
     report_tail(&checked);
     let origin = checked.origin.clone();
     let (session, invariants) = checked.into_session()?;
@@ -134,10 +135,11 @@ struct WithProvenance<'a> {
     message: &'a RawValue,
 }
 
-/// `palimpsest derive FILE [--provenance]`: the derived messages, each
+/// `palimpsest derive STORE [--provenance]`: the derived messages, each
 /// exactly as logged.
-pub(crate) fn derive(file: &Path, provenance: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let checked = check::check_file(file)?;
+pub(crate) fn derive(args: &StoreArgs, provenance: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let target = store_arg::open(args)?;
+    let checked = target.check()?;
     report_tail(&checked);
     let origin = checked.origin.clone();
     let (session, invariants) = checked.into_session()?;
@@ -155,10 +157,11 @@ pub(crate) fn derive(file: &Path, provenance: bool, out: &mut dyn Write) -> anyh
     Ok(Exit::Success)
 }
 
-/// `palimpsest repair FILE [--write]`: the closers of an interrupted turn
+/// `palimpsest repair STORE [--write]`: the closers of an interrupted turn
 /// (contract section 5) as a JSON array of events.
-pub(crate) fn repair(file: &Path, write: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let checked = check::check_file(file)?;
+pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let target = store_arg::open(args)?;
+    let checked = target.check()?;
     report_tail(&checked);
     if !checked.is_valid() {
         report_violations(&checked);
@@ -174,7 +177,7 @@ pub(crate) fn repair(file: &Path, write: bool, out: &mut dyn Write) -> anyhow::R
         if closers.is_empty() {
             output::note(&format!("{origin}: nothing to repair; the file is unchanged"));
         } else {
-            append_closers(file, &closers).map_err(|e| error::from_store(&e, &origin))?;
+            target.append(&closers)?;
             output::note(&format!("{origin}: appended {} closing events", closers.len()));
         }
     }
@@ -182,20 +185,11 @@ pub(crate) fn repair(file: &Path, write: bool, out: &mut dyn Write) -> anyhow::R
     Ok(Exit::Success)
 }
 
-/// Appends `closers` to a JSONL file under its writer lock, in one write,
-/// and syncs. [`SessionFile`] cuts a torn last line and adds a missing final
-/// newline first, and refuses with `conflict` if the log changed since it
-/// was checked (another writer appended in between).
-fn append_closers(file: &Path, closers: &[Event]) -> Result<(), StoreError> {
-    let mut writer = SessionFile::open(file)?;
-    writer.append(closers)?;
-    writer.sync()
-}
-
-/// `palimpsest inspect FILE`: the timeline. Exit 1 when the log is invalid
+/// `palimpsest inspect STORE`: the timeline. Exit 1 when the log is invalid
 /// (everything readable is still shown).
-pub(crate) fn inspect(file: &Path, color: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let checked = check::check_file(file)?;
+pub(crate) fn inspect(args: &StoreArgs, color: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let target = store_arg::open(args)?;
+    let checked = target.check()?;
     crate::inspect::render(&checked, color, out)?;
     if checked.is_valid() {
         Ok(Exit::Success)
@@ -203,4 +197,46 @@ pub(crate) fn inspect(file: &Path, color: bool, out: &mut dyn Write) -> anyhow::
         report_violations(&checked);
         Ok(Exit::Invalid)
     }
+}
+
+/// `palimpsest sessions STORE`: one row per session (id, creation time,
+/// events, parent). Exit 1 when a session cannot be loaded (its row shows
+/// `?` events and the error is printed).
+pub(crate) fn sessions(store: &Path, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let store = Store::open_existing(store)?;
+    let headers = store.list()?;
+    let mut rows: Vec<[String; 4]> = vec![["ID".into(), "CREATED".into(), "EVENTS".into(), "PARENT".into()]];
+    let mut exit = Exit::Success;
+    for h in &headers {
+        let events = match store.load(&h.id) {
+            Ok(stored) => stored.events.len().to_string(),
+            Err(e) => {
+                output::error_line(&e.to_string());
+                exit = Exit::Invalid;
+                "?".to_owned()
+            }
+        };
+        let parent = match (&h.parent_session, h.seed_length) {
+            (Some(p), Some(n)) => format!("{p} (first {n} events)"),
+            (Some(p), None) => p.clone(),
+            (None, _) => "-".to_owned(),
+        };
+        rows.push([h.id.clone(), timefmt::utc(h.created_at), events, parent]);
+    }
+    let width = |col: usize| rows.iter().map(|r| r[col].chars().count()).max().unwrap_or(0);
+    let (w0, w1, w2) = (width(0), width(1), width(2));
+    for [id, created, events, parent] in &rows {
+        let pad = |s: &str, w: usize| " ".repeat(w.saturating_sub(s.chars().count()));
+        writeln!(
+            out,
+            "{id}{}  {created}{}  {}{events}  {parent}",
+            pad(id, w0),
+            pad(created, w1),
+            pad(events, w2)
+        )?;
+    }
+    if headers.is_empty() {
+        output::note(&format!("{}: the {} holds no sessions", store.path().display(), store.kind()));
+    }
+    Ok(exit)
 }

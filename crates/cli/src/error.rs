@@ -59,6 +59,11 @@ impl CliError {
         }
     }
 
+    /// Exit 2: the command line asks for something that cannot be done.
+    pub(crate) fn usage(message: impl Into<String>) -> CliError {
+        CliError { code: "usage".into(), location: String::new(), message: message.into(), exit: Exit::Usage }
+    }
+
     /// Exit 2: the file or store could not be read or written.
     pub(crate) fn io(location: impl Into<String>, message: impl Into<String>) -> CliError {
         CliError { code: "io".into(), location: location.into(), message: message.into(), exit: Exit::Usage }

@@ -1,6 +1,11 @@
 //! The `palimpsest` command-line tool: check, inspect, derive and repair
 //! Palimpsest session logs.
 //!
+//! Every command that reads a session takes `STORE [--session ID]`: a JSONL
+//! session file, a JSONL store directory or a SQLite database (see
+//! [`store_arg`]); `convert` copies sessions between them and `sessions`
+//! lists them.
+//!
 //! The commands and their output follow section 7 of the session format
 //! contract: exit 0 on success, 1 when the log is invalid or the operation
 //! was refused, 2 on a usage or I/O error; every error is one stderr line
@@ -12,9 +17,11 @@
 
 mod check;
 mod cmd;
+mod convert;
 mod error;
 mod inspect;
 mod output;
+mod store_arg;
 mod timefmt;
 
 use std::io::{self, BufWriter, Write};
@@ -24,6 +31,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::error::{describe, Exit};
+use crate::store_arg::StoreArgs;
 
 /// Check, inspect, derive and repair Palimpsest session logs.
 #[derive(Debug, Parser)]
@@ -40,21 +48,21 @@ enum Command {
     /// Exit 0 when the log is valid, 1 when it is not, 2 when it cannot be
     /// read. Every violation is printed on stderr as `error[<code>]`.
     Validate {
-        /// A JSONL session file.
-        file: PathBuf,
+        #[command(flatten)]
+        target: StoreArgs,
         /// Print `{"valid": bool, "events": n, "violations": [...]}` on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Print the surface (the seqs the model sees, in order) as a JSON array.
     Surface {
-        /// A JSONL session file.
-        file: PathBuf,
+        #[command(flatten)]
+        target: StoreArgs,
     },
     /// Print the derived messages (the next model request) as a JSON array.
     Derive {
-        /// A JSONL session file.
-        file: PathBuf,
+        #[command(flatten)]
+        target: StoreArgs,
         /// Print `{"seq", "sourceEventSeqs", "message"}` objects instead of bare messages.
         #[arg(long)]
         provenance: bool,
@@ -63,19 +71,38 @@ enum Command {
     ///
     /// A balanced log gets `[]`. An invalid log is refused (exit 1).
     Repair {
-        /// A JSONL session file.
-        file: PathBuf,
-        /// Append the closers to the file (a torn last line is cut first).
+        #[command(flatten)]
+        target: StoreArgs,
+        /// Append the closers to the session (a torn last line is cut first).
         #[arg(long)]
         write: bool,
     },
     /// Show a session as a timeline a person can read.
     Inspect {
-        /// A JSONL session file.
-        file: PathBuf,
+        #[command(flatten)]
+        target: StoreArgs,
         /// When to use colours.
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
+    },
+    /// List the sessions of a store: id, creation time, events, parent.
+    Sessions {
+        /// A session file (`.jsonl`), a JSONL store directory, or a SQLite database (`.db`).
+        store: PathBuf,
+    },
+    /// Copy one session or a whole store between JSONL and SQLite, checking each.
+    ///
+    /// DST ending in `.db` is a SQLite database; DST ending in `.jsonl` is a
+    /// session file (when one session is copied); any other DST is a JSONL
+    /// store directory. Existing sessions in DST are never overwritten.
+    Convert {
+        /// Where to copy from: a session file, a JSONL store directory or a SQLite database.
+        src: PathBuf,
+        /// Where to copy to (created if missing).
+        dst: PathBuf,
+        /// Copy only this session of SRC.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
     },
 }
 
@@ -117,18 +144,20 @@ fn main() -> ExitCode {
 
 fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match command {
-        Command::Validate { file, json } => cmd::validate(&file, json, out),
-        Command::Surface { file } => cmd::surface(&file, out),
-        Command::Derive { file, provenance } => cmd::derive(&file, provenance, out),
-        Command::Repair { file, write } => cmd::repair(&file, write, out),
-        Command::Inspect { file, color } => {
+        Command::Validate { target, json } => cmd::validate(&target, json, out),
+        Command::Surface { target } => cmd::surface(&target, out),
+        Command::Derive { target, provenance } => cmd::derive(&target, provenance, out),
+        Command::Repair { target, write } => cmd::repair(&target, write, out),
+        Command::Inspect { target, color } => {
             let color = match color {
                 ColorChoice::Always => true,
                 ColorChoice::Never => false,
                 ColorChoice::Auto => output::stdout_wants_color(),
             };
-            cmd::inspect(&file, color, out)
+            cmd::inspect(&target, color, out)
         }
+        Command::Sessions { store } => cmd::sessions(&store, out),
+        Command::Convert { src, dst, session } => convert::convert(&src, session.as_deref(), &dst, out),
     }
 }
 

@@ -1,0 +1,246 @@
+//! `palimpsest convert SRC DST`: copies one session or a whole store between
+//! JSONL (a file or a directory) and SQLite, checking every session on the
+//! way.
+//!
+//! SRC takes the STORE forms of [`crate::store_arg`]; `--session` picks one
+//! of its sessions. DST is
+//!
+//! * a SQLite database when it ends in `.db` or already is one;
+//! * a JSONL session file when it ends in `.jsonl` and SRC names one session
+//!   (a `.jsonl` file, `--session`, or a store holding just one);
+//! * a JSONL store directory otherwise.
+//!
+//! Missing destinations are created. The conversion runs in two passes, so a
+//! problem is found before anything is written: first every session of SRC
+//! is loaded and checked (sections 1, 2 and 6 must hold, as
+//! `Session::from_log` requires; broken section-2a invariants are warned
+//! about and copied as they are), and DST is searched for sessions that
+//! already exist (`already-exists`, exit 1: nothing is overwritten); then
+//! each session is loaded again, seeded through `Session::from_log`, and
+//! written (one transaction per session in SQLite, one write per session in
+//! JSONL, synced before the next one).
+//!
+//! Events are written in their canonical form, so JSONL → SQLite → JSONL
+//! gives back a canonical file byte for byte. A torn last line of a JSONL
+//! source is not copied (it is reported).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use palimpsest_core_session::{Event, Session, SessionHeader};
+use palimpsest_persistence::{SessionStore, StoreError};
+use palimpsest_persistence_jsonl::{JsonlStore, SessionFile};
+use palimpsest_persistence_sqlite::SqliteStore;
+
+use crate::check::Finding;
+use crate::error::{from_store, CliError, Exit};
+use crate::output;
+use crate::store_arg::{looks_like_sqlite, Store};
+
+/// How long a conversion runs before its progress bar appears.
+const QUIET_FOR: Duration = Duration::from_millis(300);
+
+/// Where sessions are copied to.
+#[derive(Debug)]
+enum Dest {
+    File(PathBuf),
+    Dir(JsonlStore),
+    Sqlite(SqliteStore),
+}
+
+impl Dest {
+    /// Opens (creating if missing) the destination `path`.
+    fn open(path: &Path, one_session: bool, sessions: usize) -> Result<Dest, CliError> {
+        let shown = path.display().to_string();
+        let is_jsonl_name = path.extension().is_some_and(|e| e == "jsonl") && !path.is_dir();
+        if looks_like_sqlite(path) {
+            SqliteStore::open(path).map(Dest::Sqlite).map_err(|e| from_store(&e, &shown))
+        } else if is_jsonl_name && one_session {
+            Ok(Dest::File(path.to_owned()))
+        } else if is_jsonl_name {
+            Err(CliError::usage(format!(
+                "{shown} names one session file, but the source holds {sessions} sessions; \
+                 pick one with --session, or give a directory or a .db file"
+            )))
+        } else {
+            JsonlStore::open(path).map(Dest::Dir).map_err(|e| from_store(&e, &shown))
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Dest::File(_) => "JSONL file",
+            Dest::Dir(_) => "JSONL directory",
+            Dest::Sqlite(_) => "SQLite database",
+        }
+    }
+
+    /// The ids among `ids` that the destination already holds.
+    fn existing(&self, ids: &[String], shown: &str) -> Result<Vec<String>, CliError> {
+        match self {
+            Dest::File(p) => Ok(if p.exists() { ids.to_vec() } else { Vec::new() }),
+            Dest::Dir(s) => {
+                let mut found = Vec::new();
+                for id in ids {
+                    if s.path_of(id).map_err(|e| from_store(&e, shown))?.exists() {
+                        found.push(id.clone());
+                    }
+                }
+                Ok(found)
+            }
+            Dest::Sqlite(s) => {
+                let there: Vec<String> =
+                    s.list().map_err(|e| from_store(&e, shown))?.into_iter().map(|h| h.id).collect();
+                Ok(ids.iter().filter(|id| there.contains(id)).cloned().collect())
+            }
+        }
+    }
+
+    /// Writes one whole session, durably.
+    fn write(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        match self {
+            Dest::File(p) => {
+                let mut f = SessionFile::create(p, header)?;
+                f.append(events)?;
+                f.sync()
+            }
+            Dest::Dir(s) => {
+                s.create(header)?;
+                let written = s.append(&header.id, events).and_then(|()| s.sync(&header.id));
+                // Release the file (and its lock) now, not when the store is dropped.
+                s.close(&header.id);
+                written
+            }
+            Dest::Sqlite(s) => {
+                s.import(header, events)?;
+                s.sync(&header.id)
+            }
+        }
+    }
+}
+
+/// A progress bar that stays hidden for the first [`QUIET_FOR`], and
+/// always when stderr is not a terminal.
+struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    visible: bool,
+}
+
+impl Progress {
+    fn new(len: u64, what: &'static str) -> Progress {
+        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
+        if let Ok(style) =
+            ProgressStyle::with_template("{msg:8} [{bar:32}] {human_pos}/{human_len} {per_sec} eta {eta}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(what);
+        Progress { bar, started: Instant::now(), visible: false }
+    }
+
+    fn inc(&mut self, n: u64) {
+        self.bar.inc(n);
+        if !self.visible && self.started.elapsed() >= QUIET_FOR && std::io::stderr().is_terminal() {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.visible = true;
+        }
+    }
+
+    fn finish(self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// `palimpsest convert SRC DST [--session ID]`.
+pub(crate) fn convert(
+    src: &Path,
+    session: Option<&str>,
+    dst: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
+    let source = Store::open_existing(src)?;
+    let src_shown = src.display().to_string();
+    let dst_shown = dst.display().to_string();
+    let mut ids: Vec<String> = source.list()?.into_iter().map(|h| h.id).collect();
+    if let Some(wanted) = session {
+        if !ids.iter().any(|id| id == wanted) {
+            return Err(CliError {
+                code: "not-found".into(),
+                location: src_shown,
+                message: format!("no session {wanted:?} in this {}", source.kind()),
+                exit: Exit::Usage,
+            }
+            .into());
+        }
+        ids = vec![wanted.to_owned()];
+    }
+    // A store holding just one session names it, as for `--session`.
+    let one_session = ids.len() == 1;
+
+    // Pass 1: check every session before anything is written.
+    let mut total_events = 0u64;
+    let mut progress = Progress::new(ids.len() as u64, "checking");
+    for id in &ids {
+        let checked = source.check(id)?;
+        if let Some(torn) = checked.torn_tail {
+            output::note(&format!(
+                "{}:{}: a torn last line ({} bytes) is not copied",
+                checked.origin, torn.line, torn.len
+            ));
+        }
+        if let Some(fatal) = &checked.fatal {
+            output::note(&format!("{}: invalid sessions are not converted; nothing was written", src_shown));
+            return Err(fatal.to_error(&checked.origin).into());
+        }
+        crate::cmd::warn_invariants(&checked.origin, &checked.invariants);
+        total_events += checked.events_checked() as u64;
+        progress.inc(1);
+    }
+    progress.finish();
+
+    let dest = Dest::open(dst, one_session, ids.len())?;
+    let taken = dest.existing(&ids, &dst_shown)?;
+    if !taken.is_empty() {
+        let list = taken.iter().map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ");
+        return Err(CliError::refused(
+            "already-exists",
+            dst_shown,
+            format!("the {} already holds {list}; nothing was converted", dest.kind()),
+        )
+        .into());
+    }
+
+    // Pass 2: copy.
+    let mut progress = Progress::new(total_events, "copying");
+    for (done, id) in ids.iter().enumerate() {
+        let origin = source.origin(id);
+        let stored = source.load(id)?;
+        let session = Session::from_log(stored.header, stored.events)
+            .map_err(|e| Finding::from_append(&e, None).to_error(&origin))?;
+        let (header, events) = session.into_parts();
+        dest.write(&header, &events).map_err(|e| {
+            let written = if done == 0 { String::new() } else { format!(" ({done} sessions were written)") };
+            let mut err = from_store(&e, &dst_shown);
+            err.message = format!("writing session {id:?}: {}{written}", err.message);
+            err
+        })?;
+        progress.inc(events.len() as u64);
+    }
+    progress.finish();
+
+    let sessions = match ids.len() {
+        1 => "1 session".to_owned(),
+        n => format!("{n} sessions"),
+    };
+    writeln!(
+        out,
+        "converted {sessions} ({total_events} events) from {src_shown} ({}) to {} ({})",
+        source.kind(),
+        dst.display(),
+        dest.kind()
+    )?;
+    Ok(Exit::Success)
+}

@@ -1,0 +1,296 @@
+//! `STORE [--session ID]`: where a command finds the session it reads.
+//!
+//! STORE is one of
+//!
+//! * a **JSONL session file**: one session (`--session`, if given, must be
+//!   its id);
+//! * a **JSONL store directory**: one `<encoded id>.jsonl` file per session
+//!   (`palimpsest_persistence_jsonl::JsonlStore`);
+//! * a **SQLite database**: a file that starts with the SQLite header, or a
+//!   path ending in `.db` (`palimpsest_persistence_sqlite::SqliteStore`).
+//!
+//! `--session` may be left out when the store holds exactly one session;
+//! otherwise the command stops with exit 2 and lists the ids. A STORE that
+//! does not exist is an I/O error (exit 2): reading never creates a store.
+//!
+//! Every command resolves its argument here, so they all accept the same
+//! forms and report the same errors.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
+use palimpsest_persistence_jsonl::{read_session_file, JsonlStore, SessionFile};
+use palimpsest_persistence_sqlite::SqliteStore;
+
+use crate::check::{self, Checked};
+use crate::error::{from_store, CliError, Exit};
+
+/// The `STORE [--session ID]` arguments every reading command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct StoreArgs {
+    /// A session file (`.jsonl`), a JSONL store directory, or a SQLite database (`.db`).
+    #[arg(value_name = "STORE")]
+    pub(crate) store: PathBuf,
+    /// The session to read; may be left out when STORE holds exactly one.
+    #[arg(long, value_name = "ID")]
+    pub(crate) session: Option<String>,
+}
+
+/// An opened STORE.
+#[derive(Debug)]
+pub(crate) enum Store {
+    /// A bare JSONL session file.
+    File(PathBuf),
+    /// A JSONL store directory.
+    Dir(JsonlStore),
+    /// A SQLite database.
+    Sqlite(SqliteStore),
+}
+
+/// Whether `path` names a SQLite database: it has the SQLite header, or
+/// (for a file that does not exist yet) it ends in `.db`.
+pub(crate) fn looks_like_sqlite(path: &Path) -> bool {
+    SqliteStore::is_sqlite_file(path) || path.extension().is_some_and(|e| e == "db")
+}
+
+impl Store {
+    /// Opens an existing STORE for reading.
+    pub(crate) fn open_existing(path: &Path) -> Result<Store, CliError> {
+        let shown = path.display().to_string();
+        let meta =
+            fs::metadata(path).map_err(|e| CliError::io(shown.clone(), format!("cannot read: {e}")))?;
+        if JsonlStore::is_store_dir(path) {
+            return JsonlStore::open(path).map(Store::Dir).map_err(|e| from_store(&e, &shown));
+        }
+        if meta.is_file() && looks_like_sqlite(path) {
+            return SqliteStore::open(path).map(Store::Sqlite).map_err(|e| from_store(&e, &shown));
+        }
+        Ok(Store::File(path.to_owned()))
+    }
+
+    /// The path the user gave.
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Store::File(p) => p,
+            Store::Dir(s) => s.dir(),
+            Store::Sqlite(s) => s.path().unwrap_or(Path::new(":memory:")),
+        }
+    }
+
+    fn shown(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    /// What kind of store this is, for messages.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Store::File(_) => "JSONL file",
+            Store::Dir(_) => "JSONL directory",
+            Store::Sqlite(_) => "SQLite database",
+        }
+    }
+
+    /// The headers of every session, sorted by id.
+    pub(crate) fn list(&self) -> Result<Vec<SessionHeader>, CliError> {
+        match self {
+            Store::File(p) => Ok(vec![self.read_file(p)?.header]),
+            Store::Dir(s) => s.list().map_err(|e| from_store(&e, &self.shown())),
+            Store::Sqlite(s) => s.list().map_err(|e| from_store(&e, &self.shown())),
+        }
+    }
+
+    /// Picks the session of a store directory or database: `wanted`, or
+    /// the only one there is. A bare file holds one session, named by its
+    /// header: `None` (the header is read, and `wanted` checked, by
+    /// [`Target::check`], so a bad header is reported as one).
+    pub(crate) fn resolve(&self, wanted: Option<&str>) -> Result<Option<String>, CliError> {
+        if let Store::File(_) = self {
+            return Ok(None);
+        }
+        if let Some(id) = wanted {
+            return Ok(Some(id.to_owned()));
+        }
+        let ids: Vec<String> = self.list()?.into_iter().map(|h| h.id).collect();
+        match ids.as_slice() {
+            [one] => Ok(Some(one.clone())),
+            [] => Err(CliError {
+                code: "not-found".into(),
+                location: self.shown(),
+                message: format!("the {} holds no sessions", self.kind()),
+                exit: Exit::Usage,
+            }),
+            many => Err(CliError {
+                code: "usage".into(),
+                location: self.shown(),
+                message: format!(
+                    "the {} holds {} sessions; pick one with --session: {}",
+                    self.kind(),
+                    many.len(),
+                    many.join(", ")
+                ),
+                exit: Exit::Usage,
+            }),
+        }
+    }
+
+    /// Reads and checks session `id` (see [`crate::check`]); a bare file's
+    /// one session whatever `id` says.
+    pub(crate) fn check(&self, id: &str) -> Result<Checked, CliError> {
+        match self {
+            Store::File(p) => check::check_file(p),
+            Store::Dir(s) => {
+                let path = s.path_of(id).map_err(|e| from_store(&e, &self.shown()))?;
+                if !path.exists() {
+                    return Err(self.not_found(id));
+                }
+                let checked = check::check_file(&path)?;
+                match checked.session.as_ref().map(|s| s.id()) {
+                    Some(found) if found != id => Err(CliError::refused(
+                        "corrupt",
+                        path.display().to_string(),
+                        format!("the file of session {id:?} holds session {found:?}"),
+                    )),
+                    _ => Ok(checked),
+                }
+            }
+            Store::Sqlite(s) => {
+                let origin = format!("{}#{id}", self.shown());
+                let stored = s.load(id).map_err(|e| self.load_error(&e, id, &origin))?;
+                Ok(check::check_events(stored.header, stored.events, origin))
+            }
+        }
+    }
+
+    /// Loads session `id` as stored (events well-formed, not yet checked
+    /// against each other); a bare file's one session whatever `id` says.
+    pub(crate) fn load(&self, id: &str) -> Result<StoredSession, CliError> {
+        let origin = self.origin(id);
+        match self {
+            Store::File(p) => self.read_file(p),
+            Store::Dir(s) => s.load(id).map_err(|e| self.load_error(&e, id, &origin)),
+            Store::Sqlite(s) => s.load(id).map_err(|e| self.load_error(&e, id, &origin)),
+        }
+    }
+
+    /// How messages name session `id` of this store.
+    pub(crate) fn origin(&self, id: &str) -> String {
+        match self {
+            Store::File(_) => self.shown(),
+            Store::Dir(s) => s.path_of(id).map_or_else(|_| self.shown(), |p| p.display().to_string()),
+            Store::Sqlite(_) => format!("{}#{id}", self.shown()),
+        }
+    }
+
+    /// Appends `events` to session `id` (a bare file's one session whatever
+    /// `id` says) under the store's writer lock or transaction, then syncs.
+    /// `conflict` if the log changed since it was read.
+    pub(crate) fn append(&self, id: &str, events: &[Event]) -> Result<(), CliError> {
+        let origin = self.origin(id);
+        let result = match self {
+            Store::File(p) => SessionFile::open(p).and_then(|mut f| {
+                f.append(events)?;
+                f.sync()
+            }),
+            Store::Dir(s) => s.append(id, events).and_then(|()| s.sync(id)),
+            Store::Sqlite(s) => s.append(id, events).and_then(|()| s.sync(id)),
+        };
+        result.map_err(|e| from_store(&e, &origin))
+    }
+
+    fn read_file(&self, path: &Path) -> Result<StoredSession, CliError> {
+        let shown = path.display().to_string();
+        read_session_file(path).map_err(|e| match e {
+            StoreError::NotFound { .. } => CliError::io(shown.clone(), "cannot read: no such file"),
+            e => from_store(&e, &shown),
+        })
+    }
+
+    fn not_found(&self, id: &str) -> CliError {
+        CliError {
+            code: "not-found".into(),
+            location: self.shown(),
+            message: format!("no session {id:?} in this {}", self.kind()),
+            exit: Exit::Usage,
+        }
+    }
+
+    fn load_error(&self, e: &StoreError, id: &str, origin: &str) -> CliError {
+        match e {
+            StoreError::NotFound { .. } => self.not_found(id),
+            e => from_store(e, origin),
+        }
+    }
+}
+
+/// One session of a STORE, as a command names it.
+#[derive(Debug)]
+pub(crate) struct Target {
+    /// The opened store.
+    pub(crate) store: Store,
+    /// The session id; `None` for a bare file (its header names it).
+    id: Option<String>,
+    /// The id asked for with `--session`.
+    wanted: Option<String>,
+}
+
+impl Target {
+    /// Reads and checks the session.
+    pub(crate) fn check(&self) -> Result<Checked, CliError> {
+        let Some(id) = &self.id else {
+            let checked = match &self.store {
+                Store::File(p) => check::check_file(p)?,
+                _ => return Err(CliError::usage("no session named")),
+            };
+            let found = checked.session.as_ref().map(|s| s.id().to_owned());
+            return match (&self.wanted, found) {
+                (Some(w), Some(found)) if *w != found => Err(CliError {
+                    code: "not-found".into(),
+                    location: self.store.shown(),
+                    message: format!("this file holds session {found:?}, not {w:?}"),
+                    exit: Exit::Usage,
+                }),
+                _ => Ok(checked),
+            };
+        };
+        self.store.check(id)
+    }
+
+    /// Appends `events` to the session, then syncs (see [`Store::append`]).
+    pub(crate) fn append(&self, events: &[Event]) -> Result<(), CliError> {
+        self.store.append(self.id.as_deref().unwrap_or_default(), events)
+    }
+}
+
+/// Opens STORE and picks the session: the one place every reading command
+/// resolves its argument.
+pub(crate) fn open(args: &StoreArgs) -> Result<Target, CliError> {
+    let store = Store::open_existing(&args.store)?;
+    let id = store.resolve(args.session.as_deref())?;
+    Ok(Target { store, id, wanted: args.session.clone() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_db_path_or_sqlite_header_means_sqlite() {
+        assert!(looks_like_sqlite(Path::new("does/not/exist.db")));
+        assert!(!looks_like_sqlite(Path::new("does/not/exist.jsonl")));
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let db = dir.path().join("sessions.sqlite");
+        drop(SqliteStore::open(&db));
+        assert!(looks_like_sqlite(&db), "recognised by its header, whatever its name");
+    }
+
+    #[test]
+    fn a_missing_store_is_an_io_error_and_is_not_created() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let missing = dir.path().join("nope.db");
+        let e = Store::open_existing(&missing).map(|_| ()).unwrap_err();
+        assert_eq!((e.code.as_str(), e.exit), ("io", Exit::Usage));
+        assert!(!missing.exists());
+    }
+}

@@ -1,0 +1,406 @@
+//! End-to-end tests of the STORE forms (a JSONL file, a JSONL store
+//! directory, a SQLite database), `sessions` and `convert`, with the real
+//! `palimpsest` binary.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use palimpsest_core_session::payload::{
+    AssistantChunk, AssistantMessage, Block, Message, PluginEvent, Role, Source, StepEnd, StepStart,
+    StreamChunk, ToolCall, ToolResult, TurnEnd, TurnEndReason, TurnStart, Usage, UserMessage,
+};
+use palimpsest_core_session::{jsonl, AppendError, Session, SessionHeader, SurfaceIntent};
+use serde_json::{json, Value};
+
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
+    }
+}
+
+fn test_data(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data").join(file)
+}
+
+/// Runs the binary in `dir`, so paths in its output are relative and stable.
+fn palimpsest(dir: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_palimpsest"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("PALIMPSEST_LOG")
+        .output()
+        .expect("the palimpsest binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A scratch directory holding copies of some fixtures (by file name).
+fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for f in fixtures {
+        let name = Path::new(f).file_name().expect("a file name");
+        fs::copy(test_data(f), dir.path().join(name)).expect("copy a fixture");
+    }
+    dir
+}
+
+fn ok(run: Run) -> Run {
+    assert_eq!(run.code, 0, "{run:?}");
+    run
+}
+
+const EXAMPLE: &str = "ok/compaction-and-prune.jsonl";
+
+// ---------------------------------------------------------------- round trips
+
+#[test]
+fn jsonl_to_sqlite_to_jsonl_is_byte_identical_for_the_worked_example() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    let run = ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "store.db"]));
+    assert_eq!(
+        run.stdout,
+        "converted 1 session (27 events) from compaction-and-prune.jsonl (JSONL file) \
+         to store.db (SQLite database)\n"
+    );
+    ok(palimpsest(d, &["convert", "store.db", "--session", "example-1", "back.jsonl"]));
+    ok(palimpsest(d, &["convert", "store.db", "back-dir"]));
+    let original = fs::read(test_data(EXAMPLE)).expect("read");
+    assert_eq!(fs::read(d.join("back.jsonl")).expect("read"), original);
+    assert_eq!(fs::read(d.join("back-dir/example-1.jsonl")).expect("read"), original);
+}
+
+#[test]
+fn jsonl_to_sqlite_to_jsonl_is_byte_identical_for_a_large_session() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let original = large_session(1500).expect("a valid generated session");
+    fs::write(d.join("big.jsonl"), &original).expect("write");
+    let report = ok(palimpsest(d, &["validate", "--json", "big.jsonl"])).json();
+    let events = report["events"].as_u64().unwrap_or_default();
+    assert!(events > 20_000, "{report}");
+
+    let run = ok(palimpsest(d, &["convert", "big.jsonl", "big.db"]));
+    assert_eq!(run.stderr, "", "no progress bar when stderr is not a terminal");
+    assert_eq!(ok(palimpsest(d, &["validate", "--json", "big.db"])).json()["events"], json!(events));
+    ok(palimpsest(d, &["convert", "big.db", "back.jsonl", "--session", "big-1"]));
+    assert!(fs::read(d.join("back.jsonl")).expect("read") == original, "the round trip changed bytes");
+}
+
+#[test]
+fn a_whole_store_converts_both_ways_file_for_file() {
+    let dir = scratch(&[EXAMPLE, "ok/crash-open.jsonl", "ok/forked.jsonl"]);
+    let d = dir.path();
+    for f in ["compaction-and-prune.jsonl", "crash-open.jsonl", "forked.jsonl"] {
+        ok(palimpsest(d, &["convert", f, "store"]));
+    }
+    let run = ok(palimpsest(d, &["convert", "store", "all.db"]));
+    assert!(
+        run.stdout.starts_with("converted 3 sessions (54 events) from store (JSONL directory)"),
+        "{run:?}"
+    );
+    ok(palimpsest(d, &["convert", "all.db", "again"]));
+    let mut names: Vec<String> = fs::read_dir(d.join("again"))
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["%46ork%2F%C3%BC-1.jsonl", "crash-1.jsonl", "example-1.jsonl"]);
+    for name in names {
+        assert_eq!(
+            fs::read(d.join("again").join(&name)).expect("read"),
+            fs::read(d.join("store").join(&name)).expect("read"),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        fs::read(d.join("again/%46ork%2F%C3%BC-1.jsonl")).expect("read"),
+        fs::read(test_data("ok/forked.jsonl")).expect("read")
+    );
+}
+
+#[test]
+fn convert_never_overwrites_a_session() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "s.db"]));
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "dir"]));
+    let before = fs::read(d.join("dir/example-1.jsonl")).expect("read");
+    for dst in ["s.db", "dir"] {
+        let run = palimpsest(d, &["convert", "compaction-and-prune.jsonl", dst]);
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(run.stderr.starts_with(&format!("error[already-exists]: {dst}: ")), "{:?}", run.stderr);
+        assert!(run.stderr.contains("\"example-1\""), "{:?}", run.stderr);
+    }
+    assert_eq!(fs::read(d.join("dir/example-1.jsonl")).expect("read"), before);
+    let run = palimpsest(d, &["convert", "s.db", "--session", "example-1", "compaction-and-prune.jsonl"]);
+    assert_eq!(run.code, 1, "an existing file is not overwritten either: {run:?}");
+    assert!(run.stderr.starts_with("error[already-exists]"), "{:?}", run.stderr);
+}
+
+#[test]
+fn convert_checks_every_session_before_writing_any() {
+    let dir = scratch(&[EXAMPLE, "err/replace-reversed.jsonl"]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "src"]));
+    // Put an invalid session into the source store by hand.
+    fs::copy(d.join("replace-reversed.jsonl"), d.join("src/rules.jsonl")).expect("copy");
+    let run = palimpsest(d, &["convert", "src", "out.db"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("error[replace-reversed]: src/rules.jsonl:5: seq 3: "), "{:?}", run.stderr);
+    assert!(!d.join("out.db").exists(), "nothing was written, not even the database");
+    // The valid session alone converts.
+    ok(palimpsest(d, &["convert", "src", "--session", "example-1", "out.db"]));
+}
+
+#[test]
+fn convert_rejects_a_session_file_destination_for_many_sessions() {
+    let dir = scratch(&[EXAMPLE, "ok/crash-open.jsonl"]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "two.db"]));
+    ok(palimpsest(d, &["convert", "crash-open.jsonl", "two.db"]));
+    let run = palimpsest(d, &["convert", "two.db", "one.jsonl"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.starts_with("error[usage]: one.jsonl names one session file"), "{:?}", run.stderr);
+    assert!(!d.join("one.jsonl").exists());
+}
+
+// ---------------------------------------------------------------- STORE forms
+
+#[test]
+fn every_reading_command_takes_every_store_form() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "one.db"]));
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "one-dir"]));
+    let file = ["compaction-and-prune.jsonl"];
+    for cmd in
+        [&["validate", "--json"][..], &["surface"], &["derive"], &["derive", "--provenance"], &["repair"]]
+    {
+        let expected = ok(palimpsest(d, &[cmd, &file[..]].concat())).stdout;
+        for store in ["one.db", "one-dir"] {
+            for session in [&[][..], &["--session", "example-1"]] {
+                let args = [cmd, &[store][..], session].concat();
+                let run = ok(palimpsest(d, &args));
+                assert_eq!(run.stdout, expected, "{args:?}");
+                assert_eq!(run.stderr, "", "{args:?}");
+            }
+        }
+    }
+    // inspect names its source: the file inside the directory, or db#id.
+    let inspect = ok(palimpsest(d, &["inspect", "one-dir"])).stdout;
+    assert!(inspect.contains("source    one-dir/example-1.jsonl\n"), "{inspect}");
+    let inspect = ok(palimpsest(d, &["inspect", "one.db"])).stdout;
+    assert!(inspect.contains("source    one.db#example-1\n"), "{inspect}");
+}
+
+#[test]
+fn a_store_with_many_sessions_needs_session_and_lists_the_ids() {
+    let dir = scratch(&[EXAMPLE, "ok/crash-open.jsonl"]);
+    let d = dir.path();
+    for f in ["compaction-and-prune.jsonl", "crash-open.jsonl"] {
+        ok(palimpsest(d, &["convert", f, "many.db"]));
+        ok(palimpsest(d, &["convert", f, "many"]));
+    }
+    for store in ["many.db", "many"] {
+        let run = palimpsest(d, &["surface", store]);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.starts_with(&format!("error[usage]: {store}: ")), "{:?}", run.stderr);
+        assert!(run.stderr.contains("pick one with --session: crash-1, example-1"), "{:?}", run.stderr);
+        let run = palimpsest(d, &["surface", store, "--session", "crash-1"]);
+        assert_eq!((run.code, run.json()), (0, json!([1, 7, 9])));
+        let run = palimpsest(d, &["surface", store, "--session", "nope"]);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(
+            run.stderr.starts_with(&format!("error[not-found]: {store}: no session \"nope\"")),
+            "{:?}",
+            run.stderr
+        );
+    }
+    let run = palimpsest(d, &["validate", "compaction-and-prune.jsonl", "--session", "other"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run
+        .stderr
+        .starts_with("error[not-found]: compaction-and-prune.jsonl: this file holds session \"example-1\""));
+}
+
+#[test]
+fn an_invalid_session_in_a_store_reports_its_code() {
+    let dir = scratch(&["err/replace-reversed.jsonl"]);
+    let d = dir.path();
+    fs::create_dir(d.join("bad")).expect("mkdir");
+    fs::copy(d.join("replace-reversed.jsonl"), d.join("bad/rules.jsonl")).expect("copy");
+    let run = palimpsest(d, &["validate", "--json", "bad"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.json()["violations"][0]["code"], json!("replace-reversed"));
+    assert!(
+        run.stderr.starts_with("error[replace-reversed]: bad/rules.jsonl:5: seq 3: "),
+        "{:?}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_missing_or_foreign_database_is_refused_and_never_created() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let run = palimpsest(d, &["validate", "missing.db"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.starts_with("error[io]: missing.db: cannot read"), "{:?}", run.stderr);
+    assert!(!d.join("missing.db").exists());
+
+    fs::write(d.join("notes.db"), "just some text, not a database\n").expect("write");
+    let run = palimpsest(d, &["sessions", "notes.db"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.starts_with("error[schema-mismatch]: notes.db: "), "{:?}", run.stderr);
+}
+
+#[test]
+fn repair_write_appends_to_a_session_in_any_store() {
+    let dir = scratch(&["ok/crash-open.jsonl"]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "crash-open.jsonl", "s.db"]));
+    ok(palimpsest(d, &["convert", "crash-open.jsonl", "s"]));
+    let expected = ok(palimpsest(d, &["repair", "crash-open.jsonl"])).json();
+    for store in ["s.db", "s"] {
+        let run = ok(palimpsest(d, &["repair", "--write", store]));
+        assert_eq!(run.json(), expected, "{store}");
+        assert_eq!(ok(palimpsest(d, &["repair", store])).json(), json!([]), "{store}");
+        let report = ok(palimpsest(d, &["validate", "--json", store])).json();
+        assert_eq!(report, json!({"valid": true, "events": 15, "violations": []}), "{store}");
+    }
+    // The directory's file and a converted copy of the database agree byte for byte.
+    ok(palimpsest(d, &["convert", "s.db", "check.jsonl"]));
+    assert_eq!(
+        fs::read(d.join("check.jsonl")).expect("read"),
+        fs::read(d.join("s/crash-1.jsonl")).expect("read")
+    );
+}
+
+// ---------------------------------------------------------------- sessions
+
+#[test]
+fn sessions_lists_id_created_events_and_parent() {
+    let dir = scratch(&[EXAMPLE, "ok/crash-open.jsonl", "ok/forked.jsonl"]);
+    let d = dir.path();
+    for f in ["compaction-and-prune.jsonl", "crash-open.jsonl", "forked.jsonl"] {
+        ok(palimpsest(d, &["convert", f, "store"]));
+    }
+    ok(palimpsest(d, &["convert", "store", "store.db"]));
+    let listing = ok(palimpsest(d, &["sessions", "store"])).stdout;
+    assert_eq!(ok(palimpsest(d, &["sessions", "store.db"])).stdout, listing, "both stores list alike");
+    insta::assert_snapshot!("sessions_store", listing);
+    let one = ok(palimpsest(d, &["sessions", "forked.jsonl"])).stdout;
+    assert_eq!(one.lines().count(), 2, "{one}");
+    assert!(one.lines().nth(1).is_some_and(|l| l.starts_with("Fork/ü-1")), "{one}");
+
+    fs::create_dir(d.join("empty")).expect("mkdir");
+    let run = ok(palimpsest(d, &["sessions", "empty"]));
+    assert_eq!(run.stdout.lines().count(), 1, "just the column names");
+    assert!(run.stderr.contains("holds no sessions"), "{:?}", run.stderr);
+}
+
+// ---------------------------------------------------------------- a large session
+
+/// A long, valid, realistic session: each turn a tool call and its result,
+/// then an answer; every 10th turn prunes that turn's result (a single-node
+/// replace), every 50th compacts the whole surface into a summary (a replace
+/// that may start at the previous summary).
+fn large_session(turns: u64) -> Result<Vec<u8>, AppendError> {
+    const T0: u64 = 1_767_225_600_000;
+    let model = || Source::Model { provider: "example".into(), model: "example-1".into() };
+    let mut s = Session::create(SessionHeader::new("big-1", T0));
+    for turn in 1..=turns {
+        let t = T0 + turn * 10_000;
+        let call = format!("call_{turn}");
+        let args = format!("{{\"path\":\"notes/{turn}.txt\"}}");
+        s.append_log(t, TurnStart { turn })?;
+        let text = Block::text(format!("Question {turn}: what is in notes/{turn}.txt? ü ✓"));
+        let message =
+            Message { id: format!("u{turn}"), role: Role::User, content: vec![text], source: Source::User };
+        s.append_surface(t + 1, UserMessage { turn: Some(turn), message }, SurfaceIntent::append())?;
+        s.append_log(t + 2, StepStart { turn, step: 1 })?;
+        let delta = StreamChunk::ToolCallDelta {
+            index: 0,
+            id: call.clone(),
+            name: Some("read_file".into()),
+            arguments_delta: args.clone(),
+        };
+        let c1 = s.append_log(t + 3, AssistantChunk { turn, step: 1, chunk: delta })?;
+        let usage = Usage { input_tokens: 100 + turn, output_tokens: 12, ..Usage::default() };
+        let c2 = s.append_log(t + 4, AssistantChunk { turn, step: 1, chunk: StreamChunk::Usage(usage) })?;
+        let ask = Block::ToolCall { id: call.clone(), name: "read_file".into(), arguments: args.clone() };
+        let message =
+            Message { id: format!("a{turn}"), role: Role::Assistant, content: vec![ask], source: model() };
+        let assistant = AssistantMessage { turn, step: 1, message, usage: Some(usage), interrupted: None };
+        s.append_surface(t + 5, assistant, SurfaceIntent::append_citing(vec![c1, c2]))?;
+        let tc = s.append_log(
+            t + 6,
+            ToolCall { turn, step: 1, call_id: call.clone(), name: "read_file".into(), arguments: args },
+        )?;
+        let result = |id: String, text: String| ToolResult {
+            turn,
+            step: 1,
+            message: Message {
+                id,
+                role: Role::User,
+                content: vec![Block::ToolResult {
+                    tool_call_id: call.clone(),
+                    is_error: false,
+                    content: vec![Block::text(text)],
+                }],
+                source: Source::Tool { call_id: call.clone() },
+            },
+            error: None,
+        };
+        let r = s.append_surface(
+            t + 7,
+            result(format!("r{turn}"), "line\n".repeat(40)),
+            SurfaceIntent::append_citing(vec![tc]),
+        )?;
+        s.append_log(t + 8, StepEnd { turn, step: 1 })?;
+        s.append_log(t + 9, StepStart { turn, step: 2 })?;
+        let delta = StreamChunk::TextDelta { index: 0, text: format!("It has forty lines ({turn}).") };
+        let c = s.append_log(t + 10, AssistantChunk { turn, step: 2, chunk: delta })?;
+        let answer = Block::text(format!("It has forty lines ({turn})."));
+        let message =
+            Message { id: format!("b{turn}"), role: Role::Assistant, content: vec![answer], source: model() };
+        let assistant = AssistantMessage { turn, step: 2, message, usage: None, interrupted: None };
+        s.append_surface(t + 11, assistant, SurfaceIntent::append_citing(vec![c]))?;
+        s.append_log(t + 12, StepEnd { turn, step: 2 })?;
+        s.append_log(t + 13, TurnEnd { turn, reason: TurnEndReason::Completed })?;
+        if turn % 10 == 0 {
+            let pruned = result(format!("r{turn}-pruned"), format!("[pruned; the original is event {r}]"));
+            s.append_surface(t + 14, pruned, SurfaceIntent::replace(r, r, vec![r]))?;
+        }
+        if turn % 50 == 0 {
+            let plugin = PluginEvent { event_type: "compaction/start".into(), data: json!({"turn": turn}) };
+            let start = s.append_log(t + 15, plugin)?;
+            let surface = s.surface().to_vec();
+            let (first, last) = (surface[0], surface[surface.len() - 1]);
+            let mut sources = vec![start];
+            sources.extend(surface);
+            let text = Block::text(format!("Summary of turns 1 to {turn}."));
+            let source = Source::Plugin { plugin: "compaction".into() };
+            let message = Message { id: format!("sum{turn}"), role: Role::User, content: vec![text], source };
+            s.append_surface(
+                t + 16,
+                UserMessage { turn: None, message },
+                SurfaceIntent::replace(first, last, sources),
+            )?;
+        }
+    }
+    Ok(jsonl::to_bytes(s.header(), s.events()))
+}
