@@ -164,14 +164,15 @@ fn inspect(conn: &Connection, location: &str) -> Result<DbState, StoreError> {
     let mut stmt = conn
         .prepare(
             "SELECT type, name FROM sqlite_schema \
-             WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name, type",
+             WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
         )
         .map_err(err)?;
-    let objects: Vec<String> = stmt
+    let mut objects: Vec<String> = stmt
         .query_map([], |r| Ok(format!("{} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
         .map_err(err)?
         .collect::<Result<_, _>>()
         .map_err(err)?;
+    objects.sort();
 
     if application_id == 0 && user_version == 0 && objects.is_empty() {
         return Ok(DbState::Empty);

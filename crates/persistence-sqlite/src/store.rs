@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
 use palimpsest_persistence::{check_continues, LoadReport, SessionStore, StoreError, StoredSession};
@@ -123,13 +124,7 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(32);
         let created = schema::open_checked(&mut conn, &location)?;
         if path.is_some() {
-            let mode: String =
-                conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(err)?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                return Err(StoreError::Locked {
-                    what: format!("{location} (could not switch to WAL: the journal mode stayed {mode})"),
-                });
-            }
+            switch_to_wal(&conn, &location, options.busy_timeout)?;
         }
         conn.pragma_update(None, "synchronous", options.synchronous.pragma_value()).map_err(err)?;
         if let (true, Some(p)) = (created, &path) {
@@ -328,6 +323,31 @@ fn header_from_row(id: &str, row: &rusqlite::Row<'_>, first: usize) -> Result<Se
     read().map_err(|e| LoadError::HeaderMalformed { detail: e.to_string() })
 }
 
+/// Sets the journal mode to WAL (a no-op once the file is in WAL mode: the
+/// mode is kept in the file). Switching a new file needs an exclusive lock,
+/// and SQLite reports `SQLITE_BUSY` at once, without its busy handler, while
+/// another process is reading the file, as happens when several processes
+/// open the same new file together: so retry until `timeout`.
+fn switch_to_wal(conn: &Connection, location: &str, timeout: Duration) -> Result<(), StoreError> {
+    let start = Instant::now();
+    loop {
+        let mode = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0));
+        match mode {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            // Not switched (the old mode came back), or busy: wait and retry.
+            Ok(_) => {}
+            Err(e) if !poisons(&e) => {}
+            Err(e) => return Err(sql_err(e, location, "switching to the WAL journal")),
+        }
+        if start.elapsed() >= timeout {
+            return Err(StoreError::Locked {
+                what: format!("{location} (switching to the WAL journal, for {timeout:?})"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[cfg(unix)]
 fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
     // A new file's directory entry is durable only once its directory is.
@@ -371,11 +391,10 @@ impl SessionStore for SqliteStore {
                 .optional()?
                 .ok_or_else(not_found)?
                 .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
-            // The length from the primary key (no scan) sizes the vector once.
-            let len = stored_len(tx, session_id)?.unwrap_or(0);
             let mut stmt = tx.prepare_cached(SELECT_EVENTS)?;
             let mut rows = stmt.query([session_id])?;
-            let mut events = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 24));
+            // Not sized from max(seq): a tampered seq must not size an allocation.
+            let mut events = Vec::new();
             let mut line = String::new();
             while let Some(row) = rows.next()? {
                 let index = events.len() as u64;
