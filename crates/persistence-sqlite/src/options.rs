@@ -20,9 +20,10 @@ pub enum Synchronous {
     #[default]
     Normal,
     /// `OFF`: SQLite never fsyncs on its own. Like `Normal` for a process
-    /// crash; a power loss can lose any appends since the last `sync`, and
-    /// the operating system may even write pages out of order. `sync` raises
-    /// the level for one checkpoint, so it is still durable.
+    /// crash; a power loss before the next `sync` can lose any appends since
+    /// the last one and, as the operating system may write pages out of
+    /// order, can corrupt the file. For stores that can be rebuilt. `sync`
+    /// raises the level for one checkpoint, so it is still durable.
     Off,
 }
 
