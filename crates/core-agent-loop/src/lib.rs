@@ -119,6 +119,7 @@ mod error;
 mod exec;
 mod inject;
 mod plugin;
+pub mod plugins;
 mod provider;
 mod scripted;
 mod state;

@@ -7,4 +7,5 @@ mod concurrency;
 mod failures;
 mod plugins;
 mod resume;
+mod rewrite_plugins;
 mod scenarios;

@@ -1,0 +1,280 @@
+//! Compaction: when the next request would exceed a token budget, the
+//! oldest surface entries are replaced by one summary message.
+//!
+//! The events a compaction writes, in order:
+//!
+//! 1. `compaction/start` (off the surface): why, the estimate, the range,
+//!    and `supersedes` when an earlier compaction never finished;
+//! 2. a `user/message` with source `{"kind":"plugin","plugin":"compaction"}`
+//!    and `surfaceOp: replace` over the planned range, citing its
+//!    `compaction/start` and every shadowed seq;
+//! 3. `compaction/end` naming the summary's seq.
+//!
+//! A crash between 1 and 2 leaves a valid log (a plugin event with no end).
+//! The next compaction recognises the unmatched start, says so in its own
+//! `compaction/start`, and plans afresh from the surface as it is: nothing
+//! is blocked and no summary is written twice. A summarizer that fails
+//! ends the attempt with a `compaction/end` carrying the error; the turn
+//! goes on uncompacted.
+
+use palimpsest_core_session::payload::{Block, Message, Role, Source, UserMessage};
+use palimpsest_core_session::rewrite::{plan_compaction, text_chars};
+use palimpsest_core_session::{EventType, Session};
+use serde_json::json;
+
+use crate::plugin::{Plugin, PluginContext, PluginError};
+use crate::provider::{complete, BoxFuture, ModelRequest, Provider};
+
+/// Type of the event that opens a compaction.
+pub const COMPACTION_START: &str = "compaction/start";
+/// Type of the event that closes a compaction.
+pub const COMPACTION_END: &str = "compaction/end";
+const PLUGIN: &str = "compaction";
+
+/// Estimates the size of a request in tokens.
+pub trait TokenEstimator: Send + Sync {
+    /// The estimated prompt size of `request`.
+    fn estimate(&self, request: &ModelRequest) -> u64;
+}
+
+/// The default estimator: characters of text divided by four.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CharsOver4;
+
+impl TokenEstimator for CharsOver4 {
+    fn estimate(&self, request: &ModelRequest) -> u64 {
+        let messages: usize = request.messages.iter().map(|m| text_chars(&m.content)).sum();
+        let system = request.system.as_ref().map_or(0, |s| s.chars().count());
+        let tools: usize = request
+            .tools
+            .iter()
+            .map(|t| t.name.len() + t.description.chars().count() + t.parameters.to_string().len())
+            .sum();
+        ((messages + system + tools) / 4) as u64
+    }
+}
+
+/// Writes the summary of the messages a compaction shadows.
+pub trait Summarizer: Send + Sync {
+    /// Summarizes `messages` (in surface order). `provider` is the session's
+    /// own model, for summarizers that ask it.
+    fn summarize<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        messages: Vec<Message>,
+    ) -> BoxFuture<'a, Result<String, PluginError>>;
+}
+
+/// The default summarizer: asks the session's own provider, with a
+/// summarization prompt, for a summary of the shadowed messages.
+#[derive(Debug, Clone)]
+pub struct ProviderSummarizer {
+    /// The system prompt of the summarization request.
+    pub prompt: String,
+}
+
+impl Default for ProviderSummarizer {
+    fn default() -> ProviderSummarizer {
+        ProviderSummarizer {
+            prompt: "Summarize the conversation so far for your own future reference. Keep every fact, \
+                     decision, file name and open task the rest of the work needs; drop pleasantries. \
+                     Answer with the summary only."
+                .into(),
+        }
+    }
+}
+
+impl Summarizer for ProviderSummarizer {
+    fn summarize<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        mut messages: Vec<Message>,
+    ) -> BoxFuture<'a, Result<String, PluginError>> {
+        Box::pin(async move {
+            messages.push(Message {
+                id: "compaction-request".into(),
+                role: Role::User,
+                content: vec![Block::text("Summarize the conversation above.")],
+                source: Source::Plugin { plugin: PLUGIN.into() },
+            });
+            let request = ModelRequest::new(messages).with_system(self.prompt.clone());
+            let completion = complete(provider, request).await.map_err(|e| {
+                PluginError::failed("SUMMARY_FAILED", format!("the summarizer's model failed: {e}"))
+            })?;
+            let text = completion.text();
+            if text.trim().is_empty() {
+                return Err(PluginError::failed(
+                    "SUMMARY_EMPTY",
+                    "the summarizer's model answered with no text",
+                ));
+            }
+            Ok(text)
+        })
+    }
+}
+
+/// A deterministic summarizer (tests, the demo): a fixed line naming how
+/// many messages were summarized, followed by the first words of each.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FixedSummarizer;
+
+impl Summarizer for FixedSummarizer {
+    fn summarize<'a>(
+        &'a self,
+        _provider: &'a dyn Provider,
+        messages: Vec<Message>,
+    ) -> BoxFuture<'a, Result<String, PluginError>> {
+        let mut text = format!("Summary of {} earlier messages:", messages.len());
+        for m in &messages {
+            let first: String = m
+                .content
+                .iter()
+                .find_map(|b| match b {
+                    Block::Text { text } => {
+                        Some(text.split_whitespace().take(8).collect::<Vec<_>>().join(" "))
+                    }
+                    Block::ToolCall { name, .. } => Some(format!("[called {name}]")),
+                    Block::ToolResult { .. } => Some("[tool result]".into()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let who = match m.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            text.push_str(&format!("\n- {who}: {first}"));
+        }
+        Box::pin(std::future::ready(Ok(text)))
+    }
+}
+
+/// When and how much to compact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionConfig {
+    /// Compact when the estimated request exceeds this many tokens.
+    pub budget_tokens: u64,
+    /// Surface entries at the tail that are always kept verbatim.
+    pub keep_recent: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> CompactionConfig {
+        CompactionConfig { budget_tokens: 100_000, keep_recent: 8 }
+    }
+}
+
+/// The compaction plugin. See the module docs for the events it writes.
+pub struct Compaction {
+    config: CompactionConfig,
+    estimator: Box<dyn TokenEstimator>,
+    summarizer: Box<dyn Summarizer>,
+}
+
+impl std::fmt::Debug for Compaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compaction").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Compaction {
+    /// Compaction with the chars/4 estimator and the provider summarizer.
+    pub fn new(config: CompactionConfig) -> Compaction {
+        Compaction {
+            config,
+            estimator: Box::new(CharsOver4),
+            summarizer: Box::new(ProviderSummarizer::default()),
+        }
+    }
+
+    /// Uses another estimator.
+    pub fn with_estimator(mut self, estimator: impl TokenEstimator + 'static) -> Compaction {
+        self.estimator = Box::new(estimator);
+        self
+    }
+
+    /// Uses another summarizer.
+    pub fn with_summarizer(mut self, summarizer: impl Summarizer + 'static) -> Compaction {
+        self.summarizer = Box::new(summarizer);
+        self
+    }
+
+    async fn run(&self, ctx: &mut PluginContext<'_>) -> Result<(), PluginError> {
+        let estimate = self.estimator.estimate(&ctx.request());
+        if estimate <= self.config.budget_tokens {
+            return Ok(());
+        }
+        let Some(plan) = plan_compaction(ctx.session(), self.config.keep_recent) else {
+            tracing::debug!(
+                estimate,
+                budget = self.config.budget_tokens,
+                "over budget, but nothing to compact"
+            );
+            return Ok(());
+        };
+        let mut start_data = json!({
+            "reason": "budget",
+            "estimatedTokens": estimate,
+            "budgetTokens": self.config.budget_tokens,
+            "range": {"start": plan.start, "end": plan.end, "entries": plan.shadowed.len()},
+        });
+        if let Some(unfinished) = unfinished_compaction(ctx.session()) {
+            tracing::warn!(unfinished, "an earlier compaction never finished; starting afresh");
+            start_data["supersedes"] = json!(unfinished);
+        }
+        let start = ctx.append_event(COMPACTION_START, start_data)?;
+        let messages: Vec<Message> = ctx
+            .session()
+            .derive_messages()
+            .into_iter()
+            .filter(|m| plan.shadowed.contains(&m.seq))
+            .map(|m| m.message)
+            .collect();
+        let summary = match self.summarizer.summarize(ctx.provider(), messages).await {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!(error = %e, "compaction abandoned: the summarizer failed");
+                let end = json!({"startSeq": start, "error": {"code": e.code(), "message": e.to_string()}});
+                ctx.append_event(COMPACTION_END, end)?;
+                return Ok(());
+            }
+        };
+        let message = Message {
+            id: ctx.new_message_id(),
+            role: Role::User,
+            content: vec![Block::text(summary)],
+            source: Source::Plugin { plugin: PLUGIN.into() },
+        };
+        let seq = ctx.append_message(UserMessage { turn: None, message }, plan.intent(&[start]))?;
+        ctx.append_event(COMPACTION_END, json!({"startSeq": start, "summarySeq": seq}))?;
+        tracing::info!(summary = seq, shadowed = plan.shadowed.len(), estimate, "compacted the history");
+        Ok(())
+    }
+}
+
+impl Plugin for Compaction {
+    fn name(&self) -> &str {
+        PLUGIN
+    }
+
+    fn before_request<'a>(
+        &'a mut self,
+        ctx: &'a mut PluginContext<'_>,
+    ) -> BoxFuture<'a, Result<(), PluginError>> {
+        Box::pin(self.run(ctx))
+    }
+}
+
+/// The seq of the last `compaction/start` that no `compaction/end` answers,
+/// if the log has one. Scans back only to the last compaction event.
+fn unfinished_compaction(session: &Session) -> Option<u64> {
+    let is = |e: &palimpsest_core_session::Event, t: &str| matches!(e.event_type(), EventType::Plugin(p) if &**p == t);
+    session.events().iter().rev().find_map(|e| {
+        if is(e, COMPACTION_END) {
+            Some(None)
+        } else if is(e, COMPACTION_START) {
+            Some(Some(e.seq()))
+        } else {
+            None
+        }
+    })?
+}

@@ -1,0 +1,22 @@
+//! The history rewrites every agent needs, as loop plugins: compaction
+//! ([`Compaction`]) and tool-result pruning ([`ToolResultPruning`]).
+//!
+//! Both choose *what* to rewrite with the pure planners of
+//! `palimpsest_core_session::rewrite` (so the choice is testable without a
+//! loop and keeps the derived history provider-valid), and rewrite only by
+//! appending replace events through the [`PluginContext`]: the shadowed
+//! events stay in the log, and every replacement cites what it shadows.
+//!
+//! Register pruning before compaction: pruning is cheap and often brings the
+//! request under the compaction budget on its own.
+//!
+//! [`PluginContext`]: crate::PluginContext
+
+mod compaction;
+mod pruning;
+
+pub use compaction::{
+    CharsOver4, Compaction, CompactionConfig, FixedSummarizer, ProviderSummarizer, Summarizer,
+    TokenEstimator, COMPACTION_END, COMPACTION_START,
+};
+pub use pruning::{ToolResultPruning, PRUNING_PLUGIN};
