@@ -26,7 +26,9 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use palimpsest_core_session::{Event, Session, SessionHeader};
@@ -122,34 +124,44 @@ impl Dest {
 }
 
 /// A progress bar that stays hidden for the first [`QUIET_FOR`], and
-/// always when stderr is not a terminal.
+/// always when stderr is not a terminal. Once shown it ticks on its own, so
+/// a single long session still shows a live spinner and elapsed time.
 struct Progress {
     bar: ProgressBar,
-    started: Instant,
-    visible: bool,
+    /// Set when the work is done; the timer thread shows nothing after it.
+    done: Arc<Mutex<bool>>,
 }
 
 impl Progress {
     fn new(len: u64, what: &'static str) -> Progress {
         let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
-        if let Ok(style) =
-            ProgressStyle::with_template("{msg:8} [{bar:32}] {human_pos}/{human_len} {per_sec} eta {eta}")
-        {
+        let template = "{spinner} {msg} [{bar:32}] {human_pos}/{human_len} {elapsed}";
+        if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_message(what);
-        Progress { bar, started: Instant::now(), visible: false }
+        let done = Arc::new(Mutex::new(false));
+        if std::io::stderr().is_terminal() {
+            let (bar, done) = (bar.clone(), Arc::clone(&done));
+            thread::spawn(move || {
+                thread::sleep(QUIET_FOR);
+                let done = done.lock().unwrap_or_else(PoisonError::into_inner);
+                if !*done {
+                    bar.set_draw_target(ProgressDrawTarget::stderr());
+                    bar.enable_steady_tick(Duration::from_millis(120));
+                }
+            });
+        }
+        Progress { bar, done }
     }
 
-    fn inc(&mut self, n: u64) {
+    fn inc(&self, n: u64) {
         self.bar.inc(n);
-        if !self.visible && self.started.elapsed() >= QUIET_FOR && std::io::stderr().is_terminal() {
-            self.bar.set_draw_target(ProgressDrawTarget::stderr());
-            self.visible = true;
-        }
     }
 
     fn finish(self) {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        *done = true;
         self.bar.finish_and_clear();
     }
 }
@@ -182,7 +194,7 @@ pub(crate) fn convert(
 
     // Pass 1: check every session before anything is written.
     let mut total_events = 0u64;
-    let mut progress = Progress::new(ids.len() as u64, "checking");
+    let progress = Progress::new(ids.len() as u64, "checking");
     for id in &ids {
         let checked = source.check(id)?;
         if let Some(torn) = checked.torn_tail {
@@ -214,7 +226,7 @@ pub(crate) fn convert(
     }
 
     // Pass 2: copy.
-    let mut progress = Progress::new(total_events, "copying");
+    let progress = Progress::new(total_events, "copying");
     for (done, id) in ids.iter().enumerate() {
         let origin = source.origin(id);
         let stored = source.load(id)?;
