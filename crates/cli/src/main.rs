@@ -18,11 +18,13 @@
 mod check;
 mod cmd;
 mod convert;
+mod demo;
 mod error;
 mod inspect;
 mod output;
 mod store_arg;
 mod timefmt;
+mod tools;
 
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -104,6 +106,29 @@ enum Command {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
     },
+    /// The main job: a scripted agent session with real tools, end to end.
+    ///
+    /// Runs six turns over a sandboxed workspace, pruning and compacting the
+    /// history on the way, into a store (SQLite in the current directory by
+    /// default); then shows the log beside the surface, reopens and
+    /// validates the store, and sums up. No setup, no network.
+    Demo {
+        /// The store: a path ending in `.db` is SQLite, any other a JSONL store directory.
+        #[arg(long, value_name = "PATH", default_value = demo::DEFAULT_STORE)]
+        store: PathBuf,
+        /// Continue a stored demo session (after Ctrl-C, a crash, or a normal exit).
+        #[arg(long, value_name = "ID")]
+        resume: Option<String>,
+        /// Milliseconds to pause before each turn and each tool call, so a person can follow along.
+        #[arg(long, value_name = "MS", default_value_t = 150)]
+        pace: u64,
+        /// Skip the full timeline at the end.
+        #[arg(long)]
+        quiet: bool,
+        /// When to use colours.
+        #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+        color: ColorChoice,
+    },
 }
 
 /// When `inspect` uses ANSI colours.
@@ -148,16 +173,30 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Surface { target } => cmd::surface(&target, out),
         Command::Derive { target, provenance } => cmd::derive(&target, provenance, out),
         Command::Repair { target, write } => cmd::repair(&target, write, out),
-        Command::Inspect { target, color } => {
-            let color = match color {
-                ColorChoice::Always => true,
-                ColorChoice::Never => false,
-                ColorChoice::Auto => output::stdout_wants_color(),
-            };
-            cmd::inspect(&target, color, out)
-        }
+        Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
         Command::Sessions { store } => cmd::sessions(&store, out),
         Command::Convert { src, dst, session } => convert::convert(&src, session.as_deref(), &dst, out),
+        Command::Demo { store, resume, pace, quiet, color } => {
+            let options = demo::DemoOptions {
+                store,
+                resume,
+                pace: std::time::Duration::from_millis(pace),
+                quiet,
+                deterministic: false,
+                color: color.enabled(),
+            };
+            demo::run(&options, out)
+        }
+    }
+}
+
+impl ColorChoice {
+    fn enabled(self) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => output::stdout_wants_color(),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use palimpsest_core_agent_loop::{BoxFuture, Tool, ToolContext, ToolError, ToolRegistry};
 use palimpsest_core_session::payload::Block;
@@ -15,18 +16,50 @@ use serde_json::{json, Value};
 /// Files larger than this are not read whole.
 const MAX_READ_BYTES: u64 = 256 * 1024;
 
-/// The four tools, confined to `root`.
-pub(crate) fn sandbox_tools(root: &Path) -> ToolRegistry {
+/// The four tools, confined to `root`. Each call first waits `pace` (the
+/// demo slows down so a person can follow; zero elsewhere).
+pub(crate) fn sandbox_tools(root: &Path, pace: Duration) -> ToolRegistry {
     let root: Arc<Path> = Arc::from(root);
     ToolRegistry::new()
-        .with(ListFiles(root.clone()))
-        .with(ReadFile(root.clone()))
-        .with(WriteFile(root))
-        .with(Calculator)
+        .with(Paced(pace, ListFiles(root.clone())))
+        .with(Paced(pace, ReadFile(root.clone())))
+        .with(Paced(pace, WriteFile(root)))
+        .with(Paced(pace, Calculator))
+}
+
+/// A tool that waits before it runs.
+struct Paced<T>(Duration, T);
+
+impl<T: Tool> Tool for Paced<T> {
+    fn name(&self) -> &str {
+        self.1.name()
+    }
+    fn description(&self) -> &str {
+        self.1.description()
+    }
+    fn parameters(&self) -> Value {
+        self.1.parameters()
+    }
+    fn concurrent(&self) -> bool {
+        self.1.concurrent()
+    }
+    fn execute<'a>(
+        &'a self,
+        arguments: &'a str,
+        ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
+        Box::pin(async move {
+            if !self.0.is_zero() {
+                tokio::time::sleep(self.0).await;
+            }
+            self.1.execute(arguments, ctx).await
+        })
+    }
 }
 
 fn args(raw: &str) -> Result<Value, ToolError> {
-    serde_json::from_str(raw).map_err(|e| ToolError::invalid_arguments(format!("arguments are not JSON: {e}")))
+    serde_json::from_str(raw)
+        .map_err(|e| ToolError::invalid_arguments(format!("arguments are not JSON: {e}")))
 }
 
 fn string_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
@@ -75,12 +108,17 @@ impl Tool for ListFiles {
     fn concurrent(&self) -> bool {
         true
     }
-    fn execute<'a>(&'a self, _arguments: &'a str, _ctx: ToolContext) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
+    fn execute<'a>(
+        &'a self,
+        _arguments: &'a str,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
         Box::pin(async move {
             let mut files = Vec::new();
             let mut dirs = vec![self.0.to_path_buf()];
             while let Some(dir) = dirs.pop() {
-                let entries = std::fs::read_dir(&dir).map_err(|e| ToolError::failed(format!("listing: {e}")))?;
+                let entries =
+                    std::fs::read_dir(&dir).map_err(|e| ToolError::failed(format!("listing: {e}")))?;
                 for entry in entries.flatten() {
                     let path = entry.path();
                     let meta = entry.metadata().map_err(|e| ToolError::failed(format!("listing: {e}")))?;
@@ -113,16 +151,24 @@ impl Tool for ReadFile {
     fn concurrent(&self) -> bool {
         true
     }
-    fn execute<'a>(&'a self, arguments: &'a str, _ctx: ToolContext) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
+    fn execute<'a>(
+        &'a self,
+        arguments: &'a str,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
         Box::pin(async move {
             let args = args(arguments)?;
             let rel = string_arg(&args, "path")?;
             let path = inside(&self.0, rel)?;
             let meta = std::fs::metadata(&path).map_err(|e| ToolError::failed(format!("{rel}: {e}")))?;
             if meta.len() > MAX_READ_BYTES {
-                return Err(ToolError::failed(format!("{rel} is {} bytes; the limit is {MAX_READ_BYTES}", meta.len())));
+                return Err(ToolError::failed(format!(
+                    "{rel} is {} bytes; the limit is {MAX_READ_BYTES}",
+                    meta.len()
+                )));
             }
-            let text = std::fs::read_to_string(&path).map_err(|e| ToolError::failed(format!("{rel}: {e}")))?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| ToolError::failed(format!("{rel}: {e}")))?;
             Ok(vec![Block::text(text)])
         })
     }
@@ -141,7 +187,11 @@ impl Tool for WriteFile {
         json!({"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
                "required": ["path", "content"]})
     }
-    fn execute<'a>(&'a self, arguments: &'a str, _ctx: ToolContext) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
+    fn execute<'a>(
+        &'a self,
+        arguments: &'a str,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
         Box::pin(async move {
             let args = args(arguments)?;
             let rel = string_arg(&args, "path")?;
@@ -171,7 +221,11 @@ impl Tool for Calculator {
     fn concurrent(&self) -> bool {
         true
     }
-    fn execute<'a>(&'a self, arguments: &'a str, _ctx: ToolContext) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
+    fn execute<'a>(
+        &'a self,
+        arguments: &'a str,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<Vec<Block>, ToolError>> {
         Box::pin(async move {
             let args = args(arguments)?;
             let expr = string_arg(&args, "expression")?;

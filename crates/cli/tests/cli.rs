@@ -283,10 +283,9 @@ fn usage_errors_exit_2_with_a_usage_code() {
     let help = palimpsest(&["--help"]);
     assert_eq!(help.code, 0);
     assert!(help.stdout.contains("validate"));
-    // `demo` and `run` are not commands of this binary yet: no stubs.
-    for missing in ["demo", "run"] {
-        assert_eq!(palimpsest(&[missing]).code, 2, "{missing}");
-    }
+    assert!(help.stdout.contains("demo"));
+    // `run` is not a command of this binary yet: no stub.
+    assert_eq!(palimpsest(&["run"]).code, 2);
 }
 
 // ---------------------------------------------------------------- tails

@@ -1,0 +1,117 @@
+//! `palimpsest demo` as a person runs it: in a fresh directory with no
+//! flags, killed mid-turn and resumed, interrupted with Ctrl-C and resumed.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_palimpsest");
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN).current_dir(dir).args(args).output().expect("run palimpsest")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_demo_needs_no_setup_and_leaves_a_valid_sqlite_store_in_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["demo", "--pace", "0", "--color", "never"]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("store:     palimpsest-demo.db (SQLite)"), "{text}");
+    assert!(dir.path().join("palimpsest-demo.db").is_file());
+    assert!(text.contains("valid, every surface rule and invariant holds"), "{text}");
+    assert!(text.contains("── the full log beside the surface"), "{text}");
+    // The store it leaves is readable by the other commands.
+    let v = run(dir.path(), &["validate", "palimpsest-demo.db", "--json"]);
+    assert!(v.status.success(), "{}", stdout(&v));
+    assert!(stdout(&v).contains(r#""valid":true"#));
+    // A second run adds a second session to the same store.
+    let again = run(dir.path(), &["demo", "--pace", "0", "--quiet"]);
+    assert!(again.status.success());
+    let sessions = stdout(&run(dir.path(), &["sessions", "palimpsest-demo.db"]));
+    assert_eq!(sessions.matches("demo-").count(), 2, "{sessions}");
+}
+
+/// Starts a paced demo and reads its output until a tool of turn 2 is
+/// running; returns the child, the session id and what it printed.
+fn start_until_turn_2_tool(dir: &Path, store: &str) -> (Child, String, String) {
+    let mut child = Command::new(BIN)
+        .current_dir(dir)
+        .args(["demo", "--store", store, "--pace", "500", "--quiet", "--color", "never"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the demo");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut id, mut seen, mut in_turn_2) = (String::new(), String::new(), false);
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(rest) = line.strip_prefix("session:") {
+            id = rest.trim().to_owned();
+        }
+        in_turn_2 |= line.starts_with("turn 2 of");
+        if in_turn_2 && line.contains("→ read_file") {
+            break;
+        }
+    }
+    assert!(!id.is_empty() && in_turn_2, "the demo never reached turn 2's tool:\n{seen}");
+    // Keep draining so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, id, seen)
+}
+
+fn resume(dir: &Path, store: &str, id: &str) -> String {
+    let o =
+        run(dir, &["demo", "--store", store, "--resume", id, "--pace", "0", "--quiet", "--color", "never"]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "resume failed:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("valid, every surface rule and invariant holds"), "{text}");
+    assert!(text.contains("turn 6 of 6"), "{text}");
+    text
+}
+
+#[cfg(unix)]
+#[test]
+fn a_demo_killed_mid_turn_resumes_through_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, id, _) = start_until_turn_2_tool(dir.path(), "crash.db");
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    // The turn was left open: repair has closers for it (a tool/result for
+    // the running call, step/end, turn/end).
+    let closers = run(dir.path(), &["repair", "crash.db", "--session", &id]);
+    assert!(closers.status.success());
+    let closers: serde_json::Value = serde_json::from_slice(&closers.stdout).unwrap();
+    let types: Vec<_> =
+        closers.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(types.last().map(String::as_str), Some("turn/end"), "{types:?}");
+    assert!(types.contains(&"tool/result".to_owned()), "the running call gets a result: {types:?}");
+    let text = resume(dir.path(), "crash.db", &id);
+    assert!(text.contains("resumed:   "), "{text}");
+    assert!(text.contains("repaired:  the interrupted turn was closed"), "{text}");
+    assert!(text.contains("1 of 6 turns completed"), "{text}");
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_the_turn_and_resume_finishes_the_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jsonl-store");
+    let store = store.to_str().unwrap();
+    let (mut child, id, _) = start_until_turn_2_tool(dir.path(), store);
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "an interrupted demo is not a success");
+    // The turn ended aborted, so there is nothing to repair.
+    let closers = run(dir.path(), &["repair", store, "--session", &id]);
+    assert_eq!(stdout(&closers).trim(), "[]");
+    let text = resume(dir.path(), store, &id);
+    assert!(!text.contains("repaired:"), "{text}");
+}
