@@ -21,6 +21,7 @@ mod convert;
 mod demo;
 mod error;
 mod inspect;
+mod open_store;
 mod output;
 mod store_arg;
 mod timefmt;

@@ -30,11 +30,9 @@ use palimpsest_core_agent_loop::{
 };
 use palimpsest_core_session::payload::{TurnEnd, TurnEndReason};
 use palimpsest_core_session::{EventType, SurfaceOp};
-use palimpsest_persistence::SessionStore;
-use palimpsest_persistence_jsonl::JsonlStore;
-use palimpsest_persistence_sqlite::SqliteStore;
 
 use crate::error::Exit;
+use crate::open_store::{open_store, store_kind};
 use crate::store_arg::Store;
 
 pub(crate) use script::TURNS;
@@ -57,20 +55,6 @@ pub(crate) struct DemoOptions {
     pub(crate) deterministic: bool,
     /// ANSI colours in the timeline.
     pub(crate) color: bool,
-}
-
-fn open_store(path: &Path) -> anyhow::Result<Arc<dyn SessionStore>> {
-    let is_db = path.extension().is_some_and(|e| e == "db");
-    Ok(if is_db {
-        Arc::new(
-            SqliteStore::open(path)
-                .with_context(|| format!("opening the SQLite store {}", path.display()))?,
-        )
-    } else {
-        Arc::new(
-            JsonlStore::open(path).with_context(|| format!("opening the JSONL store {}", path.display()))?,
-        )
-    })
 }
 
 fn seed_workspace(dir: &Path) -> anyhow::Result<()> {
@@ -264,14 +248,6 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         return Ok(Exit::Invalid);
     }
     Ok(if interrupted { Exit::Invalid } else { Exit::Success })
-}
-
-fn store_kind(path: &Path) -> &'static str {
-    if path.extension().is_some_and(|e| e == "db") {
-        "SQLite"
-    } else {
-        "JSONL directory"
-    }
 }
 
 /// Turns that ended `completed`: where a resumed demo carries on.
