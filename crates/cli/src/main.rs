@@ -23,6 +23,7 @@ mod error;
 mod inspect;
 mod open_store;
 mod output;
+mod run;
 mod store_arg;
 mod timefmt;
 mod tools;
@@ -130,6 +131,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
     },
+    // The help text is `RunArgs`' doc comment.
+    Run(run::RunArgs),
 }
 
 /// When `inspect` uses ANSI colours.
@@ -188,6 +191,7 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
             };
             demo::run(&options, out)
         }
+        Command::Run(args) => run::run(args, out),
     }
 }
 

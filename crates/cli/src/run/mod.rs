@@ -1,0 +1,521 @@
+//! `palimpsest run`: talk to a real model through any OpenAI-compatible
+//! chat-completions endpoint, with every event landing in a store.
+//!
+//! One-shot with a PROMPT argument; otherwise an interactive prompt that
+//! reads one turn per line from stdin until `/exit` or end of input. The
+//! assistant's text is printed on stdout as it streams, and nothing else
+//! goes there, so `palimpsest run "..." > answer.txt` keeps just the
+//! answer; the session id, tool calls and results, rewrites and errors are
+//! short lines on stderr.
+//!
+//! The loop is `palimpsest-core-agent-loop`'s, with
+//! `palimpsest-llm-openai`'s provider (flags falling back to the
+//! `OPENAI_*` variables), the tool-result pruning and compaction plugins,
+//! and, with `--tools DIR`, the demo's sandboxed tools. What reaches the
+//! screen comes from the events the loop has committed ([`echo`]), so it is
+//! what the log says.
+//!
+//! Ctrl-C cancels the running turn (it ends `aborted`, what streamed is
+//! kept); a second Ctrl-C, or one at the prompt, exits. A provider error
+//! ends the turn with that error in the log. Either way the log stays
+//! valid, and `--session ID` carries on (closing an interrupted turn
+//! first).
+
+mod echo;
+
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use palimpsest_core_agent_loop::plugins::{Compaction, CompactionConfig, ToolResultPruning};
+use palimpsest_core_agent_loop::{
+    AgentConfig, AgentLoop, CancellationToken, LoopError, Provider, ToolRegistry, TurnInput, TurnOutcome,
+};
+use palimpsest_core_session::payload::TurnEndReason;
+use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider};
+use palimpsest_persistence::DurableError;
+use tokio::sync::mpsc;
+
+use crate::error::{from_store, CliError, Exit};
+use crate::open_store::{open_store, store_kind};
+use crate::output;
+use echo::{Echo, EchoPlugin};
+
+/// Where `run` writes when `--store` is not given.
+pub(crate) const DEFAULT_STORE: &str = "palimpsest.db";
+
+/// The default `--context-budget`, in estimated tokens.
+pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
+
+/// Talk to a model through an OpenAI-compatible endpoint, logging every event.
+///
+/// With PROMPT, runs one turn and exits; without, reads one turn per line
+/// from stdin until `/exit` or end of input. The answer streams to stdout;
+/// the session id, tool calls, results and errors go to stderr.
+///
+/// The endpoint comes from --base-url, --model and --api-key, each falling
+/// back to OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY (a base URL such
+/// as https://api.openai.com/v1 or http://127.0.0.1:8000/v1).
+///
+/// Two history plugins are always on. Tool-result pruning replaces tool
+/// results of more than 2000 characters, once four newer results exist, by
+/// a short stub (the original stays in the log). Compaction, when the next
+/// request is estimated above --context-budget tokens, asks the session's
+/// own model for a summary that stands in for the older history (the newest
+/// 8 surface entries are kept verbatim).
+///
+/// Ctrl-C cancels the running turn; a second Ctrl-C (or one at the prompt)
+/// exits. One-shot, the exit is 0 when the turn completed and 1 when it
+/// failed, was cancelled or hit the output-token limit; interactively, 0
+/// unless a turn failed with an error (1). Usage and I/O errors are 2.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The store: a path ending in `.db` is SQLite, any other a JSONL store directory (created if missing).
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
+    pub(crate) store: PathBuf,
+    /// Continue this stored session instead of starting a new one.
+    #[arg(long, value_name = "ID")]
+    pub(crate) session: Option<String>,
+    /// The API base URL [env: OPENAI_BASE_URL]; requests go to {URL}/chat/completions.
+    #[arg(long, value_name = "URL")]
+    pub(crate) base_url: Option<String>,
+    /// The model to ask for [env: OPENAI_MODEL].
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) model: Option<String>,
+    /// The API key [env: OPENAI_API_KEY]; prefer the variable, flags show up in process lists.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) api_key: Option<String>,
+    /// Give the model list_files, read_file, write_file and calculator, confined to DIR.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) tools: Option<PathBuf>,
+    /// The system prompt of every request.
+    #[arg(long, value_name = "PROMPT")]
+    pub(crate) system: Option<String>,
+    /// Compact the history when a request is estimated above this many tokens.
+    #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_CONTEXT_BUDGET)]
+    pub(crate) context_budget: u64,
+    /// One turn with this prompt; without it, an interactive prompt on stdin.
+    #[arg(value_name = "PROMPT")]
+    pub(crate) prompt: Option<String>,
+}
+
+/// Runs `palimpsest run`; the answer text goes to `out`.
+pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    // Everything that can be refused is checked before the store is touched.
+    let config =
+        OpenAiConfig::from_env_and_flags(args.base_url.clone(), args.model.clone(), args.api_key.clone())
+            .map_err(config_error)?;
+    let provider = OpenAiProvider::new(config).map_err(config_error)?;
+    if let Some(dir) = &args.tools {
+        if !dir.is_dir() {
+            return Err(CliError::usage(format!("--tools {}: not a directory", dir.display())).into());
+        }
+    }
+    if args.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        return Err(CliError::usage("the PROMPT is empty").into());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_async(args, provider, out))
+}
+
+/// A configuration the provider refuses: the command line's fault (exit 2).
+fn config_error(e: ConfigError) -> anyhow::Error {
+    match e {
+        ConfigError::HttpClient { .. } => CliError::io("", e.to_string()).into(),
+        e => CliError::usage(e.to_string()).into(),
+    }
+}
+
+async fn run_async(args: RunArgs, provider: OpenAiProvider, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let mut interrupts = Interrupts::install().context("listening for Ctrl-C")?;
+    let store = open_store(&args.store)?;
+    let shown = args.store.display().to_string();
+    let about_model = format!("model {} at {}", provider.config().model, provider.endpoint());
+    let provider: Arc<dyn Provider> = Arc::new(provider);
+    let (tx, rx) = mpsc::unbounded_channel();
+
+    let mut config = AgentConfig::default();
+    if let Some(system) = &args.system {
+        config = config.with_system_prompt(system.clone());
+    }
+    let tools = match &args.tools {
+        Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO),
+        None => ToolRegistry::new(),
+    };
+    let builder = AgentLoop::builder(Arc::clone(&provider))
+        .config(config)
+        .tools(tools)
+        .plugin(ToolResultPruning::default())
+        .plugin(Compaction::new(CompactionConfig {
+            budget_tokens: args.context_budget,
+            ..CompactionConfig::default()
+        }))
+        .plugin(EchoPlugin::new(tx));
+
+    let agent = match &args.session {
+        None => {
+            let id = new_session_id();
+            let agent = builder.create(store, id.clone()).map_err(|e| loop_error(e, &shown))?;
+            output::note(&format!(
+                "new session {id} in {shown} ({}); continue it with --session {id}",
+                store_kind(&args.store)
+            ));
+            agent
+        }
+        Some(id) => {
+            let (agent, report) = builder.open(store, id).map_err(|e| loop_error(e, &shown))?;
+            let turns = agent.last_turn();
+            output::note(&format!(
+                "resuming session {id} in {shown}: {} events, {turns} turn(s)",
+                agent.session().events().len()
+            ));
+            if let Some(range) = report.repaired {
+                output::note(&format!(
+                    "closed the interrupted last turn first ({} repair event(s), seqs {}..{})",
+                    range.end - range.start,
+                    range.start,
+                    range.end
+                ));
+            }
+            agent
+        }
+    };
+    if let Some(dir) = &args.tools {
+        output::note(&format!(
+            "tools list_files, read_file, write_file, calculator, confined to {}",
+            dir.display()
+        ));
+    }
+    output::note(&about_model);
+
+    let mut driver = Driver { agent, rx, console: Console { out, mid_line: false, step: None }, shown };
+    let exit = match args.prompt {
+        Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
+        None => driver.interactive(&mut interrupts).await,
+    };
+    // Sync whatever the last turn left unsynced, even after a failure.
+    let flushed = driver.agent.flush().map_err(|e| loop_error(e, &driver.shown));
+    let exit = exit?;
+    flushed?;
+    Ok(exit)
+}
+
+/// A new session id: `run-` and the UTC time to the second, then the
+/// process id, so runs started in the same second still differ.
+fn new_session_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let stamp: String =
+        crate::timefmt::utc(now).chars().take(19).filter(char::is_ascii_alphanumeric).collect();
+    format!("run-{stamp}-{:x}", std::process::id())
+}
+
+/// A loop failure as the CLI reports it: a store failure keeps the store's
+/// code and exit; a refused append is exit 1 with its code.
+fn loop_error(e: LoopError, location: &str) -> anyhow::Error {
+    if let LoopError::Session { source, .. } = &e {
+        if let DurableError::Store(store) = &**source {
+            return from_store(store, location).into();
+        }
+    }
+    CliError::refused(e.code().to_owned(), location, e.to_string()).into()
+}
+
+/// How a turn went, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// `completed`.
+    Completed,
+    /// `aborted` by Ctrl-C, or stopped at the output-token limit.
+    Stopped,
+    /// `error`: the provider, a plugin or the step limit.
+    Failed,
+    /// A second Ctrl-C: leave now.
+    Quit,
+}
+
+/// Runs turns and shows what they write.
+struct Driver<'o> {
+    agent: AgentLoop,
+    rx: mpsc::UnboundedReceiver<Echo>,
+    console: Console<'o>,
+    /// The store, for messages.
+    shown: String,
+}
+
+impl Driver<'_> {
+    async fn one_shot(&mut self, prompt: String, interrupts: &mut Interrupts) -> anyhow::Result<Exit> {
+        Ok(match self.turn(prompt, interrupts).await? {
+            Ended::Completed => Exit::Success,
+            Ended::Stopped | Ended::Failed | Ended::Quit => Exit::Invalid,
+        })
+    }
+
+    async fn interactive(&mut self, interrupts: &mut Interrupts) -> anyhow::Result<Exit> {
+        let terminal = io::stdin().is_terminal();
+        let mut lines = stdin_lines();
+        let mut failed = false;
+        loop {
+            if terminal {
+                let mut err = io::stderr().lock();
+                let _ = write!(err, "> ");
+                let _ = err.flush();
+            }
+            let line = tokio::select! {
+                line = lines.recv() => line,
+                _ = interrupts.recv() => {
+                    eprintln_line("");
+                    break;
+                }
+            };
+            let line = match line {
+                None => {
+                    if terminal {
+                        eprintln_line("");
+                    }
+                    break;
+                }
+                Some(Err(e)) => return Err(CliError::io("stdin", format!("cannot read: {e}")).into()),
+                Some(Ok(line)) => line,
+            };
+            let prompt = line.trim();
+            if prompt.is_empty() {
+                continue;
+            }
+            if prompt == "/exit" || prompt == "/quit" {
+                break;
+            }
+            match self.turn(prompt.to_owned(), interrupts).await? {
+                Ended::Completed | Ended::Stopped => {}
+                Ended::Failed => failed = true,
+                Ended::Quit => return Ok(Exit::Invalid),
+            }
+        }
+        Ok(if failed { Exit::Invalid } else { Exit::Success })
+    }
+
+    /// One turn: runs it while echoing what it writes; Ctrl-C cancels it,
+    /// a second one drops it (the turn stays open, repaired on resume).
+    async fn turn(&mut self, prompt: String, interrupts: &mut Interrupts) -> anyhow::Result<Ended> {
+        let cancel = CancellationToken::new();
+        let input = TurnInput::text(prompt).with_cancel(cancel.clone());
+        let result = {
+            let run = self.agent.run_turn(input);
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    result = &mut run => break Some(result),
+                    Some(echo) = self.rx.recv() => self.console.show(echo)?,
+                    _ = interrupts.recv() => {
+                        if cancel.is_cancelled() {
+                            break None;
+                        }
+                        self.console.line("  ^C: cancelling the turn (Ctrl-C again to quit)…")?;
+                        cancel.cancel();
+                    }
+                }
+            }
+        };
+        while let Ok(echo) = self.rx.try_recv() {
+            self.console.show(echo)?;
+        }
+        self.console.end_turn()?;
+        let Some(result) = result else {
+            output::note(&format!(
+                "quit with the turn open; `palimpsest run --store {} --session {}` closes it and carries on",
+                self.shown,
+                self.agent.session_id()
+            ));
+            return Ok(Ended::Quit);
+        };
+        let outcome = result.map_err(|e| loop_error(e, &self.shown))?;
+        Ok(self.report(&outcome))
+    }
+
+    /// Says on stderr how a turn that did not complete ended.
+    fn report(&self, outcome: &TurnOutcome) -> Ended {
+        if let Some(range) = &outcome.repaired {
+            output::note(&format!("closed an interrupted turn first (seqs {}..{})", range.start, range.end));
+        }
+        match &outcome.reason {
+            TurnEndReason::Completed => Ended::Completed,
+            TurnEndReason::Aborted { reason } => {
+                output::note(&format!(
+                    "turn {} {reason}; what streamed before is kept in the log",
+                    outcome.turn
+                ));
+                Ended::Stopped
+            }
+            TurnEndReason::MaxTokens => {
+                output::warning(&format!(
+                    "turn {}: the answer stopped at the output-token limit",
+                    outcome.turn
+                ));
+                Ended::Stopped
+            }
+            TurnEndReason::Error { error } => {
+                let e = CliError::refused(
+                    error.code.clone(),
+                    format!("{}#{}", self.shown, self.agent.session_id()),
+                    format!("turn {} ended with an error: {}", outcome.turn, error.message),
+                );
+                output::error_line(&e.to_string());
+                Ended::Failed
+            }
+            other => {
+                output::warning(&format!("turn {} ended {other:?}", outcome.turn));
+                Ended::Failed
+            }
+        }
+    }
+}
+
+/// stdout for the answer, stderr for the rest, kept in step: a stderr line
+/// first ends the answer's line on stdout, and the texts of two assistant
+/// messages are never glued together.
+struct Console<'o> {
+    out: &'o mut dyn Write,
+    /// stdout ends inside a line.
+    mid_line: bool,
+    /// The `(turn, step)` whose text was printed last.
+    step: Option<(u64, u64)>,
+}
+
+impl Console<'_> {
+    fn show(&mut self, echo: Echo) -> io::Result<()> {
+        match echo {
+            Echo::Text { step, text } => {
+                if self.step != Some(step) {
+                    self.end_line()?;
+                    self.step = Some(step);
+                }
+                self.out.write_all(text.as_bytes())?;
+                self.mid_line = !text.ends_with('\n');
+                self.out.flush()
+            }
+            Echo::Line(line) => self.line(&line),
+        }
+    }
+
+    /// A progress line on stderr.
+    fn line(&mut self, line: &str) -> io::Result<()> {
+        self.end_line()?;
+        eprintln_line(line);
+        Ok(())
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
+        if self.mid_line {
+            self.out.write_all(b"\n")?;
+            self.out.flush()?;
+            self.mid_line = false;
+        }
+        Ok(())
+    }
+
+    fn end_turn(&mut self) -> io::Result<()> {
+        self.step = None;
+        self.end_line()
+    }
+}
+
+fn eprintln_line(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+/// stdin's lines, read on their own thread so a turn (and Ctrl-C) never
+/// waits on the terminal. The channel closes at end of input.
+fn stdin_lines() -> mpsc::UnboundedReceiver<io::Result<String>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines() {
+            let failed = line.is_err();
+            if tx.send(line).is_err() || failed {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Ctrl-C presses, counted from the moment the handler is installed (a
+/// press before that ends the process the usual way).
+struct Interrupts {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+    #[cfg(not(unix))]
+    rx: mpsc::UnboundedReceiver<()>,
+}
+
+impl Interrupts {
+    fn install() -> io::Result<Interrupts> {
+        #[cfg(unix)]
+        {
+            let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+            Ok(Interrupts { signal })
+        }
+        #[cfg(not(unix))]
+        {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                while tokio::signal::ctrl_c().await.is_ok() {
+                    if tx.send(()).is_err() {
+                        break;
+                    }
+                }
+            });
+            Ok(Interrupts { rx })
+        }
+    }
+
+    /// The next press.
+    async fn recv(&mut self) -> Option<()> {
+        #[cfg(unix)]
+        {
+            self.signal.recv().await
+        }
+        #[cfg(not(unix))]
+        {
+            self.rx.recv().await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_session_ids_are_stamped_and_storable() {
+        let id = new_session_id();
+        assert!(id.starts_with("run-20"), "{id}");
+        assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == 'T'), "{id}");
+        assert_eq!(id.split('-').count(), 3, "{id}");
+    }
+
+    #[test]
+    fn two_messages_are_never_glued_and_stderr_lines_end_the_answer_line() {
+        let mut buf = Vec::new();
+        let mut console = Console { out: &mut buf, mid_line: false, step: None };
+        let text = |step: u64, t: &str| Echo::Text { step: (1, step), text: t.into() };
+        console.show(text(1, "Let me ")).unwrap();
+        console.show(text(1, "look.")).unwrap();
+        console.show(text(2, "It says ")).unwrap();
+        console.show(text(2, "hi.")).unwrap();
+        console.end_turn().unwrap();
+        console.end_turn().unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), "Let me look.\nIt says hi.\n");
+    }
+
+    #[test]
+    fn missing_settings_are_usage_errors_naming_flag_and_variable() {
+        let (line, exit) = crate::error::describe(&config_error(ConfigError::MissingModel));
+        assert_eq!(exit, Exit::Usage);
+        assert!(line.starts_with("error[usage]: no model: pass --model or set OPENAI_MODEL"), "{line}");
+    }
+}
