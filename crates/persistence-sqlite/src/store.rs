@@ -395,7 +395,6 @@ impl SessionStore for SqliteStore {
             let mut rows = stmt.query([session_id])?;
             // Not sized from max(seq): a tampered seq must not size an allocation.
             let mut events = Vec::new();
-            let mut line = String::new();
             while let Some(row) = rows.next()? {
                 let index = events.len() as u64;
                 let at = codec::line_of(index);
@@ -408,7 +407,7 @@ impl SessionStore for SqliteStore {
                         source_event_seqs: codec::text(row.get_ref_unwrap(4), "source_event_seqs", at)?,
                         surface_op: codec::text(row.get_ref_unwrap(5), "surface_op", at)?,
                     };
-                    event_row.decode(index, &mut line)
+                    event_row.decode(index)
                 })();
                 match decoded {
                     Ok(event) => events.push(event),

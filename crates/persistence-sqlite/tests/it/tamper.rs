@@ -108,13 +108,14 @@ fn a_deleted_row_is_a_gap() {
 
 #[test]
 fn json_smuggled_into_another_key_is_event_malformed() {
-    // `data` ending in `},"x":1` would add a key to the rebuilt line.
+    // Each column must hold exactly one JSON value: `data` followed by
+    // `,"x":1` is refused, never read as more keys of the event.
     let (id, err) = tampered(
         "UPDATE events SET data = data || ',\"sourceEventSeqs\":[0]' WHERE session_id = ?1 AND seq = \
          (SELECT min(seq) FROM events WHERE session_id = ?1 AND type = 'user/message' AND seq > 0)",
     );
     assert_eq!(err.contract_code(), Some("event-malformed"), "{err}");
-    assert!(err.to_string().contains("does not hold exactly one JSON value"), "{err}");
+    assert!(err.to_string().contains("`data` is not JSON: trailing characters"), "{err}");
     assert!(err.to_string().contains(&format!("{id:?}")));
 }
 
