@@ -1,0 +1,608 @@
+//! `palimpsest run` end to end, without a network: the real binary talks to
+//! a small scripted HTTP server on `127.0.0.1:0` that answers like an
+//! OpenAI-compatible endpoint (server-sent events), and each test checks
+//! what reached stdout and stderr, what the server was asked, and that the
+//! store holds a valid session.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_palimpsest");
+
+// ------------------------------------------------------------ the server
+
+/// One scripted response.
+enum Reply {
+    /// An event stream, one HTTP chunk per event, a few ms apart.
+    Sse(Vec<String>),
+    /// `before`, then nothing until `gate` fires, then `after`: proves the
+    /// client showed `before` while the response was still open.
+    Gated { before: Vec<String>, gate: mpsc::Receiver<()>, after: Vec<String> },
+    /// A JSON body with this status.
+    Json(u16, String),
+    /// An event stream's headers, then silence until the client hangs up.
+    Stall,
+}
+
+/// A server answering each connection with the next [`Reply`]; requests
+/// beyond the script get a 599. It records every request body.
+struct Server {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Server {
+    fn start(replies: Vec<Reply>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("the local address");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&requests);
+        thread::spawn(move || {
+            let mut replies = replies.into_iter();
+            for socket in listener.incoming() {
+                let Ok(mut socket) = socket else { return };
+                let Some(body) = read_request(&mut socket) else { continue };
+                recorded.lock().expect("the request log").push(body);
+                let reply = replies.next().unwrap_or_else(|| {
+                    Reply::Json(599, r#"{"error":{"message":"the script is used up"}}"#.into())
+                });
+                // A write error means the client went away: nothing to do.
+                let _ = write_reply(&mut socket, reply);
+            }
+        });
+        Server { addr, requests }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        self.requests.lock().expect("the request log").clone()
+    }
+}
+
+/// The JSON body of one HTTP request.
+fn read_request(socket: &mut TcpStream) -> Option<Value> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = socket.read(&mut tmp).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length {
+        let n = socket.read(&mut tmp).ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&tmp[..n]);
+    }
+    Some(serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
+    const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n";
+    let chunks = |socket: &mut TcpStream, events: &[String]| -> std::io::Result<()> {
+        for event in events {
+            write!(socket, "{:x}\r\n{event}\r\n", event.len())?;
+            socket.flush()?;
+            thread::sleep(Duration::from_millis(3));
+        }
+        Ok(())
+    };
+    match reply {
+        Reply::Sse(events) => {
+            socket.write_all(SSE_HEAD.as_bytes())?;
+            chunks(socket, &events)?;
+            socket.write_all(b"0\r\n\r\n")?;
+        }
+        Reply::Gated { before, gate, after } => {
+            socket.write_all(SSE_HEAD.as_bytes())?;
+            chunks(socket, &before)?;
+            // The test opens the gate (or gives up and drops it).
+            let _ = gate.recv_timeout(Duration::from_secs(30));
+            chunks(socket, &after)?;
+            socket.write_all(b"0\r\n\r\n")?;
+        }
+        Reply::Json(status, body) => {
+            write!(
+                socket,
+                "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )?;
+        }
+        Reply::Stall => {
+            socket.write_all(SSE_HEAD.as_bytes())?;
+            socket.flush()?;
+            // Wait for the client to hang up (a cancelled turn drops the stream).
+            socket.set_read_timeout(Some(Duration::from_secs(30)))?;
+            let _ = socket.read(&mut [0u8; 64]);
+        }
+    }
+    socket.flush()
+}
+
+// ---------------------------------------------------- scripted responses
+
+fn event(delta: Value, finish: Option<&str>) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    });
+    format!("data: {chunk}\n\n")
+}
+
+fn usage_and_done() -> Vec<String> {
+    let usage = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
+    });
+    vec![format!("data: {usage}\n\n"), "data: [DONE]\n\n".to_owned()]
+}
+
+/// The events of an answer streamed in these pieces.
+fn text_events(pieces: &[&str]) -> Vec<String> {
+    let mut events = vec![event(json!({"role": "assistant", "content": ""}), None)];
+    events.extend(pieces.iter().map(|p| event(json!({"content": p}), None)));
+    events.push(event(json!({}), Some("stop")));
+    events.extend(usage_and_done());
+    events
+}
+
+fn text_reply(pieces: &[&str]) -> Reply {
+    Reply::Sse(text_events(pieces))
+}
+
+/// Some text, then one tool call whose arguments come in these pieces.
+fn tool_reply(text: &str, id: &str, name: &str, arguments: &[&str]) -> Reply {
+    let mut events = vec![event(json!({"role": "assistant", "content": text}), None)];
+    events.push(event(
+        json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+        None,
+    ));
+    events.extend(
+        arguments
+            .iter()
+            .map(|a| event(json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}), None)),
+    );
+    events.push(event(json!({}), Some("tool_calls")));
+    events.extend(usage_and_done());
+    Reply::Sse(events)
+}
+
+// ------------------------------------------------------------ the binary
+
+/// The binary in `dir`, with no `OPENAI_*` variables from the outside.
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(dir)
+        .args(args)
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_MODEL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("PALIMPSEST_LOG");
+    c
+}
+
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    /// The session id from the `note: new session ...` line.
+    fn session_id(&self) -> String {
+        let rest = self.stderr.split("note: new session ").nth(1);
+        let id = rest.and_then(|r| r.split_whitespace().next());
+        id.unwrap_or_else(|| panic!("no new-session note: {self:?}")).to_owned()
+    }
+}
+
+fn run(dir: &Path, args: &[&str]) -> Run {
+    command(dir, args).stdin(Stdio::null()).output().expect("run palimpsest").into()
+}
+
+fn run_with_stdin(dir: &Path, args: &[&str], stdin: &str) -> Run {
+    let mut child = command(dir, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn palimpsest");
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
+    child.wait_with_output().expect("wait for palimpsest").into()
+}
+
+/// `run --base-url <server> --model m ARGS...`
+fn model_args<'a>(server: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--base-url", server, "--model", "m"];
+    args.extend_from_slice(rest);
+    args
+}
+
+/// `palimpsest validate STORE --session ID --json` must say valid.
+fn assert_valid(dir: &Path, store: &str, id: &str) -> Value {
+    let v = run(dir, &["validate", store, "--session", id, "--json"]);
+    assert_eq!(v.code, Some(0), "validate: {v:?}");
+    let report: Value = serde_json::from_str(&v.stdout).expect("validate --json prints JSON");
+    assert_eq!(report["valid"], true, "{report}");
+    report
+}
+
+/// The stored events of session `id`, as `palimpsest derive` cannot show
+/// them: read straight from a JSONL store directory.
+fn jsonl_log(store: &Path) -> Vec<Value> {
+    let files: Vec<PathBuf> = std::fs::read_dir(store)
+        .expect("the store directory")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert_eq!(files.len(), 1, "one session in {}: {files:?}", store.display());
+    let text = std::fs::read_to_string(&files[0]).expect("the session file");
+    text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+fn types(log: &[Value]) -> Vec<&str> {
+    log.iter().filter_map(|e| e["type"].as_str()).collect()
+}
+
+fn turn_end_reasons(log: &[Value]) -> Vec<Value> {
+    log.iter().filter(|e| e["type"] == "turn/end").map(|e| e["data"]["reason"].clone()).collect()
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn one_shot_streams_the_answer_to_stdout_as_it_arrives_and_stores_a_valid_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (open, gate) = mpsc::channel();
+    let all = text_events(&["Hel", "lo, ", "world!"]);
+    let (before, after) = all.split_at(2); // the role event and "Hel"
+    let server = Server::start(vec![Reply::Gated { before: before.to_vec(), gate, after: after.to_vec() }]);
+    let base = server.base_url();
+    let mut child = command(dir.path(), &model_args(&base, &["Say hello."]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // "Hel" must reach stdout while the server still holds the rest back.
+    let (tx, rx) = mpsc::channel();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(n @ 1..) = stdout.read(&mut buf) {
+            all.extend_from_slice(&buf[..n]);
+            let _ = tx.send(String::from_utf8_lossy(&all).into_owned());
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while seen != "Hel" && Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(text) => seen = text,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    open.send(()).unwrap();
+    let stdout = reader.join().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(seen, "Hel", "the first piece was not shown while the stream was open; stderr: {stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "Hello, world!\n", "stdout is the answer and nothing else");
+
+    // The session id is announced, and the session is in ./palimpsest.db.
+    let run = Run { code: output.status.code(), stdout, stderr };
+    let id = run.session_id();
+    assert!(id.starts_with("run-"), "{id}");
+    assert!(run.stderr.contains(&format!("continue it with --session {id}")), "{}", run.stderr);
+    assert!(dir.path().join("palimpsest.db").is_file());
+    let report = assert_valid(dir.path(), "palimpsest.db", &id);
+    // turn/start, user/message, step/start, 3 text chunks, a usage chunk,
+    // assistant/message, step/end, turn/end
+    assert_eq!(report["events"], 10, "{report}");
+
+    // What the server was asked: the model, streaming, the prompt, no tools.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0]["model"], "m");
+    assert_eq!(requests[0]["stream"], true);
+    assert_eq!(requests[0]["messages"], json!([{"role": "user", "content": "Say hello."}]));
+    assert!(requests[0].get("tools").is_none(), "no --tools, no tools: {}", requests[0]);
+}
+
+/// Replaces what differs from run to run (times, the session id, message
+/// ids) by placeholders; equal values get equal placeholders, so the
+/// snapshot still shows which ids are the same.
+fn redact(log: &mut [Value]) {
+    fn walk(v: &mut Value, ids: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                for (key, value) in map.iter_mut() {
+                    match (key.as_str(), &*value) {
+                        ("time" | "createdAt", Value::Number(_)) => *value = json!("<time>"),
+                        ("id", Value::String(s)) if s.starts_with("msg-") => {
+                            let n = ids.iter().position(|i| i == s).unwrap_or_else(|| {
+                                ids.push(s.clone());
+                                ids.len() - 1
+                            });
+                            *value = json!(format!("<msg-{}>", n + 1));
+                        }
+                        _ => walk(value, ids),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, ids)),
+            _ => {}
+        }
+    }
+    let mut ids = Vec::new();
+    if let Some(header) = log.first_mut() {
+        header["id"] = json!("<session>");
+    }
+    log.iter_mut().for_each(|e| walk(e, &mut ids));
+}
+
+#[test]
+fn a_tool_call_round_trip_with_tools_runs_in_the_sandbox_and_is_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(work.join("notes.txt"), "The shed key is under the blue pot.\n").unwrap();
+    let server = Server::start(vec![
+        tool_reply("Let me look.", "call_1", "read_file", &["{\"pa", "th\": \"notes", ".txt\"}"]),
+        text_reply(&["It is under ", "the blue pot."]),
+    ]);
+    let base = server.base_url();
+    let run = run(
+        dir.path(),
+        &model_args(&base, &["--tools", "work", "--store", "sessions", "Where is the shed key?"]),
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.stdout, "Let me look.\nIt is under the blue pot.\n");
+    assert!(run.stderr.contains("  → read_file {\"path\": \"notes.txt\"}\n"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("  ← read_file: 36 chars: The shed key is under the blue pot."),
+        "{}",
+        run.stderr
+    );
+    assert!(run
+        .stderr
+        .contains("note: tools list_files, read_file, write_file, calculator, confined to work"));
+
+    // The model was offered the four tools and shown the result.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let mut offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    offered.sort_unstable();
+    assert_eq!(offered, ["calculator", "list_files", "read_file", "write_file"]);
+    let messages = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert_eq!(messages[1]["tool_calls"][0]["function"]["arguments"], "{\"path\": \"notes.txt\"}");
+    assert_eq!(messages[2]["role"], "tool");
+    assert_eq!(messages[2]["tool_call_id"], "call_1");
+    assert_eq!(messages[2]["content"], "The shed key is under the blue pot.\n");
+
+    let id = run.session_id();
+    assert_valid(dir.path(), "sessions", &id);
+    let mut log = jsonl_log(&dir.path().join("sessions"));
+    redact(&mut log);
+    insta::assert_json_snapshot!("run_tool_round_trip_log", log);
+}
+
+#[test]
+fn session_resumes_a_stored_session_and_closes_an_interrupted_turn_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s", "Count: one."]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+
+    let second = run(dir.path(), &model_args(&base, &["--store", "s", "--session", &id, "And two?"]));
+    assert_eq!(second.code, Some(0), "{second:?}");
+    assert_eq!(second.stdout, "Two.\n");
+    assert!(
+        second.stderr.contains(&format!("note: resuming session {id} in s: 8 events, 1 turn(s)")),
+        "{second:?}"
+    );
+    assert!(!second.stderr.contains("note: new session"), "{second:?}");
+    let asked = &server.requests()[1]["messages"];
+    assert_eq!(
+        *asked,
+        json!([
+            {"role": "user", "content": "Count: one."},
+            {"role": "assistant", "content": "One."},
+            {"role": "user", "content": "And two?"},
+        ])
+    );
+
+    // Cut the last turn's step/end and turn/end, as a crash would leave it.
+    let file = std::fs::read_dir(dir.path().join("s")).unwrap().next().unwrap().unwrap().path();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[lines.len() - 1].contains("\"turn/end\"") && lines[lines.len() - 2].contains("\"step/end\"")
+    );
+    std::fs::write(&file, lines[..lines.len() - 2].join("\n") + "\n").unwrap();
+
+    let third = run(dir.path(), &model_args(&base, &["--store", "s", "--session", &id, "Three?"]));
+    assert_eq!(third.code, Some(0), "{third:?}");
+    assert_eq!(third.stdout, "Three.\n");
+    assert!(
+        third.stderr.contains("note: closed the interrupted last turn first (2 repair event(s)"),
+        "{third:?}"
+    );
+    assert_valid(dir.path(), "s", &id);
+    let log = jsonl_log(&dir.path().join("s"));
+    assert_eq!(
+        turn_end_reasons(&log),
+        [json!({"kind": "completed"}), json!({"kind": "interrupted"}), json!({"kind": "completed"})]
+    );
+
+    // A session that is not there is a usage error, and nothing is asked.
+    let missing = run(dir.path(), &model_args(&base, &["--store", "s", "--session", "nope", "Hi"]));
+    assert_eq!(missing.code, Some(2), "{missing:?}");
+    assert!(missing.stderr.starts_with("error[not-found]: "), "{missing:?}");
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[test]
+fn without_a_prompt_each_stdin_line_is_a_turn_until_exit_or_eof() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["One", "."]), text_reply(&["Two."])]);
+    // The endpoint from the environment this time.
+    let mut child = command(dir.path(), &["run", "--store", "s.db"])
+        .env("OPENAI_BASE_URL", server.base_url())
+        .env("OPENAI_MODEL", "m")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"What is one?\n\n   \nWhat is two?\n").unwrap();
+    let run: Run = child.wait_with_output().unwrap().into();
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.stdout, "One.\nTwo.\n");
+    assert!(!run.stderr.contains("> "), "no prompt when stdin is not a terminal: {:?}", run.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "blank lines are not turns");
+    assert_eq!(requests[1]["messages"].as_array().map(Vec::len), Some(3));
+    let report = assert_valid(dir.path(), "s.db", &run.session_id());
+    assert_eq!(report["events"], 17, "two turns of 9 and 8 events (text and usage chunks): {report}");
+
+    // `/exit` ends the session: the line after it is never sent.
+    let server = Server::start(vec![text_reply(&["Hi."]), text_reply(&["Never."])]);
+    let base = server.base_url();
+    let run = run_with_stdin(dir.path(), &model_args(&base, &["--store", "s.db"]), "Hello\n/exit\nAgain\n");
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.stdout, "Hi.\n");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn missing_configuration_is_a_usage_error_naming_the_flag_and_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_url = run(dir.path(), &["run", "--model", "m", "Hi"]);
+    assert_eq!(no_url.code, Some(2), "{no_url:?}");
+    assert!(no_url.stderr.starts_with("error[usage]: "), "{no_url:?}");
+    assert!(no_url.stderr.contains("--base-url") && no_url.stderr.contains("OPENAI_BASE_URL"), "{no_url:?}");
+
+    let no_model = run(dir.path(), &["run", "--base-url", "http://127.0.0.1:9/v1", "Hi"]);
+    assert_eq!(no_model.code, Some(2), "{no_model:?}");
+    assert!(no_model.stderr.contains("--model") && no_model.stderr.contains("OPENAI_MODEL"), "{no_model:?}");
+
+    let bad_tools = run(
+        dir.path(),
+        &["run", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tools", "nope", "Hi"],
+    );
+    assert_eq!(bad_tools.code, Some(2), "{bad_tools:?}");
+    assert!(bad_tools.stderr.contains("--tools nope: not a directory"), "{bad_tools:?}");
+
+    assert!(no_url.stdout.is_empty() && no_model.stdout.is_empty());
+    assert!(!dir.path().join("palimpsest.db").exists(), "a refused run creates no store");
+}
+
+#[test]
+fn a_provider_error_ends_the_turn_with_it_exit_1_and_the_log_stays_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let fire = || Reply::Json(500, r#"{"error":{"message":"the GPU caught fire"}}"#.into());
+    // The provider retries a 500 twice before giving up.
+    let server = Server::start(vec![fire(), fire(), fire()]);
+    let base = server.base_url();
+    let run = run(dir.path(), &model_args(&base, &["Hi"]));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stdout, "");
+    let error = run.stderr.lines().find(|l| l.starts_with("error[")).unwrap_or_default();
+    assert!(error.starts_with("error[PROVIDER_UNAVAILABLE]: palimpsest.db#run-"), "{run:?}");
+    assert!(error.contains("turn 1 ended with an error: "), "{error}");
+    assert!(error.contains("HTTP 500 Internal Server Error: the GPU caught fire"), "{error}");
+    assert_eq!(server.requests().len(), 3);
+
+    let id = run.session_id();
+    assert_valid(dir.path(), "palimpsest.db", &id);
+    let derived = command(dir.path(), &["derive", "palimpsest.db", "--session", &id]).output().unwrap();
+    let derived: Value = serde_json::from_slice(&derived.stdout).unwrap();
+    assert_eq!(derived.as_array().map(Vec::len), Some(1), "only the prompt: {derived}");
+    let repair = command(dir.path(), &["repair", "palimpsest.db", "--session", &id]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&repair.stdout).trim(), "[]", "the turn is closed");
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![Reply::Stall]);
+    let base = server.base_url();
+    let mut child: Child = command(dir.path(), &model_args(&base, &["--store", "s", "Think hard."]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the request is in: the turn is running, the handler installed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.requests().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.requests().len(), 1, "the request never arrived");
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let mut stderr = String::new();
+    BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok).for_each(|l| {
+        stderr.push_str(&l);
+        stderr.push('\n');
+    });
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "a cancelled one-shot turn is not a success: {stderr}");
+    assert!(stderr.contains("^C: cancelling the turn"), "{stderr}");
+    assert!(stderr.contains("note: turn 1 cancelled"), "{stderr}");
+
+    let id = Run { code: None, stdout: String::new(), stderr }.session_id();
+    assert_valid(dir.path(), "s", &id);
+    let log = jsonl_log(&dir.path().join("s"));
+    assert_eq!(turn_end_reasons(&log), [json!({"kind": "aborted", "reason": "cancelled"})]);
+    assert_eq!(types(&log).last(), Some(&"turn/end"));
+}
