@@ -2,7 +2,6 @@
 //! renders. Results go to stdout; errors, warnings and notes to stderr.
 
 use std::io::Write;
-use std::path::Path;
 
 use palimpsest_core_session::repair::repair as repair_closers;
 use serde::Serialize;
@@ -11,12 +10,11 @@ use serde_json::value::RawValue;
 use crate::check::{self, Checked};
 use crate::error::Exit;
 use crate::output;
-use crate::store_arg::{self, Store, StoreArgs};
-use crate::timefmt;
+use crate::store_arg::{self, StoreArgs};
 
 /// Tells on stderr what the reader forgave: a torn last line, a missing
 /// final newline. Neither is a violation.
-fn report_tail(checked: &Checked) {
+pub(crate) fn report_tail(checked: &Checked) {
     if let Some(torn) = checked.torn_tail {
         output::note(&format!(
             "{}:{}: dropped a torn last line ({} bytes, no newline); it is cut before the next append",
@@ -197,46 +195,4 @@ pub(crate) fn inspect(args: &StoreArgs, color: bool, out: &mut dyn Write) -> any
         report_violations(&checked);
         Ok(Exit::Invalid)
     }
-}
-
-/// `palimpsest sessions STORE`: one row per session (id, creation time,
-/// events, parent). Exit 1 when a session cannot be loaded (its row shows
-/// `?` events and the error is printed).
-pub(crate) fn sessions(store: &Path, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let store = Store::open_existing(store)?;
-    let headers = store.list()?;
-    let mut rows: Vec<[String; 4]> = vec![["ID".into(), "CREATED".into(), "EVENTS".into(), "PARENT".into()]];
-    let mut exit = Exit::Success;
-    for h in &headers {
-        let events = match store.load(&h.id) {
-            Ok(stored) => stored.events.len().to_string(),
-            Err(e) => {
-                output::error_line(&e.to_string());
-                exit = Exit::Invalid;
-                "?".to_owned()
-            }
-        };
-        let parent = match (&h.parent_session, h.seed_length) {
-            (Some(p), Some(n)) => format!("{p} (first {n} events)"),
-            (Some(p), None) => p.clone(),
-            (None, _) => "-".to_owned(),
-        };
-        rows.push([h.id.clone(), timefmt::utc(h.created_at), events, parent]);
-    }
-    let width = |col: usize| rows.iter().map(|r| r[col].chars().count()).max().unwrap_or(0);
-    let (w0, w1, w2) = (width(0), width(1), width(2));
-    for [id, created, events, parent] in &rows {
-        let pad = |s: &str, w: usize| " ".repeat(w.saturating_sub(s.chars().count()));
-        writeln!(
-            out,
-            "{id}{}  {created}{}  {}{events}  {parent}",
-            pad(id, w0),
-            pad(created, w1),
-            pad(events, w2)
-        )?;
-    }
-    if headers.is_empty() {
-        output::note(&format!("{}: the {} holds no sessions", store.path().display(), store.kind()));
-    }
-    Ok(exit)
 }

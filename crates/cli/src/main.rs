@@ -20,10 +20,12 @@ mod cmd;
 mod convert;
 mod demo;
 mod error;
+mod fork;
 mod inspect;
 mod open_store;
 mod output;
 mod run;
+mod sessions;
 mod store_arg;
 mod timefmt;
 mod tools;
@@ -89,10 +91,42 @@ enum Command {
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
     },
-    /// List the sessions of a store: id, creation time, events, parent.
+    /// List the sessions of a store, newest first: id, creation time, last
+    /// activity, events, turns, parent.
+    ///
+    /// Last activity is the time of the session's last event. `--tree` shows
+    /// the lineage instead: each fork under its parent, with the seq it was
+    /// forked after.
     Sessions {
         /// A session file (`.jsonl`), a JSONL store directory, or a SQLite database (`.db`).
         store: PathBuf,
+        /// Show forks under their parents.
+        #[arg(long)]
+        tree: bool,
+    },
+    /// Fork a session after event SEQ into a new session of the same store.
+    ///
+    /// The child's seed is the parent's events 0..=SEQ; its header names the
+    /// parent (`parentSession`) and the seed's length (`seedLength`). A fork
+    /// inside a turn gets the repair closers, so the child is valid and can
+    /// be resumed. The parent is never written. The child is written whole
+    /// (one SQLite transaction; one create and one append in a JSONL
+    /// directory; beside a bare JSONL file, in the file a JSONL store would
+    /// give it). Prints the new id.
+    ///
+    /// The default id is `<parent>-fork-<SEQ>`, or `<parent>-fork-<SEQ>-2`,
+    /// `-3`, ... when that is taken. The seed must be valid: a log broken at
+    /// or before SEQ is refused (exit 1); a SEQ past the end is
+    /// `fork-point-missing` (exit 2).
+    Fork {
+        #[command(flatten)]
+        target: StoreArgs,
+        /// The last event of the parent to copy.
+        #[arg(long, value_name = "SEQ")]
+        at: u64,
+        /// The new session's id (default `<parent>-fork-<SEQ>`, made unique).
+        #[arg(long, value_name = "NEW")]
+        id: Option<String>,
     },
     /// Copy one session or a whole store between JSONL and SQLite, checking each.
     ///
@@ -178,7 +212,8 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Derive { target, provenance } => cmd::derive(&target, provenance, out),
         Command::Repair { target, write } => cmd::repair(&target, write, out),
         Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
-        Command::Sessions { store } => cmd::sessions(&store, out),
+        Command::Sessions { store, tree } => sessions::sessions(&store, tree, out),
+        Command::Fork { target, at, id } => fork::fork(&target, at, id.as_deref(), out),
         Command::Convert { src, dst, session } => convert::convert(&src, session.as_deref(), &dst, out),
         Command::Demo { store, resume, pace, quiet, color } => {
             let options = demo::DemoOptions {

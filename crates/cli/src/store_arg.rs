@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
+use palimpsest_persistence_jsonl::name::file_name;
 use palimpsest_persistence_jsonl::{read_session_file, JsonlStore, SessionFile};
 use palimpsest_persistence_sqlite::SqliteStore;
 
@@ -197,6 +198,73 @@ impl Store {
             Store::Sqlite(s) => s.append(id, events).and_then(|()| s.sync(id)),
         };
         result.map_err(|e| from_store(&e, &origin))
+    }
+
+    /// Whether a session `id` exists here, or (for a bare file) whether the
+    /// file [`Store::write_new`] would write for `id` exists, or the file
+    /// itself holds session `id`.
+    pub(crate) fn has_session(&self, id: &str) -> Result<bool, CliError> {
+        match self {
+            Store::File(p) => {
+                let beside = self.new_file_path(p, id)?;
+                Ok(beside.exists() || self.read_file(p).is_ok_and(|s| s.header.id == id))
+            }
+            Store::Dir(s) => Ok(s.path_of(id).map_err(|e| from_store(&e, &self.shown()))?.exists()),
+            Store::Sqlite(_) => Ok(self.list()?.iter().any(|h| h.id == id)),
+        }
+    }
+
+    /// Writes a new, whole session and syncs it: one transaction in SQLite
+    /// ([`SqliteStore::import`]: all or nothing); in a JSONL directory the
+    /// file is created with its header (it appears whole, see
+    /// [`SessionFile::create`]), then every event is written by one append.
+    /// A bare JSONL file holds one session, so the new one goes beside it,
+    /// in the file a JSONL store would give it. `already-exists` (exit 1)
+    /// when the id is taken. Returns how messages name the new session.
+    pub(crate) fn write_new(&self, header: &SessionHeader, events: &[Event]) -> Result<String, CliError> {
+        let id = &header.id;
+        match self {
+            Store::File(p) => {
+                let path = self.new_file_path(p, id)?;
+                let shown = path.display().to_string();
+                let mut file = SessionFile::create(&path, header).map_err(|e| from_store(&e, &shown))?;
+                if let Err(e) = file.append(events).and_then(|()| file.sync()) {
+                    // Take back the header-only file rather than leave half a session.
+                    drop(file);
+                    if let Err(rm) = fs::remove_file(&path) {
+                        tracing::warn!(path = %shown, error = %rm, "could not remove a half-written session file");
+                    }
+                    return Err(from_store(&e, &shown));
+                }
+                Ok(shown)
+            }
+            Store::Dir(s) => {
+                let origin = self.origin(id);
+                s.create(header).map_err(|e| from_store(&e, &origin))?;
+                let appended = s.append(id, events).and_then(|()| s.sync(id));
+                if let Err(e) = appended {
+                    // Take back the header-only file rather than leave half a session.
+                    if let Err(rm) = s.delete(id) {
+                        tracing::warn!(session_id = %id, error = %rm, "could not remove a half-written session");
+                    }
+                    return Err(from_store(&e, &origin));
+                }
+                // Release the file (and its lock) now, not when the store is dropped.
+                s.close(id);
+                Ok(origin)
+            }
+            Store::Sqlite(s) => {
+                let origin = self.origin(id);
+                let written = s.import(header, events).and_then(|()| s.sync(id));
+                written.map(|()| origin.clone()).map_err(|e| from_store(&e, &origin))
+            }
+        }
+    }
+
+    /// Where a new session `id` goes beside the bare file `file`.
+    fn new_file_path(&self, file: &Path, id: &str) -> Result<PathBuf, CliError> {
+        let name = file_name(id).map_err(|e| from_store(&e, &self.shown()))?;
+        Ok(file.parent().unwrap_or(Path::new("")).join(name))
     }
 
     fn read_file(&self, path: &Path) -> Result<StoredSession, CliError> {

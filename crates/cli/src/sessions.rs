@@ -1,0 +1,244 @@
+//! `palimpsest sessions STORE [--tree]`: the sessions of a store, newest
+//! first, and their lineage.
+//!
+//! One row per session: id, creation time, last activity (the time of its
+//! last event), events, turns (`turn/start` events) and parent (with how
+//! many events the fork copied). Rows are sorted by creation time, newest
+//! first, then by id.
+//!
+//! `--tree` draws the lineage: each fork under its parent (newest first at
+//! every level), with the seq it was forked after. A session whose parent is
+//! not in the store is a root, and says so.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::Path;
+
+use palimpsest_core_session::{EventType, SessionHeader};
+
+use crate::error::Exit;
+use crate::output;
+use crate::store_arg::Store;
+use crate::timefmt;
+
+/// What `sessions` shows of one session.
+struct Row {
+    header: SessionHeader,
+    /// `None` when the session could not be loaded (its error was printed).
+    stats: Option<Stats>,
+}
+
+struct Stats {
+    events: usize,
+    turns: usize,
+    last_activity: Option<u64>,
+}
+
+impl Row {
+    fn cells(&self, lineage: String) -> [String; 6] {
+        let (last, events, turns) = match &self.stats {
+            Some(s) => (
+                s.last_activity.map_or_else(|| "-".to_owned(), timefmt::utc),
+                s.events.to_string(),
+                s.turns.to_string(),
+            ),
+            None => ("?".to_owned(), "?".to_owned(), "?".to_owned()),
+        };
+        [lineage, timefmt::utc(self.header.created_at), last, events, turns, String::new()]
+    }
+
+    fn parent_cell(&self) -> String {
+        let h = &self.header;
+        match (&h.parent_session, h.seed_length) {
+            (Some(p), Some(n)) => format!("{p} (first {n} events)"),
+            (Some(p), None) => p.clone(),
+            (None, _) => "-".to_owned(),
+        }
+    }
+
+    /// The tree's last column: where this fork was made.
+    fn forked_cell(&self, parent_here: bool) -> String {
+        let h = &self.header;
+        let at = match h.seed_length {
+            Some(0) => "before seq 0".to_owned(),
+            Some(n) => format!("after seq {}", n - 1),
+            None => "at an unknown point".to_owned(),
+        };
+        match &h.parent_session {
+            None => "-".to_owned(),
+            Some(_) if parent_here => at,
+            Some(p) => format!("from {p} {at} (not in this store)"),
+        }
+    }
+}
+
+/// Newest first, then by id.
+fn newest_first(a: &Row, b: &Row) -> std::cmp::Ordering {
+    b.header.created_at.cmp(&a.header.created_at).then_with(|| a.header.id.cmp(&b.header.id))
+}
+
+/// `palimpsest sessions STORE [--tree]`. Exit 1 when a session cannot be
+/// loaded (its row shows `?` and the error is printed).
+pub(crate) fn sessions(store: &Path, tree: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let store = Store::open_existing(store)?;
+    let headers = store.list()?;
+    let mut exit = Exit::Success;
+    let mut rows: Vec<Row> = Vec::with_capacity(headers.len());
+    for header in headers {
+        let stats = match store.load(&header.id) {
+            Ok(stored) => Some(Stats {
+                events: stored.events.len(),
+                turns: stored.events.iter().filter(|e| *e.event_type() == EventType::TurnStart).count(),
+                last_activity: stored.events.last().map(|e| e.time()),
+            }),
+            Err(e) => {
+                output::error_line(&e.to_string());
+                exit = Exit::Invalid;
+                None
+            }
+        };
+        rows.push(Row { header, stats });
+    }
+    rows.sort_by(newest_first);
+
+    let last_column = if tree { "FORKED" } else { "PARENT" };
+    let mut table: Vec<[String; 6]> = vec![[
+        "ID".into(),
+        "CREATED".into(),
+        "LAST ACTIVITY".into(),
+        "EVENTS".into(),
+        "TURNS".into(),
+        last_column.into(),
+    ]];
+    if tree {
+        for (row, prefix, parent_here) in lineage(&rows) {
+            let mut cells = row.cells(format!("{prefix}{}", row.header.id));
+            cells[5] = row.forked_cell(parent_here);
+            table.push(cells);
+        }
+    } else {
+        for row in &rows {
+            let mut cells = row.cells(row.header.id.clone());
+            cells[5] = row.parent_cell();
+            table.push(cells);
+        }
+    }
+    write_table(&table, out)?;
+    if rows.is_empty() {
+        output::note(&format!("{}: the {} holds no sessions", store.path().display(), store.kind()));
+    }
+    Ok(exit)
+}
+
+/// The rows in tree order, each with its drawing prefix (`├─ `, `│  └─ `,
+/// ...) and whether its parent is in the store. Roots are the sessions
+/// without a parent here; a cycle of hand-edited headers, which has no
+/// root, is listed flat at the end rather than lost.
+fn lineage(rows: &[Row]) -> Vec<(&Row, String, bool)> {
+    let ids: HashSet<&str> = rows.iter().map(|r| r.header.id.as_str()).collect();
+    let mut children: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        match row.header.parent_session.as_deref() {
+            Some(p) if ids.contains(p) && p != row.header.id => children.entry(p).or_default().push(i),
+            _ => roots.push(i),
+        }
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    let mut seen = vec![false; rows.len()];
+    // Depth-first, with an explicit stack: (row, prefix for its children,
+    // its own prefix, parent here).
+    let mut stack: Vec<(usize, String, String, bool)> =
+        roots.iter().rev().map(|&i| (i, String::new(), String::new(), false)).collect();
+    while let Some((i, child_prefix, own_prefix, parent_here)) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        out.push((&rows[i], own_prefix, parent_here));
+        let kids = children.get(rows[i].header.id.as_str()).map(Vec::as_slice).unwrap_or_default();
+        for (k, &child) in kids.iter().enumerate().rev() {
+            let last = k + 1 == kids.len();
+            let own = format!("{child_prefix}{}", if last { "└─ " } else { "├─ " });
+            let next = format!("{child_prefix}{}", if last { "   " } else { "│  " });
+            stack.push((child, next, own, true));
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        if !seen[i] {
+            out.push((row, String::new(), false));
+        }
+    }
+    out
+}
+
+/// Left-aligned text columns, right-aligned numbers (EVENTS, TURNS), two
+/// spaces apart; no trailing spaces.
+fn write_table(table: &[[String; 6]], out: &mut dyn Write) -> std::io::Result<()> {
+    let width = |col: usize| table.iter().map(|r| r[col].chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..6).map(width).collect();
+    for row in table {
+        let mut line = String::new();
+        for (col, cell) in row.iter().enumerate() {
+            if col > 0 {
+                line.push_str("  ");
+            }
+            let pad = " ".repeat(widths[col].saturating_sub(cell.chars().count()));
+            if col == 3 || col == 4 {
+                line.push_str(&pad);
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&pad);
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, created: u64, parent: Option<&str>) -> Row {
+        let mut header = SessionHeader::new(id, created);
+        header.parent_session = parent.map(str::to_owned);
+        header.seed_length = parent.map(|_| 3);
+        Row { header, stats: None }
+    }
+
+    fn drawn(rows: &mut [Row]) -> Vec<String> {
+        rows.sort_by(newest_first);
+        lineage(rows).into_iter().map(|(r, prefix, _)| format!("{prefix}{}", r.header.id)).collect()
+    }
+
+    #[test]
+    fn forks_hang_under_their_parents_newest_first() {
+        let mut rows = vec![
+            row("a", 1, None),
+            row("b", 2, None),
+            row("a1", 3, Some("a")),
+            row("a2", 4, Some("a")),
+            row("a1x", 5, Some("a1")),
+            row("orphan", 6, Some("gone")),
+        ];
+        assert_eq!(drawn(&mut rows), ["orphan", "b", "a", "├─ a2", "└─ a1", "   └─ a1x"]);
+    }
+
+    #[test]
+    fn a_cycle_of_parents_is_listed_not_lost() {
+        let mut rows = vec![row("x", 1, Some("y")), row("y", 2, Some("x")), row("self", 3, Some("self"))];
+        assert_eq!(drawn(&mut rows), ["self", "y", "x"]);
+    }
+
+    #[test]
+    fn numbers_align_right_and_lines_end_clean() {
+        let table = [
+            ["ID", "C", "L", "EVENTS", "TURNS", "P"].map(String::from),
+            ["abc", "c", "l", "7", "1", ""].map(String::from),
+        ];
+        let mut out = Vec::new();
+        write_table(&table, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(String::from_utf8_lossy(&out), "ID   C  L  EVENTS  TURNS  P\nabc  c  l       7      1\n");
+    }
+}
