@@ -284,8 +284,11 @@ fn usage_errors_exit_2_with_a_usage_code() {
     assert_eq!(help.code, 0);
     assert!(help.stdout.contains("validate"));
     assert!(help.stdout.contains("demo"));
-    // `run` is not a command of this binary yet: no stub.
-    assert_eq!(palimpsest(&["run"]).code, 2);
+    assert!(help.stdout.contains("\n  run "), "{}", help.stdout);
+    // `run` refuses a flag it does not know before it looks for a model.
+    let run = palimpsest(&["run", "--bogus", "Hi"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.starts_with("error[usage]: "), "{:?}", run.stderr);
 }
 
 // ---------------------------------------------------------------- tails
