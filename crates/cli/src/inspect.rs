@@ -432,7 +432,7 @@ fn depths(events: &[Event]) -> Vec<usize> {
 }
 
 /// A one-line summary of an event's payload.
-fn summarize(event: &Event) -> String {
+pub(crate) fn summarize(event: &Event) -> String {
     let raw = || snippet(&one_line_json(event.data().get()), SNIPPET + 20);
     match event.event_type() {
         EventType::TurnStart => event.data_as::<TurnStart>().map(|t| format!("turn {}", t.turn)).ok(),
@@ -546,7 +546,7 @@ fn chunk(c: &StreamChunk) -> String {
     }
 }
 
-fn usage(u: &Usage) -> String {
+pub(crate) fn usage(u: &Usage) -> String {
     let mut s = format!("{} in / {} out", u.input_tokens, u.output_tokens);
     if let Some(c) = u.cached_input_tokens {
         let _ = write!(s, ", {c} cached");
@@ -557,7 +557,7 @@ fn usage(u: &Usage) -> String {
     s
 }
 
-fn reason(r: &TurnEndReason) -> String {
+pub(crate) fn reason(r: &TurnEndReason) -> String {
     match r {
         TurnEndReason::Completed => "completed".into(),
         TurnEndReason::Aborted { reason } => format!("aborted: {}", snippet(reason, SNIPPET)),
@@ -654,11 +654,11 @@ fn ranges(seqs: &[u64]) -> String {
     parts.join(",")
 }
 
-fn join(seqs: &[u64]) -> String {
+pub(crate) fn join(seqs: &[u64]) -> String {
     seqs.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-fn count(n: usize, word: &str) -> String {
+pub(crate) fn count(n: usize, word: &str) -> String {
     let plural = match word {
         "entry" => "entries".to_owned(),
         w => format!("{w}s"),

@@ -20,6 +20,7 @@ mod cmd;
 mod convert;
 mod demo;
 mod error;
+mod explain;
 mod fork;
 mod inspect;
 mod open_store;
@@ -128,6 +129,24 @@ enum Command {
         #[arg(long, value_name = "NEW")]
         id: Option<String>,
     },
+    /// Explain one event: where it is, whether the model sees it, what it
+    /// cites (recursively), what cites it, and what shadowed it.
+    ///
+    /// `--json` prints one object: `{"session", "seq", "type", "time",
+    /// "turn", "step", "surfacePosition" (from 0), "surfaceOp", "shadowed",
+    /// "shadowedBy", "shadowChain", "standsInItsPlace", "cites": [{"seq",
+    /// "type", "cites"}], "citedBy"}` (see docs/export-format.md). A SEQ
+    /// that is not in the log is `not-found` (exit 2).
+    Explain {
+        #[command(flatten)]
+        target: StoreArgs,
+        /// The event to explain.
+        #[arg(value_name = "SEQ")]
+        seq: u64,
+        /// Print one JSON object instead of the report.
+        #[arg(long)]
+        json: bool,
+    },
     /// Copy one session or a whole store between JSONL and SQLite, checking each.
     ///
     /// DST ending in `.db` is a SQLite database; DST ending in `.jsonl` is a
@@ -214,6 +233,7 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
         Command::Sessions { store, tree } => sessions::sessions(&store, tree, out),
         Command::Fork { target, at, id } => fork::fork(&target, at, id.as_deref(), out),
+        Command::Explain { target, seq, json } => explain::explain(&target, seq, json, out),
         Command::Convert { src, dst, session } => convert::convert(&src, session.as_deref(), &dst, out),
         Command::Demo { store, resume, pace, quiet, color } => {
             let options = demo::DemoOptions {

@@ -1,0 +1,315 @@
+//! `palimpsest explain STORE [--session ID] SEQ [--json]`: everything the
+//! log says about one event, for people (or, with `--json`, for machines).
+//!
+//! The facts come from `palimpsest_core_session::explain::explain`; this
+//! module only renders them:
+//!
+//! * **where** the event is: its turn and step, its time;
+//! * **surface**: whether the model sees it (its position), how it entered
+//!   the surface, what it took off the surface if it is a replace, and, if
+//!   it was shadowed, the chain of replaces that shadowed it and what stands
+//!   in its place now;
+//! * **cites**: its provenance, recursively down to the stream chunks, as an
+//!   indented tree;
+//! * **cited by**: the events that cite it directly.
+//!
+//! # `--json`
+//!
+//! One object (documented in `docs/export-format.md`):
+//!
+//! ```text
+//! {"session": s, "seq": n, "type": s, "time": n, "turn": n|null, "step": n|null,
+//!  "surfacePosition": n|null, "surfaceOp": "append"|{"op":"replace","start":n,"end":n}|null,
+//!  "shadowed": [n], "shadowedBy": n|null, "shadowChain": [n], "standsInItsPlace": n|null,
+//!  "cites": [{"seq": n, "type": s, "cites": [...]}], "citedBy": [n]}
+//! ```
+//!
+//! `surfacePosition` counts from 0; the text output counts from 1.
+//! `shadowed` (what a replace took off the surface) is in surface order,
+//! which after earlier replaces need not be seq order.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use palimpsest_core_session::explain::{explain as explain_event, shadow_map, Explanation, Provenance};
+use palimpsest_core_session::{Session, SurfaceOp};
+use serde::Serialize;
+
+use crate::cmd::{report_tail, warn_invariants};
+use crate::error::{CliError, Exit};
+use crate::inspect::{count, join, summarize};
+use crate::store_arg::{self, StoreArgs};
+use crate::timefmt;
+
+/// `palimpsest explain`.
+pub(crate) fn explain(args: &StoreArgs, seq: u64, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let target = store_arg::open(args)?;
+    let checked = target.check()?;
+    report_tail(&checked);
+    let origin = checked.origin.clone();
+    // What a replace took off, in surface order (the explanation lists it by seq).
+    let taken_off = checked.replaced.iter().find(|r| r.seq == seq).map(|r| r.shadowed.clone());
+    let (session, invariants) = checked.into_session()?;
+    warn_invariants(&origin, &invariants);
+    let Some(found) = explain_event(&session, seq) else {
+        let len = session.events().len();
+        let range = match len {
+            0 => "it has no events".to_owned(),
+            n => format!("it has {} (seq 0 to {})", count(n, "event"), n - 1),
+        };
+        return Err(CliError {
+            code: "not-found".into(),
+            location: origin,
+            message: format!("no event with seq {seq}; {range}"),
+            exit: Exit::Usage,
+        }
+        .into());
+    };
+    let mut found = found;
+    if let Some(in_surface_order) = taken_off {
+        found.shadowed = in_surface_order;
+    }
+    let chain = shadow_chain(&session, seq);
+    if json {
+        serde_json::to_writer(&mut *out, &JsonExplanation::new(&session, &found, chain))?;
+        writeln!(out)?;
+    } else {
+        out.write_all(render(&session, &found, &chain).as_bytes())?;
+    }
+    Ok(Exit::Success)
+}
+
+/// The replaces that shadowed `seq`, one after the other: the one that took
+/// it off the surface, the one that took that one off, and so on.
+fn shadow_chain(session: &Session, seq: u64) -> Vec<u64> {
+    let map = shadow_map(session.events());
+    let mut chain = Vec::new();
+    let mut at = seq;
+    while let Some(&by) = map.get(&at) {
+        // Each replace is later than what it shadows, so this ends; the
+        // guard only keeps a broken map from looping.
+        if by <= at || chain.len() > session.events().len() {
+            break;
+        }
+        chain.push(by);
+        at = by;
+    }
+    chain
+}
+
+/// The text report.
+fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
+    let mut o = String::new();
+    let Some(event) = session.event(e.seq) else { return o };
+    let surface_len = session.surface().len();
+    let t0 = session.events().first().map_or(0, |f| f.time());
+    let label = |o: &mut String, name: &str| {
+        let _ = write!(o, "  {name:<9} ");
+    };
+
+    let _ = writeln!(o, "event {} of {}: {}", e.seq, session.id(), e.event_type.as_str());
+    label(&mut o, "what");
+    let _ = writeln!(o, "{}", summarize(event));
+    label(&mut o, "time");
+    let _ = writeln!(
+        o,
+        "{} ({} from the first event)",
+        timefmt::utc(event.time()),
+        timefmt::offset(i128::from(event.time()) - i128::from(t0))
+    );
+    label(&mut o, "where");
+    let _ = writeln!(
+        o,
+        "{}",
+        match (e.turn, e.step) {
+            (Some(t), Some(s)) => format!("turn {t}, step {s}"),
+            (Some(t), None) => format!("turn {t}, outside any step"),
+            (None, _) => "outside any turn".to_owned(),
+        }
+    );
+
+    label(&mut o, "surface");
+    match (e.surface_position, e.surface_op) {
+        (Some(p), _) => {
+            let _ = writeln!(o, "on the surface: position {} of {surface_len}; the model sees it", p + 1);
+        }
+        (None, Some(_)) => {
+            let _ = writeln!(o, "off the surface: it was shadowed; the model no longer sees it");
+        }
+        (None, None) => {
+            let why = if e.event_type.is_surface_eligible() {
+                "it has no surfaceOp".to_owned()
+            } else if e.event_type.is_core() {
+                format!("{} events never join it", e.event_type.as_str())
+            } else {
+                "plugin events never join it".to_owned()
+            };
+            let _ = writeln!(o, "never on the surface: {why}");
+        }
+    }
+    match e.surface_op {
+        Some(SurfaceOp::Append) => {
+            label(&mut o, "entered");
+            o.push_str("by append\n");
+        }
+        Some(SurfaceOp::Replace { start, end }) => {
+            label(&mut o, "entered");
+            let range = if start == end { format!("{start}") } else { format!("{start}..{end}") };
+            let _ = writeln!(o, "by replace {range}, taking {} off the surface", join(&e.shadowed));
+        }
+        None => {}
+    }
+    if let Some(&first) = chain.first() {
+        label(&mut o, "shadowed");
+        let _ = write!(o, "by {first} {}", type_of(session, first));
+        for pair in chain.windows(2) {
+            let _ = write!(o, ", then {} by {} {}", pair[0], pair[1], type_of(session, pair[1]));
+        }
+        o.push('\n');
+        label(&mut o, "now");
+        match e.stands_in_its_place.and_then(|s| Some((s, session.surface_manager().position(s)?))) {
+            Some((s, p)) => {
+                let _ = writeln!(
+                    o,
+                    "{s} {} stands in its place, at position {} of {surface_len}",
+                    type_of(session, s),
+                    p + 1
+                );
+            }
+            None => o.push_str("nothing on the surface stands in its place\n"),
+        }
+    }
+
+    o.push_str("\ncites (what it was built from, recursively)\n");
+    if e.cites.is_empty() {
+        let sources = event.source_event_seqs();
+        o.push_str(match sources {
+            Some([]) => "  nothing: an empty stream\n",
+            _ => "  nothing\n",
+        });
+    } else {
+        tree(session, &e.cites, "  ", &mut o);
+    }
+
+    o.push_str("\ncited by\n");
+    if e.cited_by.is_empty() {
+        o.push_str("  nothing\n");
+    }
+    for &s in &e.cited_by {
+        if let Some(cited) = session.event(s) {
+            let _ = writeln!(o, "  {s} {}  {}", cited.event_type().as_str(), summarize(cited));
+        }
+    }
+    o
+}
+
+/// One level of the provenance tree, with `├─`/`└─` guides.
+fn tree(session: &Session, nodes: &[Provenance], prefix: &str, o: &mut String) {
+    for (i, node) in nodes.iter().enumerate() {
+        let last = i + 1 == nodes.len();
+        let summary = session.event(node.seq).map(summarize).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "{prefix}{}{} {}  {summary}",
+            if last { "└─ " } else { "├─ " },
+            node.seq,
+            node.event_type.as_str()
+        );
+        let deeper = format!("{prefix}{}", if last { "   " } else { "│  " });
+        tree(session, &node.cites, &deeper, o);
+    }
+}
+
+fn type_of(session: &Session, seq: u64) -> &str {
+    session.event(seq).map_or("?", |e| e.event_type().as_str())
+}
+
+/// The `--json` object.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonExplanation<'a> {
+    session: &'a str,
+    seq: u64,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    time: u64,
+    turn: Option<u64>,
+    step: Option<u64>,
+    surface_position: Option<usize>,
+    surface_op: Option<SurfaceOp>,
+    shadowed: &'a [u64],
+    shadowed_by: Option<u64>,
+    shadow_chain: Vec<u64>,
+    stands_in_its_place: Option<u64>,
+    cites: Vec<JsonProvenance<'a>>,
+    cited_by: &'a [u64],
+}
+
+#[derive(Serialize)]
+struct JsonProvenance<'a> {
+    seq: u64,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    cites: Vec<JsonProvenance<'a>>,
+}
+
+impl<'a> JsonProvenance<'a> {
+    fn new(p: &'a Provenance) -> JsonProvenance<'a> {
+        JsonProvenance {
+            seq: p.seq,
+            event_type: p.event_type.as_str(),
+            cites: p.cites.iter().map(JsonProvenance::new).collect(),
+        }
+    }
+}
+
+impl<'a> JsonExplanation<'a> {
+    fn new(session: &'a Session, e: &'a Explanation, chain: Vec<u64>) -> JsonExplanation<'a> {
+        JsonExplanation {
+            session: session.id(),
+            seq: e.seq,
+            event_type: e.event_type.as_str(),
+            time: session.event(e.seq).map_or(0, |ev| ev.time()),
+            turn: e.turn,
+            step: e.step,
+            surface_position: e.surface_position,
+            surface_op: e.surface_op,
+            shadowed: &e.shadowed,
+            shadowed_by: e.shadowed_by,
+            shadow_chain: chain,
+            stands_in_its_place: e.stands_in_its_place,
+            cites: e.cites.iter().map(JsonProvenance::new).collect(),
+            cited_by: &e.cited_by,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palimpsest_core_session::jsonl::JsonlLog;
+
+    fn example() -> Session {
+        let text = include_str!("../test_data/ok/compaction-and-prune.jsonl");
+        JsonlLog::parse(text.as_bytes())
+            .and_then(|l| l.into_session())
+            .unwrap_or_else(|e| panic!("the fixture loads: {e}"))
+    }
+
+    #[test]
+    fn the_shadow_chain_follows_every_replace() {
+        let s = example();
+        assert_eq!(shadow_chain(&s, 8), [18, 20], "pruned, then compacted with the rest");
+        assert_eq!(shadow_chain(&s, 1), [20]);
+        assert_eq!(shadow_chain(&s, 20), Vec::<u64>::new());
+        assert_eq!(shadow_chain(&s, 4), Vec::<u64>::new(), "a chunk is never on the surface");
+    }
+
+    #[test]
+    fn never_on_the_surface_says_why() {
+        let s = example();
+        let text = |seq| explain_event(&s, seq).map(|e| render(&s, &e, &[])).unwrap_or_default();
+        assert!(text(0).contains("never on the surface: turn/start events never join it"), "{}", text(0));
+        assert!(text(19).contains("never on the surface: plugin events never join it"), "{}", text(19));
+    }
+}
