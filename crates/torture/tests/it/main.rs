@@ -4,3 +4,5 @@
 mod common;
 #[cfg(unix)]
 mod crash;
+#[cfg(unix)]
+mod kill_points;
