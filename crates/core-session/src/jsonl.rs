@@ -232,7 +232,7 @@ fn decode_line(text: &str, line: u64) -> Result<Event, LoadError> {
 }
 
 fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
+    memchr::memchr(needle, haystack)
 }
 
 /// Writes a header line, `\n` included.

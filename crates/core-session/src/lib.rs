@@ -61,6 +61,7 @@ pub mod repair;
 pub mod rewrite;
 mod session;
 pub mod surface;
+mod tagged;
 
 pub use derive::DerivedMessage;
 pub use error::{AppendError, LoadError};

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::tagged::tagged_enum;
+
 /// A chat message as the model sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
@@ -31,7 +33,7 @@ pub enum Role {
 }
 
 /// One block of a [`Message`]'s content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Block {
     /// Plain text.
@@ -85,7 +87,7 @@ impl Block {
 }
 
 /// Where a [`Message`] came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Source {
     /// Typed by a person.
@@ -111,7 +113,7 @@ pub enum Source {
 }
 
 /// One streamed piece of a model response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum StreamChunk {
     /// Text.
@@ -398,4 +400,41 @@ into_payload! {
     AssistantChunk => LogPayload::AssistantChunk,
     ToolCall => LogPayload::ToolCall,
     PluginEvent => LogPayload::Plugin,
+}
+
+tagged_enum! {
+    StreamChunk, tag "type", "a stream chunk" {
+        "text-delta" => TextDelta { index: u32, text: String },
+        "reasoning-delta" => ReasoningDelta { index: u32, text: String },
+        "tool-call-delta" => ToolCallDelta {
+            index: u32,
+            id: String,
+            #[serde(default)] name: Option<String>,
+            #[serde(rename = "argumentsDelta")] arguments_delta: String,
+        },
+        "usage" => |usage: Usage| StreamChunk::Usage(usage),
+    }
+}
+
+tagged_enum! {
+    Block, tag "type", "a content block" {
+        "text" => Text { text: String },
+        "reasoning" => Reasoning { text: String, #[serde(default)] signature: Option<String> },
+        "tool-call" => ToolCall { id: String, name: String, arguments: String },
+        "tool-result" => ToolResult {
+            #[serde(rename = "toolCallId")] tool_call_id: String,
+            #[serde(rename = "isError")] is_error: bool,
+            content: Vec<Block>,
+        },
+        "image" => Image { #[serde(rename = "mediaType")] media_type: String, data: String },
+    }
+}
+
+tagged_enum! {
+    Source, tag "kind", "a message source" {
+        "user" => User {},
+        "model" => Model { provider: String, model: String },
+        "tool" => Tool { #[serde(rename = "callId")] call_id: String },
+        "plugin" => Plugin { plugin: String },
+    }
 }
