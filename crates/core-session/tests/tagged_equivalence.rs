@@ -6,7 +6,7 @@
 use palimpsest_core_session::payload::{Block, Source, StreamChunk, Usage};
 use proptest::prelude::*;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 #[derive(Debug, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
