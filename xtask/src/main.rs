@@ -6,6 +6,8 @@
 //!   first failure (see [`ci`]).
 //! * `cargo xtask tidy` runs only the repository-wide tidy checks (see
 //!   [`tidy`]); `cargo test -p xtask` runs them too.
+//! * `cargo xtask bench` builds the benchmark suite in release and runs it
+//!   (see [`bench`]).
 //!
 //! # Adding a command
 //!
@@ -17,6 +19,7 @@
 // xtask is a binary whose job is to report to the person running it.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod bench;
 mod ci;
 mod tidy;
 
@@ -27,6 +30,10 @@ use std::process::ExitCode;
 const COMMANDS: &[(&str, &str)] = &[
     ("ci", "run every CI check in order (fmt, tidy, clippy, tests, doctests, docs, snapshots)"),
     ("tidy", "run the repository-wide tidy checks (module docs, whitespace, manifests, banned deps)"),
+    (
+        "bench",
+        "build the benchmark suite in release and run it: [--quick] [--sizes N,..] [--only S] [--json FILE]",
+    ),
     ("help", "print this list"),
 ];
 
@@ -46,6 +53,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["ci"] => ci::run(&root),
         ["tidy"] => tidy::run(&root),
+        ["bench", rest @ ..] => bench::run(&root, &rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         [] | ["help" | "--help" | "-h"] => {
             print_help();
             Ok(())

@@ -116,6 +116,13 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Some(only) = &args.only {
+        if !sections::ALL.iter().any(|(name, _)| name == only) {
+            let names: Vec<&str> = sections::ALL.iter().map(|(n, _)| *n).collect();
+            eprintln!("unknown section {only:?}; the sections are {}", names.join(", "));
+            return ExitCode::from(2);
+        }
+    }
     let mut rows: Vec<Row> = Vec::new();
     for &n in &args.sizes {
         eprintln!("workload: {n} events ...");
@@ -149,4 +156,56 @@ fn main() -> ExitCode {
         eprintln!("wrote {path}");
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    //! The suite still works: every section runs at a tiny N and yields
+    //! finite figures. (Benchmarks are not tests: nothing here checks speed.)
+
+    use super::*;
+
+    #[test]
+    fn every_section_runs_at_a_tiny_size() {
+        let w = Workload::new(400);
+        assert_eq!(w.events.len(), 400);
+        assert_eq!(w.turn_ends.last(), Some(&400));
+        for (name, section) in sections::ALL {
+            // The memory probe re-runs this executable as a child; under
+            // `cargo test` that is the test binary, so it is checked below.
+            if *name == "rss" {
+                continue;
+            }
+            let rows = section(&w).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!rows.is_empty(), "{name} measured nothing");
+            for r in &rows {
+                assert!(r.value.is_finite() && r.value > 0.0, "{name}: {} = {}", r.name, r.value);
+                assert!(r.ratio().is_none_or(f64::is_finite), "{name}: {}", r.name);
+            }
+        }
+        let table = report::table(&[]);
+        assert!(table.starts_with("| section |"));
+    }
+
+    #[test]
+    fn the_memory_probe_reads_a_file_in_process() {
+        let w = Workload::new(300);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.jsonl");
+        std::fs::write(&path, &w.bytes).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&sections::memory_probe(path.to_str().unwrap()).unwrap()).unwrap();
+        assert_eq!(json["events"], 300);
+    }
+
+    #[test]
+    fn the_workload_is_deterministic_and_valid() {
+        let (h1, a) = workload::generate(3_000, 7);
+        let (_, b) = workload::generate(3_000, 7);
+        assert_eq!(a, b);
+        let s = palimpsest_core_session::Session::from_log(h1, a).unwrap();
+        assert!(palimpsest_invariants::check_log(s.events()).is_empty());
+        // One turn is 101 events.
+        assert_eq!(s.events().iter().filter(|e| e.event_type().as_str() == "turn/start").count(), 30);
+    }
 }
