@@ -12,9 +12,13 @@ use palimpsest_core_session::jsonl::{
 use palimpsest_core_session::{AppendError, Event, LoadError, SessionHeader, SESSION_FORMAT_VERSION};
 use palimpsest_persistence::{check_continues, LoadReport, StoreError, StoredSession};
 
-/// The backend reads whole files into memory, so a per-line limit would
-/// bound nothing; it reads any line it could have written.
-const READ: ReadOptions = ReadOptions { max_line_bytes: usize::MAX };
+use crate::capped;
+
+/// The default: no line cap, so a reader reads any line a writer could
+/// have written. Readers that take files from elsewhere set a cap with
+/// [`SessionFile::with_read_options`], [`read_session_file_with`] or
+/// `JsonlStore::with_read_options`.
+pub(crate) const UNCAPPED: ReadOptions = ReadOptions { max_line_bytes: usize::MAX };
 
 /// What is known about the file's end, kept so an append never re-reads it.
 #[derive(Debug)]
@@ -55,6 +59,8 @@ pub struct SessionFile {
     dir_unsynced: bool,
     /// The store deleted the file while this handle was shared.
     deleted: bool,
+    /// The line cap of every read.
+    read: ReadOptions,
     #[cfg(test)]
     pub(crate) fault: Option<crate::tests::Fault>,
 }
@@ -183,6 +189,7 @@ impl SessionFile {
             dirty: true,
             dir_unsynced: true,
             deleted: false,
+            read: UNCAPPED,
             #[cfg(test)]
             fault: None,
         })
@@ -212,6 +219,7 @@ impl SessionFile {
                     dirty: false,
                     dir_unsynced: false,
                     deleted: false,
+                    read: UNCAPPED,
                     #[cfg(test)]
                     fault: None,
                 });
@@ -228,20 +236,44 @@ impl SessionFile {
         &self.path
     }
 
+    /// Sets the line cap of every later read of this file (by
+    /// [`load`](SessionFile::load) and by the first append). A line longer
+    /// than `options.max_line_bytes` is never held in memory: the load fails
+    /// with `corrupt` (`log-corrupt` at its line, or `header-malformed` on
+    /// line 1), or, for an unterminated last line, drops it as a torn tail,
+    /// exactly as [`JsonlLog::parse_with`] judges the same bytes. Default:
+    /// no cap.
+    pub fn with_read_options(mut self, options: ReadOptions) -> SessionFile {
+        self.read = options;
+        self
+    }
+
+    /// The line cap of this file's reads.
+    pub fn read_options(&self) -> ReadOptions {
+        self.read
+    }
+
     /// Reads the whole file: header, events, and a torn tail if there is one
     /// (reported, left in place; the next append cuts it off). Events are
     /// well-formed; the rules relating them (contiguity included) are for
     /// [`Session::from_log`](palimpsest_core_session::Session::from_log).
     pub fn load(&mut self) -> Result<StoredSession, StoreError> {
-        let bytes = self.read_all()?;
-        let log = JsonlLog::parse_with(&bytes, READ).map_err(|e| load_error(&self.path, e))?;
+        let (log, file_len) = if self.read == UNCAPPED {
+            let bytes = self.read_all()?;
+            let log = JsonlLog::parse_with(&bytes, UNCAPPED).map_err(|e| load_error(&self.path, e))?;
+            (log, bytes.len() as u64)
+        } else {
+            let capped = self.read_all_capped()?;
+            let log = capped::parse_capped(&capped, self.read).map_err(|e| load_error(&self.path, e))?;
+            (log, capped.file_len)
+        };
         let next_seq = match log.events.iter().enumerate().find(|(i, e)| e.seq() != *i as u64) {
             None => Ok(log.events.len() as u64),
             Some((i, e)) => {
                 Err((i as u64 + 2, AppendError::SeqNotContiguous { seq: e.seq(), expected: i as u64 }))
             }
         };
-        self.tail = Some(tail_of(&log.header, next_seq, &log, bytes.len() as u64));
+        self.tail = Some(tail_of(&log.header, next_seq, &log, file_len));
         Ok(StoredSession {
             header: log.header,
             events: log.events,
@@ -351,9 +383,19 @@ impl SessionFile {
 
     /// Reads the file through, keeping no events: what an append needs.
     fn scan(&mut self) -> Result<Tail, StoreError> {
-        let bytes = self.read_all()?;
+        let (bytes, file_len, overlong) = if self.read == UNCAPPED {
+            let bytes = self.read_all()?;
+            let len = bytes.len() as u64;
+            (bytes, len, None)
+        } else {
+            let capped = self.read_all_capped()?;
+            (capped.bytes, capped.file_len, capped.overlong)
+        };
         let corrupt = |e| load_error(&self.path, e);
-        let mut reader = JsonlReader::new(&bytes, READ).map_err(corrupt)?;
+        if overlong.is_some_and(|o| o.line == 1) {
+            return Err(corrupt(capped::Overlong::header_error(self.read.max_line_bytes)));
+        }
+        let mut reader = JsonlReader::new(&bytes, self.read).map_err(corrupt)?;
         let mut next_seq = Ok(0);
         // Every line after the header is an event: event `i` is on line `i + 2`.
         for (i, event) in reader.by_ref().enumerate() {
@@ -367,8 +409,10 @@ impl SessionFile {
                 }
             }
         }
-        let torn = reader.torn_tail();
-        let file_len = bytes.len() as u64;
+        let torn = match overlong {
+            Some(o) => Some(o.after_the_lines_before(self.read.max_line_bytes).map_err(corrupt)?),
+            None => reader.torn_tail(),
+        };
         Ok(Tail {
             id: reader.header().id.clone(),
             next_seq,
@@ -384,6 +428,12 @@ impl SessionFile {
         self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
         self.file.read_to_end(&mut bytes).map_err(|e| io_err(context(), e))?;
         Ok(bytes)
+    }
+
+    fn read_all_capped(&mut self) -> Result<capped::Capped, StoreError> {
+        let context = || format!("read {}", shown(&self.path));
+        self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
+        capped::read_capped(&self.file, self.read).map_err(|e| io_err(context(), e))
     }
 
     fn check_writable(&self) -> Result<(), StoreError> {
@@ -505,12 +555,25 @@ fn create_in_place(path: &Path, header: &SessionHeader, line: &[u8]) -> Result<F
 /// appending): header, events and a torn tail, as
 /// [`SessionFile::load`] does. `not-found` names the path.
 pub fn read_session_file(path: &Path) -> Result<StoredSession, StoreError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found(path)),
-        Err(e) => return Err(io_err(format!("read {}", shown(path)), e)),
+    read_session_file_with(path, UNCAPPED)
+}
+
+/// [`read_session_file`] with a line cap: a line longer than
+/// `options.max_line_bytes` is never held in memory (see
+/// [`SessionFile::with_read_options`] for what such a line makes of the load).
+pub fn read_session_file_with(path: &Path, options: ReadOptions) -> Result<StoredSession, StoreError> {
+    let read_err = |e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => not_found(path),
+        _ => io_err(format!("read {}", shown(path)), e),
     };
-    let log = JsonlLog::parse_with(&bytes, READ).map_err(|e| load_error(path, e))?;
+    let log = if options == UNCAPPED {
+        let bytes = fs::read(path).map_err(read_err)?;
+        JsonlLog::parse_with(&bytes, UNCAPPED)
+    } else {
+        let capped = File::open(path).and_then(|f| capped::read_capped(f, options)).map_err(read_err)?;
+        capped::parse_capped(&capped, options)
+    };
+    let log = log.map_err(|e| load_error(path, e))?;
     Ok(StoredSession {
         header: log.header,
         events: log.events,
@@ -518,8 +581,9 @@ pub fn read_session_file(path: &Path) -> Result<StoredSession, StoreError> {
     })
 }
 
-/// Reads just the header line of a session file, for listing.
-pub(crate) fn read_header(path: &Path) -> Result<Option<SessionHeader>, StoreError> {
+/// Reads just the header line of a session file, for listing: at most
+/// `options.max_line_bytes` of it.
+pub(crate) fn read_header(path: &Path, options: ReadOptions) -> Result<Option<SessionHeader>, StoreError> {
     use std::io::BufRead;
     let file = match File::open(path) {
         Ok(f) => f,
@@ -528,9 +592,12 @@ pub(crate) fn read_header(path: &Path) -> Result<Option<SessionHeader>, StoreErr
         Err(e) => return Err(io_err(format!("open {}", shown(path)), e)),
     };
     let mut line = Vec::new();
+    // One byte past the cap is enough to tell that the header is too long.
+    let limit = u64::try_from(options.max_line_bytes).unwrap_or(u64::MAX).saturating_add(1);
     io::BufReader::new(file)
+        .take(limit)
         .read_until(b'\n', &mut line)
         .map_err(|e| io_err(format!("read {}", shown(path)), e))?;
-    let reader = JsonlReader::new(&line, READ).map_err(|e| load_error(path, e))?;
+    let reader = JsonlReader::new(&line, options).map_err(|e| load_error(path, e))?;
     Ok(Some(reader.header().clone()))
 }

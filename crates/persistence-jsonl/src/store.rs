@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
 
-use crate::file::{read_header, read_session_file, sync_dir, SessionFile};
+use palimpsest_core_session::jsonl::ReadOptions;
+
+use crate::file::{read_header, read_session_file_with, sync_dir, SessionFile, UNCAPPED};
 use crate::name::{file_name, session_id, SUFFIX};
 
 type Handle = Arc<Mutex<SessionFile>>;
@@ -25,6 +27,7 @@ type Handle = Arc<Mutex<SessionFile>>;
 pub struct JsonlStore {
     dir: PathBuf,
     open: Mutex<HashMap<String, Handle>>,
+    read: ReadOptions,
 }
 
 fn lock_handle(handle: &Handle) -> MutexGuard<'_, SessionFile> {
@@ -49,7 +52,32 @@ impl JsonlStore {
                 io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
             ));
         }
-        Ok(JsonlStore { dir: dir.to_owned(), open: Mutex::default() })
+        Ok(JsonlStore { dir: dir.to_owned(), open: Mutex::default(), read: UNCAPPED })
+    }
+
+    /// Sets the line cap of every read of a session file: loads, the first
+    /// append to a session (which reads its file), and the header lines
+    /// `list` reads. A line longer than `options.max_line_bytes` is never
+    /// held in memory; see [`SessionFile::with_read_options`] for what it
+    /// makes of the load. Default: no cap (any line a writer wrote is read).
+    ///
+    /// ```
+    /// use palimpsest_core_session::jsonl::ReadOptions;
+    /// use palimpsest_persistence_jsonl::JsonlStore;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = JsonlStore::open(dir.path())?.with_read_options(ReadOptions { max_line_bytes: 16 << 20 });
+    /// assert_eq!(store.read_options().max_line_bytes, 16 << 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_read_options(mut self, options: ReadOptions) -> JsonlStore {
+        self.read = options;
+        self
+    }
+
+    /// The line cap of this store's reads.
+    pub fn read_options(&self) -> ReadOptions {
+        self.read
     }
 
     /// The store's directory.
@@ -102,7 +130,8 @@ impl JsonlStore {
             return Ok(handle.clone());
         }
         let path = self.path_of(session_id)?;
-        let mut file = SessionFile::open(&path).map_err(|e| with_id(e, session_id))?;
+        let mut file =
+            SessionFile::open(&path).map_err(|e| with_id(e, session_id))?.with_read_options(self.read);
         check_id(&path, &file.header_id()?, session_id)?;
         let handle = Arc::new(Mutex::new(file));
         handles.insert(session_id.to_owned(), handle.clone());
@@ -136,7 +165,7 @@ impl SessionStore for JsonlStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
         let path = self.path_of(&header.id)?;
         let mut handles = self.handles();
-        let file = SessionFile::create(&path, header)?;
+        let file = SessionFile::create(&path, header)?.with_read_options(self.read);
         handles.insert(header.id.clone(), Arc::new(Mutex::new(file)));
         Ok(())
     }
@@ -151,7 +180,7 @@ impl SessionStore for JsonlStore {
         let path = self.path_of(session_id)?;
         let stored = match self.cached(session_id) {
             Some(handle) => lock_handle(&handle).load()?,
-            None => read_session_file(&path).map_err(|e| with_id(e, session_id))?,
+            None => read_session_file_with(&path, self.read).map_err(|e| with_id(e, session_id))?,
         };
         check_id(&path, &stored.header.id, session_id)?;
         Ok(stored)
@@ -183,7 +212,7 @@ impl SessionStore for JsonlStore {
                     cause: None,
                 });
             };
-            if let Some(header) = read_header(&path)? {
+            if let Some(header) = read_header(&path, self.read)? {
                 check_id(&path, &header.id, &id)?;
                 headers.push(header);
             }

@@ -1,0 +1,235 @@
+//! Reading a session file under a line-size cap without ever holding a line
+//! longer than the cap: what bounds the memory a hostile file can make a
+//! reader use (see [`ReadOptions`]).
+//!
+//! The whole lines before an over-long line are kept (they are the events
+//! the caller gets back anyway); of the over-long line itself at most one
+//! read chunk beyond the cap is ever in memory. The outcome is exactly what
+//! [`JsonlLog::parse_with`] says about the same bytes with the same cap:
+//! an earlier bad line is reported first, a terminated over-long line is
+//! `log-corrupt` at its line (`header-malformed` on line 1), and an
+//! unterminated over-long last line is a torn tail.
+
+use std::io::{self, Read};
+
+use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions, TornTail};
+use palimpsest_core_session::LoadError;
+
+/// Bytes read per `read` call.
+const CHUNK: usize = 64 * 1024;
+
+/// A file read under a cap.
+#[derive(Debug)]
+pub(crate) struct Capped {
+    /// The file's bytes up to the start of its first over-long line (all of
+    /// them when there is none).
+    pub(crate) bytes: Vec<u8>,
+    /// The file's length, over-long line included.
+    pub(crate) file_len: u64,
+    /// The first over-long line, which was not kept.
+    pub(crate) overlong: Option<Overlong>,
+}
+
+/// A line longer than the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Overlong {
+    /// Its 1-based line number.
+    pub(crate) line: u64,
+    /// Its byte offset.
+    pub(crate) offset: u64,
+    /// Its length, without the `\n`.
+    pub(crate) len: u64,
+    /// Whether a `\n` ends it (if not, it is the file's last line).
+    pub(crate) terminated: bool,
+}
+
+impl Overlong {
+    /// What [`JsonlLog::parse_with`] reports for an over-long header line.
+    pub(crate) fn header_error(cap: usize) -> LoadError {
+        LoadError::HeaderMalformed { detail: format!("the header line is longer than {cap} bytes") }
+    }
+
+    /// What [`JsonlLog::parse_with`] makes of this line once every line
+    /// before it was read: `log-corrupt` when a `\n` ends it, else (the
+    /// file's last line) a torn tail.
+    pub(crate) fn after_the_lines_before(&self, cap: usize) -> Result<TornTail, LoadError> {
+        if self.line == 1 {
+            return Err(Overlong::header_error(cap));
+        }
+        if self.terminated {
+            return Err(LoadError::LogCorrupt {
+                line: self.line,
+                detail: format!("line is {} bytes, longer than the {cap}-byte limit", self.len),
+            });
+        }
+        Ok(TornTail { line: self.line, offset: self.offset, len: self.len })
+    }
+}
+
+/// Reads `source` to its end, keeping nothing of the first line longer than
+/// `options.max_line_bytes` (and nothing after it: from there on bytes are
+/// only counted, up to the end of that line).
+pub(crate) fn read_capped(mut source: impl Read, options: ReadOptions) -> io::Result<Capped> {
+    let cap = options.max_line_bytes;
+    let mut chunk = vec![0u8; CHUNK];
+    let mut bytes = Vec::new();
+    // Where the current line starts in `bytes`, and its 1-based number.
+    let (mut line_start, mut line) = (0usize, 1u64);
+    let mut file_len = 0u64;
+    loop {
+        let n = read_some(&mut source, &mut chunk)?;
+        if n == 0 {
+            return Ok(Capped { bytes, file_len, overlong: None });
+        }
+        file_len += n as u64;
+        let mut rest = &chunk[..n];
+        loop {
+            let (piece, newline) = match rest.iter().position(|&b| b == b'\n') {
+                Some(i) => (&rest[..i], true),
+                None => (rest, false),
+            };
+            let len = bytes.len() - line_start + piece.len();
+            if len > cap {
+                // Over the cap: keep nothing more; count to the line's end.
+                bytes.truncate(line_start);
+                let offset = line_start as u64;
+                let (len, terminated, read) = if newline {
+                    (len as u64, true, 0)
+                } else {
+                    skip_line(&mut source, &mut chunk, len as u64)?
+                };
+                file_len += read;
+                return Ok(Capped {
+                    bytes,
+                    file_len,
+                    overlong: Some(Overlong { line, offset, len, terminated }),
+                });
+            }
+            bytes.extend_from_slice(piece);
+            if !newline {
+                break;
+            }
+            bytes.push(b'\n');
+            line_start = bytes.len();
+            line += 1;
+            rest = &rest[piece.len() + 1..];
+        }
+    }
+}
+
+/// Reads on to the end of the current line, counting: returns the line's
+/// whole length, whether a `\n` ended it, and the bytes read.
+fn skip_line(source: &mut impl Read, chunk: &mut [u8], mut len: u64) -> io::Result<(u64, bool, u64)> {
+    let mut read = 0u64;
+    loop {
+        let n = read_some(source, chunk)?;
+        if n == 0 {
+            return Ok((len, false, read));
+        }
+        read += n as u64;
+        if let Some(i) = chunk[..n].iter().position(|&b| b == b'\n') {
+            // What follows the line is never needed: the load fails here.
+            return Ok((len + i as u64, true, read));
+        }
+        len += n as u64;
+    }
+}
+
+fn read_some(source: &mut impl Read, chunk: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match source.read(chunk) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Parses what [`read_capped`] read, as [`JsonlLog::parse_with`] would
+/// parse the whole file.
+pub(crate) fn parse_capped(capped: &Capped, options: ReadOptions) -> Result<JsonlLog, LoadError> {
+    let cap = options.max_line_bytes;
+    match capped.overlong {
+        Some(overlong) if overlong.line == 1 => Err(Overlong::header_error(cap)),
+        Some(overlong) => {
+            let mut log = JsonlLog::parse_with(&capped.bytes, options)?;
+            log.torn_tail = Some(overlong.after_the_lines_before(cap)?);
+            Ok(log)
+        }
+        None => JsonlLog::parse_with(&capped.bytes, options),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"type":"session","version":0,"id":"s","createdAt":0}"#;
+
+    fn event(seq: u64, pad: usize) -> String {
+        format!(r#"{{"seq":{seq},"time":0,"type":"x/y","data":"{}"}}"#, "a".repeat(pad))
+    }
+
+    /// Both readers, on every cap from 0 to past the longest line, over
+    /// files with an over-long line in every position, terminated or not.
+    #[test]
+    fn agrees_with_parse_with_on_every_cap() {
+        let lines = [HEADER.to_owned(), event(0, 10), event(1, 300), event(2, 5)];
+        let mut files: Vec<String> = Vec::new();
+        for end in 1..=lines.len() {
+            let body = lines[..end].join("\n");
+            files.push(body.clone());
+            files.push(format!("{body}\n"));
+        }
+        files.push(format!("{HEADER}\nnot json\n{}\n", event(1, 400)));
+        files.push(format!("{HEADER}\n{}\nnot json\n", event(0, 400)));
+        for file in &files {
+            for cap in (0..400).step_by(7).chain([usize::MAX]) {
+                let options = ReadOptions { max_line_bytes: cap };
+                let capped = match read_capped(file.as_bytes(), options) {
+                    Ok(c) => c,
+                    Err(e) => panic!("read: {e}"),
+                };
+                assert_eq!(capped.file_len, file.len() as u64);
+                let ours = parse_capped(&capped, options);
+                let theirs = JsonlLog::parse_with(file.as_bytes(), options);
+                assert_eq!(ours, theirs, "cap {cap}, file {file:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_overlong_line_is_never_held_whole() {
+        // A reader that fails the test if asked for more than the cap allows
+        // past the start of the long line.
+        struct Endless {
+            served: u64,
+        }
+        impl Read for Endless {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let head = format!("{HEADER}\n");
+                let n = if self.served == 0 { head.len() } else { buf.len().min(1 << 20) };
+                if self.served >= 100 << 20 {
+                    return Ok(0);
+                }
+                if self.served == 0 {
+                    buf[..n].copy_from_slice(head.as_bytes());
+                } else {
+                    buf[..n].fill(b'a');
+                }
+                self.served += n as u64;
+                Ok(n)
+            }
+        }
+        let options = ReadOptions { max_line_bytes: 1 << 20 };
+        let capped = match read_capped(Endless { served: 0 }, options) {
+            Ok(c) => c,
+            Err(e) => panic!("read: {e}"),
+        };
+        assert_eq!(capped.bytes.len(), HEADER.len() + 1, "nothing of the long line is kept");
+        // A Vec at most doubles past what it held: twice (cap + a chunk).
+        assert!(capped.bytes.capacity() <= 2 * ((1 << 20) + CHUNK), "{} bytes held", capped.bytes.capacity());
+        let overlong = capped.overlong.map(|o| (o.line, o.terminated));
+        assert_eq!(overlong, Some((2, false)));
+        assert!(capped.file_len >= 100 << 20, "every byte was counted: {}", capped.file_len);
+    }
+}
