@@ -69,16 +69,28 @@ pub(crate) fn spawn_child(test: &str, role: &str, env: &[(&str, String)]) -> Chi
     cmd.spawn().unwrap_or_else(|e| panic!("spawn a child: {e}"))
 }
 
-/// Reads a child's stdout on a thread, passing on the lines of the
-/// protocol (`WORD n`) and dropping libtest's own chatter.
+/// Marks a protocol line. libtest may print `test name ... ` on the same
+/// line before the child's first words, so the marker is searched for.
+const MARK: &str = "@@ ";
+
+/// The protocol message (`WORD n`) in one line of a child's stdout.
+pub(crate) fn parse_protocol(line: &str) -> Option<(String, u64)> {
+    let at = line.rfind(MARK)?;
+    let mut words = line[at + MARK.len()..].split_whitespace();
+    let word = words.next()?;
+    let n = words.next()?.parse().ok()?;
+    Some((word.to_owned(), n))
+}
+
+/// Reads a child's stdout on a thread, passing on the protocol messages and
+/// dropping libtest's own chatter.
 pub(crate) fn protocol_lines(stdout: ChildStdout) -> Receiver<(String, u64)> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            let mut words = line.split_whitespace();
-            if let (Some(word), Some(n)) = (words.next(), words.next().and_then(|n| n.parse::<u64>().ok())) {
-                if word.chars().all(|c| c.is_ascii_uppercase()) && tx.send((word.to_owned(), n)).is_err() {
+            if let Some(message) = parse_protocol(&line) {
+                if tx.send(message).is_err() {
                     break;
                 }
             }
@@ -90,7 +102,7 @@ pub(crate) fn protocol_lines(stdout: ChildStdout) -> Receiver<(String, u64)> {
 /// Tells the parent something, one line, flushed at once.
 pub(crate) fn say(word: &str, n: u64) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{word} {n}");
+    let _ = writeln!(out, "{MARK}{word} {n}");
     let _ = out.flush();
 }
 

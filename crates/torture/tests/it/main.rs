@@ -4,5 +4,6 @@
 mod common;
 #[cfg(unix)]
 mod crash;
+mod hostile;
 #[cfg(unix)]
 mod kill_points;
