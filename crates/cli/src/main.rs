@@ -21,6 +21,7 @@ mod convert;
 mod demo;
 mod error;
 mod explain;
+mod export;
 mod fork;
 mod inspect;
 mod open_store;
@@ -147,6 +148,43 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Export a session for reading: Markdown, one self-contained HTML file, or JSON.
+    ///
+    /// `--view transcript` (the default) is what the person saw: every
+    /// appended message in log order, shadowed ones included, with turns,
+    /// and a marker where a compaction or prune happened. `--view model` is
+    /// what the model saw last: the surface in order, each message with its
+    /// position, seq, surfaceOp and sourceEventSeqs.
+    ///
+    /// HTML is one file that needs no network and no script: tool calls,
+    /// results and summaries fold with `<details>`, images are inline data
+    /// URLs, and all text is escaped. Markdown fences tool arguments and
+    /// results.
+    ///
+    /// JSON is one object, stable within its version: `{"format":
+    /// "palimpsest-export", "version": 1, "view", "session": {"id",
+    /// "createdAt", "cwd", "parentSession", "seedLength", "events",
+    /// "turns", "surface"}, "items": [...]}`. Each item has a "kind":
+    /// "turn-start" `{"seq", "time", "turn"}`, "turn-end" `{"seq", "time",
+    /// "turn", "reason"}`, or "message" `{"seq", "time", "type", "turn",
+    /// "step", "surfacePosition", "surfaceOp", "sourceEventSeqs",
+    /// "shadowedBy", "replaces": {"kind", "shadowed"}, "usage",
+    /// "toolError", "interrupted", "message"}`. Every key is always present
+    /// (null when empty); new keys may be added within a version.
+    /// docs/export-format.md documents every field.
+    Export {
+        #[command(flatten)]
+        target: StoreArgs,
+        /// The file format.
+        #[arg(long, value_enum)]
+        format: export::Format,
+        /// Which messages, in which order.
+        #[arg(long, value_enum, default_value_t = export::ExportView::Transcript)]
+        view: export::ExportView,
+        /// Write to FILE instead of stdout.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Copy one session or a whole store between JSONL and SQLite, checking each.
     ///
     /// DST ending in `.db` is a SQLite database; DST ending in `.jsonl` is a
@@ -234,6 +272,9 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Sessions { store, tree } => sessions::sessions(&store, tree, out),
         Command::Fork { target, at, id } => fork::fork(&target, at, id.as_deref(), out),
         Command::Explain { target, seq, json } => explain::explain(&target, seq, json, out),
+        Command::Export { target, format, view, output } => {
+            export::export(&target, format, view, output.as_deref(), out)
+        }
         Command::Convert { src, dst, session } => convert::convert(&src, session.as_deref(), &dst, out),
         Command::Demo { store, resume, pace, quiet, color } => {
             let options = demo::DemoOptions {

@@ -1,0 +1,153 @@
+//! The JSON export: one object, pretty-printed. The shape is stable; it is
+//! documented field by field in `docs/export-format.md`:
+//!
+//! ```text
+//! {
+//!   "format": "palimpsest-export",  "version": 1,
+//!   "view": "transcript" | "model",
+//!   "session": {"id": s, "createdAt": n, "cwd": s|null, "parentSession": s|null,
+//!               "seedLength": n|null, "events": n, "turns": n, "surface": [n]},
+//!   "items": [
+//!     {"kind": "turn-start", "seq": n, "time": n, "turn": n},
+//!     {"kind": "turn-end", "seq": n, "time": n, "turn": n, "reason": TurnEndReason},
+//!     {"kind": "message", "seq": n, "time": n, "type": s, "turn": n|null, "step": n|null,
+//!      "surfacePosition": n|null, "surfaceOp": "append"|{"op":"replace","start":n,"end":n},
+//!      "sourceEventSeqs": [n]|null, "shadowedBy": n|null,
+//!      "replaces": {"kind": "prune"|"compaction"|"rewrite", "shadowed": [n]}|null,
+//!      "usage": Usage|null, "toolError": {"name": s, "code": s}|null,
+//!      "interrupted": bool, "message": Message}
+//!   ]
+//! }
+//! ```
+//!
+//! Every key is always present (`null` when it has no value), so consumers
+//! need no existence checks. `message` is the message exactly as logged.
+//! New keys (and new `kind`s) may be added within version 1; consumers
+//! ignore what they do not know. Removing or changing a key bumps `version`.
+
+use palimpsest_core_session::payload::{ToolError, TurnEndReason, Usage};
+use palimpsest_core_session::SurfaceOp;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::{Doc, Item};
+
+/// The export format's version.
+pub(crate) const VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct JsonDoc<'a> {
+    format: &'static str,
+    version: u32,
+    view: &'static str,
+    session: JsonSession<'a>,
+    items: Vec<JsonItem<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonSession<'a> {
+    id: &'a str,
+    created_at: u64,
+    cwd: Option<&'a str>,
+    parent_session: Option<&'a str>,
+    seed_length: Option<u64>,
+    events: usize,
+    turns: usize,
+    surface: &'a [u64],
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+enum JsonItem<'a> {
+    TurnStart {
+        seq: u64,
+        time: u64,
+        turn: u64,
+    },
+    TurnEnd {
+        seq: u64,
+        time: u64,
+        turn: u64,
+        reason: &'a TurnEndReason,
+    },
+    #[serde(rename_all = "camelCase")]
+    Message {
+        seq: u64,
+        time: u64,
+        #[serde(rename = "type")]
+        event_type: &'a str,
+        turn: Option<u64>,
+        step: Option<u64>,
+        surface_position: Option<usize>,
+        surface_op: Option<SurfaceOp>,
+        source_event_seqs: Option<&'a [u64]>,
+        shadowed_by: Option<u64>,
+        replaces: Option<JsonReplace<'a>>,
+        usage: Option<&'a Usage>,
+        tool_error: Option<&'a ToolError>,
+        interrupted: bool,
+        message: &'a RawValue,
+    },
+}
+
+#[derive(Serialize)]
+struct JsonReplace<'a> {
+    kind: &'static str,
+    shadowed: &'a [u64],
+}
+
+/// The whole document, ending in a newline.
+pub(crate) fn render(doc: &Doc<'_>) -> serde_json::Result<String> {
+    let h = doc.session.header();
+    let items = doc
+        .items
+        .iter()
+        .map(|item| match item {
+            Item::TurnStart { seq, time, turn } => {
+                JsonItem::TurnStart { seq: *seq, time: *time, turn: *turn }
+            }
+            Item::TurnEnd { seq, time, turn, reason } => {
+                JsonItem::TurnEnd { seq: *seq, time: *time, turn: *turn, reason }
+            }
+            Item::Message(m) => JsonItem::Message {
+                seq: m.seq,
+                time: m.time,
+                event_type: m.event_type.as_str(),
+                turn: m.turn,
+                step: m.step,
+                surface_position: m.position,
+                surface_op: m.surface_op,
+                source_event_seqs: m.sources,
+                shadowed_by: m.shadowed_by,
+                replaces: m
+                    .replaces
+                    .as_ref()
+                    .map(|r| JsonReplace { kind: r.kind.name(), shadowed: &r.shadowed }),
+                usage: m.usage.as_ref(),
+                tool_error: m.tool_error.as_ref(),
+                interrupted: m.interrupted,
+                message: m.raw,
+            },
+        })
+        .collect();
+    let json = JsonDoc {
+        format: "palimpsest-export",
+        version: VERSION,
+        view: doc.view.name(),
+        session: JsonSession {
+            id: &h.id,
+            created_at: h.created_at,
+            cwd: h.cwd.as_deref(),
+            parent_session: h.parent_session.as_deref(),
+            seed_length: h.seed_length,
+            events: doc.session.events().len(),
+            turns: doc.turns,
+            surface: doc.session.surface(),
+        },
+        items,
+    };
+    let mut text = serde_json::to_string_pretty(&json)?;
+    text.push('\n');
+    Ok(text)
+}
