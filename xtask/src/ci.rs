@@ -4,15 +4,17 @@
 //! 1. `fmt`: `cargo fmt --all -- --check`
 //! 2. `tidy`: the checks of [`crate::tidy`], in process
 //! 3. `clippy`: `cargo clippy --workspace --all-targets -- -D warnings`
-//! 4. `tests`: `cargo nextest run --workspace --profile ci` when
+//! 4. `chromium`: `.ci/install-chromium`, which installs Debian's `chromium`
+//!    if it is missing (the CLI's HTML export test renders a page in it)
+//! 5. `tests`: `cargo nextest run --workspace --profile ci` when
 //!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
-//! 5. `doctests`: `cargo test --workspace --doc` (only after nextest, which
+//! 6. `doctests`: `cargo test --workspace --doc` (only after nextest, which
 //!    skips doctests; `cargo test` already ran them)
-//! 6. `docs`: `cargo doc --workspace --all-features --no-deps` with
+//! 7. `docs`: `cargo doc --workspace --all-features --no-deps` with
 //!    `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
 //!    feature-gated modules (`persistence`'s `testkit`) are checked too and
 //!    links to them resolve
-//! 7. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
+//! 8. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
 //!    anywhere in the tree
 //!
 //! Tests run with `INSTA_UPDATE=no` and `CI=true`, so a missing or changed
@@ -63,6 +65,7 @@ fn steps(nextest: bool) -> Vec<Step> {
         cargo("fmt", &["fmt", "--all", "--", "--check"][..], &[][..]),
         Step { name: "tidy", action: Action::InProcess(tidy::run) },
         cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
+        Step { name: "chromium", action: Action::InProcess(install_chromium) },
     ];
     if nextest {
         steps.push(cargo("tests", &["nextest", "run", "--workspace", "--profile", "ci"], TEST_ENV));
@@ -137,6 +140,23 @@ fn print_summary(steps: &[Step], timings: &[(&str, Duration, bool)]) {
     eprintln!("  {:<7} {:<10} {:>7.1}s", "", "total", total.as_secs_f64());
 }
 
+/// Runs `.ci/install-chromium`: the CLI's HTML export test renders a page
+/// in headless Chromium and, with `CI` set, fails when it is missing. The
+/// script installs Debian's package when needed and fails loudly when it
+/// cannot.
+fn install_chromium(root: &Path) -> anyhow::Result<()> {
+    let script = root.join(".ci/install-chromium");
+    let status = Command::new("bash")
+        .arg(&script)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("could not run {}", script.display()))?;
+    if !status.success() {
+        bail!("{} exited with {status}: Chromium is needed for the HTML export test", script.display());
+    }
+    Ok(())
+}
+
 /// Fails on any pending insta snapshot: a `.snap.new` or `.pending-snap`
 /// left behind means a snapshot changed and nobody reviewed it.
 fn check_no_pending_snapshots(root: &Path) -> anyhow::Result<()> {
@@ -177,8 +197,11 @@ mod tests {
     #[test]
     fn nextest_runs_doctests_separately_and_cargo_test_does_not() {
         let names = |nextest| steps(nextest).iter().map(|s| s.name).collect::<Vec<_>>();
-        assert_eq!(names(true), ["fmt", "tidy", "clippy", "tests", "doctests", "docs", "snapshots"]);
-        assert_eq!(names(false), ["fmt", "tidy", "clippy", "tests", "docs", "snapshots"]);
+        assert_eq!(
+            names(true),
+            ["fmt", "tidy", "clippy", "chromium", "tests", "doctests", "docs", "snapshots"]
+        );
+        assert_eq!(names(false), ["fmt", "tidy", "clippy", "chromium", "tests", "docs", "snapshots"]);
     }
 
     #[test]
