@@ -7,3 +7,5 @@ mod crash;
 mod hostile;
 #[cfg(unix)]
 mod kill_points;
+#[cfg(unix)]
+mod races;
