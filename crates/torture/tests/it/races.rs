@@ -189,7 +189,7 @@ fn jsonl_a_reader_process_always_sees_a_valid_prefix_during_heavy_writes() {
             // The file has grown since; the part read as torn is a cut of line n.
             assert!(next.starts_with(cut), "read {reads}: the torn tail is not a cut of seq {n}'s line");
         }
-        mid_batch += u64::from(n % BATCH != 0);
+        mid_batch += u64::from(!n.is_multiple_of(BATCH));
         if let Err(e) = Session::from_log(stored.header, stored.events) {
             panic!("read {reads}: the prefix is invalid: {e}");
         }
