@@ -1,10 +1,11 @@
 //! The `palimpsest` command-line tool: check, inspect, derive and repair
-//! Palimpsest session logs.
+//! Palimpsest session logs; fork them, explain an event, export them for
+//! reading.
 //!
 //! Every command that reads a session takes `STORE [--session ID]`: a JSONL
 //! session file, a JSONL store directory or a SQLite database (see
-//! [`store_arg`]); `convert` copies sessions between them and `sessions`
-//! lists them.
+//! [`store_arg`]); `convert` copies sessions between them, `sessions`
+//! lists them and `fork` branches one inside its store.
 //!
 //! The commands and their output follow section 7 of the session format
 //! contract: exit 0 on success, 1 when the log is invalid or the operation
@@ -41,7 +42,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::error::{describe, Exit};
 use crate::store_arg::StoreArgs;
 
-/// Check, inspect, derive and repair Palimpsest session logs.
+/// Check, inspect, derive, repair, fork, explain and export Palimpsest session logs.
 #[derive(Debug, Parser)]
 #[command(name = "palimpsest", version, propagate_version = true)]
 struct Cli {
