@@ -56,7 +56,7 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 ///
 /// The endpoint comes from --base-url, --model and --api-key, each falling
 /// back to OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY (a base URL such
-/// as https://api.openai.com/v1 or http://127.0.0.1:8000/v1).
+/// as `https://api.openai.com/v1` or `http://127.0.0.1:8000/v1`).
 ///
 /// Two history plugins are always on. Tool-result pruning replaces tool
 /// results of more than 2000 characters, once four newer results exist, by
@@ -204,15 +204,16 @@ async fn run_async(args: RunArgs, provider: OpenAiProvider, out: &mut dyn Write)
     Ok(exit)
 }
 
-/// A new session id: `run-` and the UTC time to the second, then the
-/// process id, so runs started in the same second still differ.
+/// A new session id, `run-YYYYMMDD-HHMMSS-<pid in hex>` (UTC): sortable,
+/// lower-case (a JSONL store encodes capitals in file names), and distinct
+/// for runs started in the same second.
 fn new_session_id() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let stamp: String =
-        crate::timefmt::utc(now).chars().take(19).filter(char::is_ascii_alphanumeric).collect();
-    format!("run-{stamp}-{:x}", std::process::id())
+    let digits: String = crate::timefmt::utc(now).chars().take(19).filter(char::is_ascii_digit).collect();
+    let (date, time) = digits.split_at(digits.len().min(8));
+    format!("run-{date}-{time}-{:x}", std::process::id())
 }
 
 /// A loop failure as the CLI reports it: a store failure keeps the store's
@@ -491,11 +492,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn new_session_ids_are_stamped_and_storable() {
+    fn new_session_ids_are_stamped_lower_case_and_storable() {
         let id = new_session_id();
-        assert!(id.starts_with("run-20"), "{id}");
-        assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == 'T'), "{id}");
-        assert_eq!(id.split('-').count(), 3, "{id}");
+        let parts: Vec<&str> = id.split('-').collect();
+        assert_eq!(parts.len(), 4, "{id}");
+        assert_eq!((parts[0], parts[1].len(), parts[2].len()), ("run", 8, 6), "{id}");
+        assert!(
+            parts[1].starts_with("20") && parts[1..3].concat().bytes().all(|b| b.is_ascii_digit()),
+            "{id}"
+        );
+        assert_eq!(parts[3], format!("{:x}", std::process::id()));
     }
 
     #[test]
