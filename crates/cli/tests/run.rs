@@ -487,6 +487,11 @@ fn session_resumes_a_stored_session_and_closes_an_interrupted_turn_first() {
     assert_eq!(missing.code, Some(2), "{missing:?}");
     assert!(missing.stderr.starts_with("error[not-found]: "), "{missing:?}");
     assert_eq!(server.requests().len(), 3);
+    // Nor is a store that is not there; resuming never creates one.
+    let nowhere = run(dir.path(), &model_args(&base, &["--store", "nowhere.db", "--session", &id, "Hi"]));
+    assert_eq!(nowhere.code, Some(2), "{nowhere:?}");
+    assert!(nowhere.stderr.starts_with("error[io]: nowhere.db: "), "{nowhere:?}");
+    assert!(!dir.path().join("nowhere.db").exists());
 }
 
 #[test]

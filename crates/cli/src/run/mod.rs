@@ -107,6 +107,11 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
         OpenAiConfig::from_env_and_flags(args.base_url.clone(), args.model.clone(), args.api_key.clone())
             .map_err(config_error)?;
     let provider = OpenAiProvider::new(config).map_err(config_error)?;
+    if args.session.is_some() && !args.store.exists() {
+        // Resuming reads the store: it is never created for that.
+        let shown = args.store.display().to_string();
+        return Err(CliError::io(shown, "cannot read: no such file or directory").into());
+    }
     if let Some(dir) = &args.tools {
         if !dir.is_dir() {
             return Err(CliError::usage(format!("--tools {}: not a directory", dir.display())).into());
@@ -173,6 +178,12 @@ async fn run_async(args: RunArgs, provider: OpenAiProvider, out: &mut dyn Write)
                 "resuming session {id} in {shown}: {} events, {turns} turn(s)",
                 agent.session().events().len()
             ));
+            if let Some(torn) = &report.load.torn_tail {
+                output::note(&format!(
+                    "dropped a torn last line (line {}, {} bytes): a write cut short; it is cut off before the next append",
+                    torn.line, torn.len
+                ));
+            }
             if let Some(range) = report.repaired {
                 output::note(&format!(
                     "closed the interrupted last turn first ({} repair event(s), seqs {}..{})",
