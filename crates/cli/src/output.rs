@@ -3,6 +3,8 @@
 
 use std::io::{self, IsTerminal, Write};
 
+use palimpsest_core_session::payload::Block;
+
 /// Writes one `error[<code>]: ...` line to stderr.
 pub(crate) fn error_line(line: &str) {
     let _ = writeln!(io::stderr().lock(), "{line}");
@@ -61,5 +63,54 @@ mod tests {
         assert_eq!(text, "[\n  {\"a\":1},\n  [2]\n]\n");
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         assert_eq!(parsed, serde_json::json!([{"a": 1}, [2]]));
+    }
+}
+
+/// `text` on one line (runs of whitespace folded to one space), cut to `max`
+/// characters with `…`: for progress lines.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    }
+}
+
+/// The first text of `blocks`, looking inside a tool result.
+pub(crate) fn first_text(blocks: &[Block]) -> String {
+    blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Text { text } => Some(text.clone()),
+            Block::ToolResult { content, .. } => Some(first_text(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[test]
+    fn one_line_folds_whitespace_and_cuts_by_characters() {
+        assert_eq!(one_line("a\n  b\tc", 10), "a b c");
+        assert_eq!(one_line("abcdef", 3), "abc…");
+        assert_eq!(one_line("ééé", 3), "ééé");
+    }
+
+    #[test]
+    fn first_text_looks_inside_tool_results() {
+        let result = Block::ToolResult {
+            tool_call_id: "c".into(),
+            is_error: false,
+            content: vec![Block::text("out")],
+        };
+        assert_eq!(
+            first_text(&[Block::Image { media_type: "image/png".into(), data: String::new() }, result]),
+            "out"
+        );
+        assert_eq!(first_text(&[]), "");
     }
 }

@@ -1,6 +1,7 @@
 //! A loop plugin that turns committed events into progress lines, sent to
 //! the demo's driver (which prints them while the turn runs).
 
+use crate::output::{first_text, one_line};
 use palimpsest_core_agent_loop::Plugin;
 use palimpsest_core_session::payload::{AssistantMessage, Block, ToolCall, ToolResult, UserMessage};
 use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
@@ -8,26 +9,6 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// Sends one line per interesting event.
 pub(crate) struct Progress(pub(crate) UnboundedSender<String>);
-
-fn snippet(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        format!("{}…", flat.chars().take(max).collect::<String>())
-    }
-}
-
-fn first_text(blocks: &[Block]) -> String {
-    blocks
-        .iter()
-        .find_map(|b| match b {
-            Block::Text { text } => Some(text.clone()),
-            Block::ToolResult { content, .. } => Some(first_text(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
 
 impl Plugin for Progress {
     fn name(&self) -> &str {
@@ -43,13 +24,13 @@ impl Plugin for Progress {
                     let _ = m;
                     Some(format!("    ⧉ compaction: a summary (seq {seq}) now stands for {shadowed} earlier surface entries"))
                 }
-                Ok(m) => Some(format!("  you  ▸ {}", snippet(&first_text(&m.message.content), 90))),
+                Ok(m) => Some(format!("  you  ▸ {}", one_line(&first_text(&m.message.content), 90))),
                 Err(_) => None,
             },
             EventType::ToolCall => event
                 .data_as::<ToolCall>()
                 .ok()
-                .map(|c| format!("    → {}({})", c.name, snippet(&c.arguments, 60))),
+                .map(|c| format!("    → {}({})", c.name, one_line(&c.arguments, 60))),
             EventType::ToolResult => event.data_as::<ToolResult>().ok().map(|r| {
                 let text = first_text(&r.message.content);
                 match event.surface_op() {
@@ -59,8 +40,8 @@ impl Plugin for Progress {
                             r.call_id()
                         )
                     }
-                    _ if r.error.is_some() => format!("    ✗ {}: {}", r.call_id(), snippet(&text, 70)),
-                    _ => format!("    ← {} chars: {}", text.chars().count(), snippet(&text, 60)),
+                    _ if r.error.is_some() => format!("    ✗ {}: {}", r.call_id(), one_line(&text, 70)),
+                    _ => format!("    ← {} chars: {}", text.chars().count(), one_line(&text, 60)),
                 }
             }),
             EventType::AssistantMessage => event.data_as::<AssistantMessage>().ok().and_then(|m| {
@@ -69,7 +50,7 @@ impl Plugin for Progress {
                 if calls > 0 || text.is_empty() {
                     None
                 } else {
-                    Some(format!("  model ◂ {}", snippet(&text, 100)))
+                    Some(format!("  model ◂ {}", one_line(&text, 100)))
                 }
             }),
             EventType::TurnEnd => Some(format!(

@@ -6,13 +6,12 @@
 //! over a channel because `on_event` runs inline on the loop's task and
 //! must stay cheap; the driver prints.
 
+use crate::output::{first_text, one_line};
 use std::collections::HashMap;
 
 use palimpsest_core_agent_loop::plugins::{COMPACTION_END, COMPACTION_START};
 use palimpsest_core_agent_loop::Plugin;
-use palimpsest_core_session::payload::{
-    AssistantChunk, Block, StreamChunk, ToolCall, ToolResult, UserMessage,
-};
+use palimpsest_core_session::payload::{AssistantChunk, StreamChunk, ToolCall, ToolResult, UserMessage};
 use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
@@ -66,7 +65,7 @@ impl EchoPlugin {
             EventType::ToolCall => {
                 let call = event.data_as::<ToolCall>().ok()?;
                 self.names.insert(call.call_id.clone(), call.name.clone());
-                format!("  → {} {}", call.name, snippet(&call.arguments, 80))
+                format!("  → {} {}", call.name, one_line(&call.arguments, 80))
             }
             EventType::ToolResult => {
                 let result = event.data_as::<ToolResult>().ok()?;
@@ -77,9 +76,9 @@ impl EchoPlugin {
                     (Some(SurfaceOp::Replace { start, .. }), _) => {
                         format!("  ✂ pruned the old result of {name} (seq {start}, now a stub at seq {seq})")
                     }
-                    (_, Some(error)) => format!("  ✗ {name}: {} [{}]", snippet(&text, 80), error.code),
+                    (_, Some(error)) => format!("  ✗ {name}: {} [{}]", one_line(&text, 80), error.code),
                     (_, None) => {
-                        format!("  ← {name}: {} chars: {}", text.chars().count(), snippet(&text, 60))
+                        format!("  ← {name}: {} chars: {}", text.chars().count(), one_line(&text, 60))
                     }
                 }
             }
@@ -97,7 +96,7 @@ impl EchoPlugin {
             EventType::Plugin(name) if &**name == COMPACTION_END => {
                 let data = event.data_as::<Value>().ok()?;
                 let message = data.get("error")?.get("message").and_then(Value::as_str)?;
-                format!("  ⧉ compaction abandoned, the history stays as it is: {}", snippet(message, 100))
+                format!("  ⧉ compaction abandoned, the history stays as it is: {}", one_line(message, 100))
             }
             _ => return None,
         };
@@ -115,39 +114,5 @@ impl Plugin for EchoPlugin {
             // The driver may be gone (the process is exiting): nothing to tell.
             let _ = self.tx.send(echo);
         }
-    }
-}
-
-/// `text` on one line, cut to `max` characters.
-fn snippet(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        format!("{}…", flat.chars().take(max).collect::<String>())
-    }
-}
-
-/// The first text of `blocks`, looking inside a tool result.
-fn first_text(blocks: &[Block]) -> String {
-    blocks
-        .iter()
-        .find_map(|b| match b {
-            Block::Text { text } => Some(text.clone()),
-            Block::ToolResult { content, .. } => Some(first_text(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn snippets_are_one_line_and_cut() {
-        assert_eq!(snippet("a\n  b\tc", 10), "a b c");
-        assert_eq!(snippet("abcdef", 3), "abc…");
-        assert_eq!(snippet("ééé", 3), "ééé");
     }
 }
