@@ -384,8 +384,56 @@ impl Event {
 
     /// Writes the canonical JSON text (no trailing newline).
     pub fn to_json(&self) -> String {
-        // Serializing plain integers, strings and a RawValue cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        let mut out = Vec::with_capacity(self.data.get().len() + 64);
+        self.write_json(&mut out);
+        // Every piece written is UTF-8 (str slices and ASCII digits).
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Appends the canonical JSON text (no trailing newline) to `out`: the
+    /// same bytes as serializing the event with serde, written by hand
+    /// because `data` is already JSON text and the rest is a few integers.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"seq\":");
+        push_u64(out, self.seq);
+        out.extend_from_slice(b",\"time\":");
+        push_u64(out, self.time);
+        out.extend_from_slice(b",\"type\":");
+        match &self.event_type {
+            // Plugin types may need escaping; serde knows how.
+            EventType::Plugin(name) => {
+                let _ = serde_json::to_writer(&mut *out, &**name);
+            }
+            core => {
+                out.push(b'"');
+                out.extend_from_slice(core.as_str().as_bytes());
+                out.push(b'"');
+            }
+        }
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(self.data.get().as_bytes());
+        if let Some(sources) = &self.source_event_seqs {
+            out.extend_from_slice(b",\"sourceEventSeqs\":[");
+            for (i, s) in sources.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                push_u64(out, *s);
+            }
+            out.push(b']');
+        }
+        match self.surface_op {
+            None => {}
+            Some(SurfaceOp::Append) => out.extend_from_slice(b",\"surfaceOp\":\"append\""),
+            Some(SurfaceOp::Replace { start, end }) => {
+                out.extend_from_slice(b",\"surfaceOp\":{\"op\":\"replace\",\"start\":");
+                push_u64(out, start);
+                out.extend_from_slice(b",\"end\":");
+                push_u64(out, end);
+                out.push(b'}');
+            }
+        }
+        out.push(b'}');
     }
 
     /// The constructor of the typed paths: checks the payload, then the rules.
@@ -643,4 +691,20 @@ fn nesting_depth(json: &str) -> usize {
         }
     }
     max
+}
+
+/// Appends the decimal digits of `v`.
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // `v % 10` is below 10: the cast keeps it exactly.
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }

@@ -244,9 +244,9 @@ pub fn header_line(header: &SessionHeader) -> String {
 
 /// Appends events as lines, `\n` included, to `out`.
 pub fn write_events(events: &[Event], out: &mut Vec<u8>) {
+    out.reserve(events.iter().map(|e| e.data().get().len() + 48).sum());
     for e in events {
-        // Writing into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, e);
+        e.write_json(out);
         out.push(b'\n');
     }
 }

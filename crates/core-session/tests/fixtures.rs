@@ -97,3 +97,27 @@ fn crash_repaired_tail() {
     assert!(!needs_repair(repaired.events()));
     insta::assert_snapshot!("crash-repaired", render(&repaired));
 }
+
+/// The hand-written writer produces exactly serde's bytes for every event of
+/// every fixture (plugin types with characters to escape included).
+#[test]
+fn the_fast_writer_writes_what_serde_writes() {
+    let dir = format!("{}/test_data/ok", env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            let log = JsonlLog::parse(&std::fs::read(&path).unwrap()).unwrap();
+            for e in &log.events {
+                assert_eq!(e.to_json(), serde_json::to_string(e).unwrap(), "{}", path.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100);
+    let odd = palimpsest_core_session::Event::from_json(
+        r#"{"seq":18446744073709551615,"time":0,"type":"odd \"type\"\n✓","data":null}"#,
+    )
+    .unwrap();
+    assert_eq!(odd.to_json(), serde_json::to_string(&odd).unwrap());
+}
