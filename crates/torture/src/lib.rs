@@ -3,7 +3,7 @@
 //!
 //! * `tests/it`: SIGKILL crash tests of both stores, hostile input, racing
 //!   processes, and the stable-toolchain (proptest) runs of the oracles.
-//! * `oracle`: one function per fuzz target, taking arbitrary bytes and
+//! * [`oracle`]: one function per fuzz target, taking arbitrary bytes and
 //!   panicking exactly when a property is broken. The `cargo fuzz` targets in
 //!   `fuzz/` and the proptest tests call the same functions.
 //! * [`SplitMix64`] and [`seed_from_env`]: seeded, replayable randomness.
@@ -18,6 +18,7 @@
 //! assert_eq!(run.fork(3).next_u64(), SplitMix64::new(42).fork(3).next_u64());
 //! ```
 
+pub mod oracle;
 mod rng;
 
 pub use rng::{seed_from_env, SplitMix64};

@@ -7,5 +7,6 @@ mod crash;
 mod hostile;
 #[cfg(unix)]
 mod kill_points;
+mod oracles;
 #[cfg(unix)]
 mod races;
