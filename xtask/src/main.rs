@@ -8,6 +8,8 @@
 //!   [`tidy`]); `cargo test -p xtask` runs them too.
 //! * `cargo xtask bench` builds the benchmark suite in release and runs it
 //!   (see [`bench`]).
+//! * `cargo xtask fuzz [--seconds N] [TARGET]` runs the `cargo fuzz` targets
+//!   for a chosen time and reports their executions (see [`fuzz`]).
 //!
 //! # Adding a command
 //!
@@ -21,6 +23,7 @@
 
 mod bench;
 mod ci;
+mod fuzz;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +37,7 @@ const COMMANDS: &[(&str, &str)] = &[
         "bench",
         "build the benchmark suite in release and run it: [--quick] [--sizes N,..] [--only S] [--json FILE]",
     ),
+    ("fuzz", "run the cargo-fuzz targets (needs cargo-fuzz): [--seconds N] [TARGET]"),
     ("help", "print this list"),
 ];
 
@@ -54,6 +58,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         ["ci"] => ci::run(&root),
         ["tidy"] => tidy::run(&root),
         ["bench", rest @ ..] => bench::run(&root, &rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        ["fuzz", rest @ ..] => fuzz::run(&root, &rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         [] | ["help" | "--help" | "-h"] => {
             print_help();
             Ok(())
