@@ -7,7 +7,8 @@
 //! which lets stable rustc accept them. Each target starts from the
 //! committed seed corpus `fuzz/corpus/TARGET` and writes what it finds to
 //! the ignored `fuzz/corpus-work/TARGET`, so the committed corpus stays
-//! small; a crash is saved under `fuzz/artifacts/TARGET`. CI does not run
+//! small; a crash is saved under `fuzz/artifacts/TARGET`. The JSON targets
+//! use the dictionary `fuzz/dict/json.dict`. CI does not run
 //! this: it runs the same properties through proptest on stable
 //! (`crates/torture/tests/it/oracles.rs`).
 
@@ -19,6 +20,12 @@ use anyhow::{bail, Context as _};
 
 /// The targets, in the order they run.
 pub(crate) const TARGETS: &[&str] = &["jsonl_load", "surface_ops", "seed_events"];
+
+/// The libFuzzer dictionary (in `fuzz/`) of a target whose input is JSON:
+/// the contract's keys and values and numbers at the edges of `u64`.
+fn dictionary(target: &str) -> Option<&'static str> {
+    matches!(target, "jsonl_load" | "seed_events").then_some("dict/json.dict")
+}
 
 /// What the command was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +94,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
             .arg(format!("corpus-work/{target}"))
             .arg(format!("corpus/{target}"))
             .args(["--", &format!("-max_total_time={}", plan.seconds), "-print_final_stats=1"])
+            .args(dictionary(target).map(|d| format!("-dict={d}")))
             .stderr(Stdio::piped())
             .spawn()
             .context("running `cargo fuzz` (install it with `cargo install cargo-fuzz`)")?;
@@ -169,6 +177,9 @@ mod tests {
             .collect();
         assert_eq!(declared[1..], *TARGETS, "fuzz/Cargo.toml's [[bin]] names (after the package's)");
         for target in TARGETS {
+            if let Some(dict) = dictionary(target) {
+                assert!(root.join("fuzz").join(dict).is_file(), "{target}: no {dict}");
+            }
             let seeds =
                 std::fs::read_dir(root.join("fuzz/corpus").join(target)).map(|d| d.count()).unwrap_or(0);
             assert!(seeds > 0, "fuzz/corpus/{target} has no seed inputs");
