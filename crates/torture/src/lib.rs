@@ -22,3 +22,8 @@ pub mod oracle;
 mod rng;
 
 pub use rng::{seed_from_env, SplitMix64};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -359,7 +359,7 @@ fn seqs_near_u64_max_written_into_sqlite_rows_are_refused_on_load() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn a_million_source_event_seqs_are_checked_and_stored_in_linear_ish_memory() {
+fn a_million_source_event_seqs_are_checked_and_read_back() {
     const N: u64 = 1_000_000;
     let message = r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}}"#;
     let event = |sources: &str| {
