@@ -7,7 +7,7 @@
 //! * `cargo xtask tidy` runs only the repository-wide tidy checks (see
 //!   [`tidy`]); `cargo test -p xtask` runs them too.
 //! * `cargo xtask bench` builds the benchmark suite in release and runs it
-//!   (see [`bench`]).
+//!   (see [`mod@bench`]).
 //! * `cargo xtask fuzz [--seconds N] [TARGET]` runs the `cargo fuzz` targets
 //!   for a chosen time and reports their executions (see [`fuzz`]).
 //!
