@@ -7,7 +7,9 @@
 //! which lets stable rustc accept them. Each target starts from the
 //! committed seed corpus `fuzz/corpus/TARGET` and writes what it finds to
 //! the ignored `fuzz/corpus-work/TARGET`, so the committed corpus stays
-//! small; a crash is saved under `fuzz/artifacts/TARGET`. The JSON targets
+//! small; a crash is saved under `fuzz/artifacts/TARGET`. Targets are built
+//! with debug assertions and overflow checks (`--debug-assertions`), which
+//! cargo-fuzz's release build otherwise leaves off. The JSON targets
 //! use the dictionary `fuzz/dict/json.dict`. CI does not run
 //! this: it runs the same properties through proptest on stable
 //! (`crates/torture/tests/it/oracles.rs`).
@@ -90,7 +92,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         let mut child = Command::new(cargo)
             .current_dir(&fuzz_dir)
             .env("RUSTC_BOOTSTRAP", "1")
-            .args(["fuzz", "run", target])
+            // Debug assertions and overflow checks on: an arithmetic bug is a crash.
+            .args(["fuzz", "run", "--debug-assertions", target])
             .arg(format!("corpus-work/{target}"))
             .arg(format!("corpus/{target}"))
             .args(["--", &format!("-max_total_time={}", plan.seconds), "-print_final_stats=1"])
