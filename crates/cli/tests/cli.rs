@@ -2,37 +2,14 @@
 //! `test_data/` (`ok/` are valid logs, `err/` break one rule each), checking
 //! exit codes, stdout shapes and stderr codes against contract section 7.
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{json, Value};
 
-/// What one run of the binary gave.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
-    }
-
-    /// The run as a person sees it, for snapshots.
-    fn transcript(&self, args: &[&str]) -> String {
-        format!(
-            "$ palimpsest {}\n[exit {}]\n--- stdout\n{}--- stderr\n{}",
-            args.join(" "),
-            self.code,
-            self.stdout,
-            self.stderr
-        )
-    }
-}
+use support::*;
 
 fn test_data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data")
@@ -40,22 +17,7 @@ fn test_data() -> PathBuf {
 
 /// Runs the binary in `test_data/`, so paths in its output are short and stable.
 fn palimpsest(args: &[&str]) -> Run {
-    palimpsest_in(&test_data(), args)
-}
-
-fn palimpsest_in(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_palimpsest"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("PALIMPSEST_LOG")
-        .env_remove("NO_COLOR")
-        .output()
-        .expect("the palimpsest binary runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    support::palimpsest(&test_data(), args)
 }
 
 /// A scratch copy of a fixture, for commands that write.

@@ -2,36 +2,13 @@
 //! message event of every valid fixture (the CLI's and core-session's),
 //! and the `--json` shape.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{json, Value};
 
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn palimpsest(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_palimpsest"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("PALIMPSEST_LOG")
-        .output()
-        .expect("the palimpsest binary runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn ok(run: Run) -> Run {
-    assert_eq!(run.code, 0, "{run:?}");
-    run
-}
+use support::*;
 
 fn cli_data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data/ok")

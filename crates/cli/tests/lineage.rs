@@ -2,9 +2,10 @@
 //! the real binary, in every store form; and a fork resumed by the agent
 //! loop.
 
+mod support;
+
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 
 use palimpsest_core_agent_loop::{
@@ -14,44 +15,9 @@ use palimpsest_core_session::payload::{Block, TurnEndReason};
 use palimpsest_persistence::{SessionStore, StoredSession};
 use palimpsest_persistence_jsonl::{read_session_file, JsonlStore};
 use palimpsest_persistence_sqlite::SqliteStore;
-use serde_json::{json, Value};
+use serde_json::json;
 
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
-    }
-}
-
-fn test_data(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data").join(file)
-}
-
-fn palimpsest(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_palimpsest"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("PALIMPSEST_LOG")
-        .output()
-        .expect("the palimpsest binary runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn ok(run: Run) -> Run {
-    assert_eq!(run.code, 0, "{run:?}");
-    run
-}
+use support::*;
 
 /// A scratch directory with the worked example as a bare file
 /// (`example.jsonl`), a JSONL store directory (`dir`) and a SQLite

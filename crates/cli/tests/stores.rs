@@ -2,49 +2,19 @@
 //! directory, a SQLite database), `sessions` and `convert`, with the real
 //! `palimpsest` binary.
 
+mod support;
+
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use palimpsest_core_session::payload::{
     AssistantChunk, AssistantMessage, Block, Message, PluginEvent, Role, Source, StepEnd, StepStart,
     StreamChunk, ToolCall, ToolResult, TurnEnd, TurnEndReason, TurnStart, Usage, UserMessage,
 };
 use palimpsest_core_session::{jsonl, AppendError, Session, SessionHeader, SurfaceIntent};
-use serde_json::{json, Value};
+use serde_json::json;
 
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
-    }
-}
-
-fn test_data(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data").join(file)
-}
-
-/// Runs the binary in `dir`, so paths in its output are relative and stable.
-fn palimpsest(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_palimpsest"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("PALIMPSEST_LOG")
-        .output()
-        .expect("the palimpsest binary runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use support::*;
 
 /// A scratch directory holding copies of some fixtures (by file name).
 fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
@@ -54,11 +24,6 @@ fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
         fs::copy(test_data(f), dir.path().join(name)).expect("copy a fixture");
     }
     dir
-}
-
-fn ok(run: Run) -> Run {
-    assert_eq!(run.code, 0, "{run:?}");
-    run
 }
 
 const EXAMPLE: &str = "ok/compaction-and-prune.jsonl";
