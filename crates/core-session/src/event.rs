@@ -607,6 +607,18 @@ fn to_raw<T: Serialize>(value: &T) -> Result<Box<RawValue>, AppendError> {
 
 /// Checks a core payload's shape (section 1.2). Plugin data is opaque.
 fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<(), AppendError> {
+    // Any data, core or plugin, is no deeper than serde_json reads elsewhere,
+    // so every reader can read whatever was accepted: unknown keys inside a
+    // core payload are skipped by the typed parse below without a depth
+    // limit. Counting brackets first keeps the common case to one quick pass.
+    let text = data.get();
+    if bytecount_brackets(text) > MAX_NESTING {
+        let depth = nesting_depth(text);
+        if depth > MAX_NESTING {
+            let detail = format!("`data` is nested {depth} deep; the limit is {MAX_NESTING}");
+            return Err(AppendError::EventMalformed { seq: Some(seq), detail });
+        }
+    }
     fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a RawValue) -> Result<T, AppendError> {
         if !data.get().trim_start().starts_with('{') {
             return Err(AppendError::EventMalformed {
@@ -652,20 +664,19 @@ fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<()
                 _ => malformed("a tool/result message must have source kind `tool`".into()),
             }
         }
-        // Opaque: any JSON value (RawValue guarantees that), but no deeper
-        // than serde_json will parse elsewhere, so every reader can read it.
-        EventType::Plugin(_) => match nesting_depth(data.get()) {
-            depth if depth > MAX_NESTING => {
-                malformed(format!("`data` is nested {depth} deep; the limit is {MAX_NESTING}"))
-            }
-            _ => Ok(()),
-        },
+        // Opaque: any JSON value (RawValue guarantees that); depth checked above.
+        EventType::Plugin(_) => Ok(()),
     }
 }
 
 /// Deepest nesting accepted in opaque data: serde_json's own recursion limit,
 /// so anything accepted here can be parsed into a `serde_json::Value`.
 pub const MAX_NESTING: usize = 127;
+
+/// How many `[` and `{` bytes `json` holds: an upper bound of its depth.
+fn bytecount_brackets(json: &str) -> usize {
+    json.bytes().filter(|&b| b == b'[' || b == b'{').count()
+}
 
 /// Nesting depth of a JSON text known to be valid (strings are skipped).
 fn nesting_depth(json: &str) -> usize {

@@ -24,7 +24,7 @@
 //!
 //! Unknown event types are plugin events: kept verbatim, never on the surface.
 
-use crate::error::{AppendError, LoadError};
+use crate::error::LoadError;
 use crate::event::Event;
 use crate::header::SessionHeader;
 use crate::session::Session;
@@ -94,9 +94,14 @@ impl JsonlLog {
 
     /// Seeds a [`Session`] from this log, checking every rule.
     pub fn into_session(self) -> Result<Session, LoadError> {
-        let line_of = |e: &AppendError| e.seq().map_or(0, |s| s + 2);
-        Session::from_log(self.header, self.events)
-            .map_err(|error| LoadError::Rule { line: line_of(&error), error })
+        // The line is the event's position (+2: the header is line 1), not
+        // its seq, which may be anything when it is the thing that is wrong.
+        let mut session = Session::create(self.header);
+        for (index, event) in self.events.into_iter().enumerate() {
+            let line = u64::try_from(index).map_or(u64::MAX, |i| i.saturating_add(2));
+            session.append(event).map_err(|error| LoadError::Rule { line, error })?;
+        }
+        Ok(session)
     }
 }
 

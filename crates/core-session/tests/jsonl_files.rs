@@ -107,7 +107,14 @@ fn a_header_only_file_is_an_empty_session() {
 fn section_2_violations_on_load_carry_seq_and_line() {
     let e1 = r#"{"seq":2,"time":0,"type":"turn/end","data":{"turn":1,"reason":{"kind":"completed"}}}"#;
     let err = parse(&format!("{HEADER}\n{E0}\n{e1}\n")).unwrap().into_session().unwrap_err();
-    assert_eq!((err.code(), err.seq(), err.line()), ("seq-not-contiguous", Some(2), Some(4)));
+    // The event is on line 3, whatever seq it claims.
+    assert_eq!((err.code(), err.seq(), err.line()), ("seq-not-contiguous", Some(2), Some(3)));
+    // A seq near u64::MAX is reported, not overflowed.
+    for seq in [u64::MAX - 1, u64::MAX] {
+        let e = format!(r#"{{"seq":{seq},"time":0,"type":"x","data":1}}"#);
+        let err = parse(&format!("{HEADER}\n{E0}\n{e}\n")).unwrap().into_session().unwrap_err();
+        assert_eq!((err.code(), err.seq(), err.line()), ("seq-not-contiguous", Some(seq), Some(3)));
+    }
 }
 
 #[test]
@@ -129,6 +136,13 @@ fn deep_nesting_is_refused_not_overflowed() {
     assert_eq!((err.code(), err.line()), ("event-malformed", Some(2)));
     assert!(parse(&nested(127)).is_ok(), "127 deep is the limit");
     assert_eq!(parse(&nested(128)).unwrap_err().code(), "event-malformed");
+    // Unknown keys inside a core payload are held to the same depth.
+    let deep_core = format!(
+        "{HEADER}\n{{\"seq\":0,\"time\":0,\"type\":\"turn/start\",\"data\":{{\"turn\":1,\"x\":{}{}}}}}\n",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    assert_eq!(parse(&deep_core).unwrap_err().code(), "event-malformed");
     // What is accepted can be parsed by every reader.
     let data = format!("{}{}", "[".repeat(127), "]".repeat(127));
     assert!(serde_json::from_str::<serde_json::Value>(&data).is_ok());
