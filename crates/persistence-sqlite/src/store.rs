@@ -19,8 +19,8 @@ const INSERT_EVENT: &str = "INSERT INTO events \
 const INSERT_SESSION: &str = "INSERT INTO sessions \
     (id, created_at, cwd, parent_session, seed_length) VALUES (?1, ?2, ?3, ?4, ?5)";
 /// The stored length, or no row when the session does not exist.
-const STORED_LEN: &str = "SELECT (SELECT ifnull(max(seq) + 1, 0) FROM events WHERE session_id = ?1) \
-    FROM sessions WHERE id = ?1";
+const STORED_LEN: &str = "SELECT (SELECT min(seq) FROM events WHERE session_id = ?1), \
+    (SELECT max(seq) FROM events WHERE session_id = ?1) FROM sessions WHERE id = ?1";
 const SELECT_HEADER: &str = "SELECT created_at, cwd, parent_session, seed_length FROM sessions WHERE id = ?1";
 const SELECT_EVENTS: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
     FROM events WHERE session_id = ?1 ORDER BY seq";
@@ -297,11 +297,33 @@ fn insert_events(tx: &Transaction<'_>, session_id: &str, events: &[Event]) -> Re
 }
 
 /// The stored length of a session, or `None` when there is no such session.
-fn stored_len(tx: &Transaction<'_>, session_id: &str) -> Result<Option<u64>, rusqlite::Error> {
-    tx.prepare_cached(STORED_LEN)?
-        .query_row([session_id], |r| r.get::<_, i64>(0))
-        .optional()
-        .map(|n| n.map(codec::from_sql_int))
+/// The stored length of a session (`None` if there is no such session): one
+/// past its largest seq. Two index look-ups, whatever the session's size.
+///
+/// Rows edited behind the store's back must not let an append continue a
+/// log that `load` would refuse: the smallest seq must be 0 and the largest
+/// one a plain non-negative number (a negative or huge seq is `corrupt`). A
+/// deleted middle row is not seen here (that would take counting every
+/// row); `load` refuses such a log with `seq-not-contiguous`.
+fn stored_len(tx: &Transaction<'_>, session_id: &str, location: &str) -> Result<Option<u64>, WriteError> {
+    let bounds = tx
+        .prepare_cached(STORED_LEN)?
+        .query_row([session_id], |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?)))
+        .optional()?;
+    match bounds {
+        None => Ok(None),
+        Some((None, _) | (_, None)) => Ok(Some(0)),
+        Some((Some(0), Some(max))) if (0..i64::MAX).contains(&max) => Ok(Some(max as u64 + 1)),
+        Some((Some(min), Some(max))) => Err(WriteError::Refused(StoreError::Corrupt {
+            location: format!("{location}: events of session {session_id:?}"),
+            detail: format!(
+                "stored seqs run from {} to {}; a log starts at 0 and counts up, so nothing is appended",
+                codec::from_sql_int(min),
+                codec::from_sql_int(max)
+            ),
+            cause: None,
+        })),
+    }
 }
 
 /// Reads the header columns `created_at, cwd, parent_session, seed_length`,
@@ -372,7 +394,7 @@ impl SessionStore for SqliteStore {
 
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         self.write("appending", |tx| {
-            let len = stored_len(tx, session_id)?
+            let len = stored_len(tx, session_id, &self.location)?
                 .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
             check_continues(session_id, len, events)?;
             insert_events(tx, session_id, events)?;

@@ -144,3 +144,38 @@ fn an_untouched_copy_loads_and_equals_the_fixture() {
     let loaded = SqliteStore::open(&path).and_then(|s| s.load(&id)).expect("load");
     assert_eq!(to_bytes(&loaded.header, &loaded.events), bytes);
 }
+
+/// Appending must not continue a log that `load` refuses: a seq edited to a
+/// negative or huge value is `corrupt` on append too, and nothing is written.
+#[test]
+fn an_append_after_a_seq_was_edited_is_refused_and_writes_nothing() {
+    for edit in ["-1", "-9223372036854775808", "9223372036854775807", "500"] {
+        let (dir, path) = temp_db();
+        let id = store_with_fixture(&path);
+        let conn = Connection::open(&path).expect("raw open");
+        let sql = format!(
+            "UPDATE events SET seq = {edit} WHERE session_id = ?1 AND seq = (SELECT max(seq) FROM events WHERE session_id = ?1)"
+        );
+        assert_eq!(conn.execute(&sql, [&id]).expect("tamper"), 1);
+        let rows_before: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&path).expect("the file itself is fine");
+        let next =
+            palimpsest_core_session::Event::from_json(r#"{"seq":27,"time":0,"type":"x/y","data":null}"#)
+                .unwrap();
+        match store.append(&id, &[next]) {
+            // A seq edited upwards (500) makes the stored length 501: the
+            // append of seq 27 is a conflict, not a write.
+            Err(e) if edit == "500" => assert_eq!(e.code(), "conflict", "{edit}: {e}"),
+            Err(e) => assert_eq!(e.code(), "corrupt", "{edit}: {e}"),
+            Ok(()) => panic!("{edit}: an append continued a tampered log"),
+        }
+        let conn = Connection::open(&path).expect("raw open");
+        let rows_after: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap();
+        assert_eq!(rows_after, rows_before, "{edit}: nothing was written");
+        // And the store is not poisoned: a refusal is not a write failure.
+        let other = palimpsest_core_session::SessionHeader::new("other", 0);
+        store.create(&other).expect("the store still takes writes");
+        drop(dir);
+    }
+}
