@@ -43,9 +43,9 @@ enum Mutation {
         at: usize,
         bytes: Vec<u8>,
     },
-    /// Overwrite the digits at `at` with a number. Seqs near `u64::MAX` are
-    /// left out: `JsonlLog::into_session` computes `seq + 2` unchecked and
-    /// panics on them (reported in docs/reliability.md; the fuzz target finds it).
+    /// Overwrite the digits at `at` with a number, seqs near `u64::MAX`
+    /// included (they once overflowed a line computation; see
+    /// docs/reliability.md §4).
     Number {
         at: usize,
         value: u64,
@@ -91,7 +91,16 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (any::<usize>(), 1usize..40).prop_map(|(at, len)| Mutation::Delete { at, len }),
         (any::<usize>(), prop::collection::vec(any::<u8>(), 1..8))
             .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
-        (any::<usize>(), prop_oneof![0u64..64, Just(u64::from(u32::MAX)), Just(1 << 53)])
+        (
+            any::<usize>(),
+            prop_oneof![
+                0u64..64,
+                Just(u64::from(u32::MAX)),
+                Just(1 << 53),
+                Just(u64::MAX - 1),
+                Just(u64::MAX)
+            ]
+        )
             .prop_map(|(at, value)| Mutation::Number { at, value }),
         any::<usize>().prop_map(|at| Mutation::Truncate { at }),
         any::<usize>().prop_map(|line| Mutation::DuplicateLine { line }),
@@ -208,7 +217,7 @@ fn generated_events() -> impl Strategy<Value = Vec<u8>> {
         )),
         Just(r#","sourceEventSeqs":"x""#.to_owned()),
     ];
-    let seq = prop_oneof![4 => 0u64..12, 1 => Just(u64::from(u32::MAX))];
+    let seq = prop_oneof![4 => 0u64..12, 1 => Just(u64::from(u32::MAX)), 1 => Just(u64::MAX - 1), 1 => Just(u64::MAX)];
     let event = (seq, types, data, sources, op).prop_map(|(seq, t, d, s, o)| {
         format!(r#"{{"seq":{seq},"time":{seq},"type":"{t}","data":{d}{s}{o}}}"#)
     });
