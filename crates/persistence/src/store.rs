@@ -1,6 +1,7 @@
 //! The [`SessionStore`] trait: what a backend must do, and nothing more.
 
 use std::fmt;
+use std::sync::Arc;
 
 use palimpsest_core_session::jsonl::TornTail;
 use palimpsest_core_session::{Event, SessionHeader};
@@ -67,6 +68,30 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
 
     /// Makes every append so far durable (fsync or equivalent).
     fn sync(&self, session_id: &str) -> Result<(), StoreError>;
+}
+
+/// A shared store is a store: several owners (a loop, a CLI command, a
+/// test factory handing out "reopened" handles) can use one backend through
+/// `Arc`, and `Box::new(arc.clone())` is a `Box<dyn SessionStore>`.
+impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        (**self).create(header)
+    }
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        (**self).append(session_id, events)
+    }
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        (**self).load(session_id)
+    }
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        (**self).list()
+    }
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        (**self).delete(session_id)
+    }
+    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        (**self).sync(session_id)
+    }
 }
 
 /// Checks that `events` continue a log of `stored_len` events; the shared

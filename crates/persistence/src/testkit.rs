@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceOp};
 
-use crate::{Durability, DurableSession, MemoryStore, SessionStore, StoreError, StoredSession};
+use crate::{Durability, DurableSession, MemoryStore, SessionStore, StoreError};
 
 /// How the kit reaches a backend: opens the store at one fixed location.
 ///
@@ -80,32 +80,7 @@ pub struct MemoryFactory {
 
 impl StoreFactory for MemoryFactory {
     fn open(&self) -> Box<dyn SessionStore> {
-        Box::new(SharedStore(self.store.clone()))
-    }
-}
-
-/// A handle on a shared store (what [`MemoryFactory::open`] returns).
-#[derive(Debug)]
-struct SharedStore(Arc<MemoryStore>);
-
-impl SessionStore for SharedStore {
-    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
-        self.0.create(header)
-    }
-    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
-        self.0.append(session_id, events)
-    }
-    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
-        self.0.load(session_id)
-    }
-    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
-        self.0.list()
-    }
-    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
-        self.0.delete(session_id)
-    }
-    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
-        self.0.sync(session_id)
+        Box::new(self.store.clone())
     }
 }
 

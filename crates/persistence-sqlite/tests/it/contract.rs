@@ -39,40 +39,15 @@ palimpsest_persistence::store_contract_tests!(SqliteFactory::new());
 mod in_memory {
     use std::sync::Arc;
 
-    use palimpsest_core_session::{Event, SessionHeader};
     use palimpsest_persistence::testkit::StoreFactory;
-    use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
+    use palimpsest_persistence::SessionStore;
     use palimpsest_persistence_sqlite::SqliteStore;
-
-    #[derive(Debug)]
-    struct Shared(Arc<SqliteStore>);
-
-    impl SessionStore for Shared {
-        fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
-            self.0.create(header)
-        }
-        fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
-            self.0.append(session_id, events)
-        }
-        fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
-            self.0.load(session_id)
-        }
-        fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
-            self.0.list()
-        }
-        fn delete(&self, session_id: &str) -> Result<(), StoreError> {
-            self.0.delete(session_id)
-        }
-        fn sync(&self, session_id: &str) -> Result<(), StoreError> {
-            self.0.sync(session_id)
-        }
-    }
 
     struct MemoryFactory(Arc<SqliteStore>);
 
     impl StoreFactory for MemoryFactory {
         fn open(&self) -> Box<dyn SessionStore> {
-            Box::new(Shared(self.0.clone()))
+            Box::new(self.0.clone())
         }
     }
 
