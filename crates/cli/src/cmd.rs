@@ -4,16 +4,35 @@
 use std::io::Write;
 
 use palimpsest_core_session::repair::repair as repair_closers;
+use palimpsest_core_session::Session;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::check::{self, Checked};
 use crate::error::Exit;
 use crate::output;
-use crate::store_arg::{self, StoreArgs};
+use crate::store_arg::{self, StoreArgs, Target};
 
 /// Tells on stderr what the reader forgave: a torn last line, a missing
 /// final newline. Neither is a violation.
+/// Where every reading command starts: open `STORE [--session ID]`, check
+/// the session, and note a dropped torn tail or a missing final newline.
+pub(crate) fn open_checked(args: &StoreArgs) -> anyhow::Result<(Target, Checked)> {
+    let target = store_arg::open(args)?;
+    let checked = target.check()?;
+    report_tail(&checked);
+    Ok((target, checked))
+}
+
+/// The session of a command that needs sections 1, 2 and 6 to hold (it is
+/// refused otherwise); broken invariants are one warning, not a refusal.
+pub(crate) fn readable_session(checked: Checked) -> anyhow::Result<Session> {
+    let origin = checked.origin.clone();
+    let (session, invariants) = checked.into_session()?;
+    warn_invariants(&origin, &invariants);
+    Ok(session)
+}
+
 pub(crate) fn report_tail(checked: &Checked) {
     if let Some(torn) = checked.torn_tail {
         output::note(&format!(
@@ -70,9 +89,7 @@ struct JsonViolation<'a> {
 
 /// `palimpsest validate STORE [--json]`.
 pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
-    let checked = target.check()?;
-    report_tail(&checked);
+    let (_, checked) = open_checked(args)?;
     report_violations(&checked);
     let violations = checked.violations();
     if json {
@@ -113,12 +130,8 @@ pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> any
 
 /// `palimpsest surface STORE`: the surface as a JSON array of seqs.
 pub(crate) fn surface(args: &StoreArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
-    let checked = target.check()?;
-    report_tail(&checked);
-    let origin = checked.origin.clone();
-    let (session, invariants) = checked.into_session()?;
-    warn_invariants(&origin, &invariants);
+    let (_, checked) = open_checked(args)?;
+    let session = readable_session(checked)?;
     serde_json::to_writer(&mut *out, session.surface())?;
     writeln!(out)?;
     Ok(Exit::Success)
@@ -136,12 +149,8 @@ struct WithProvenance<'a> {
 /// `palimpsest derive STORE [--provenance]`: the derived messages, each
 /// exactly as logged.
 pub(crate) fn derive(args: &StoreArgs, provenance: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
-    let checked = target.check()?;
-    report_tail(&checked);
-    let origin = checked.origin.clone();
-    let (session, invariants) = checked.into_session()?;
-    warn_invariants(&origin, &invariants);
+    let (_, checked) = open_checked(args)?;
+    let session = readable_session(checked)?;
     let messages = session.derive_messages();
     if provenance {
         let items = messages.iter().map(|m| {
@@ -158,9 +167,7 @@ pub(crate) fn derive(args: &StoreArgs, provenance: bool, out: &mut dyn Write) ->
 /// `palimpsest repair STORE [--write]`: the closers of an interrupted turn
 /// (contract section 5) as a JSON array of events.
 pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
-    let checked = target.check()?;
-    report_tail(&checked);
+    let (target, checked) = open_checked(args)?;
     if !checked.is_valid() {
         report_violations(&checked);
         if write {

@@ -35,22 +35,19 @@ use palimpsest_core_session::explain::{explain as explain_event, shadow_map, Exp
 use palimpsest_core_session::{Session, SurfaceOp};
 use serde::Serialize;
 
-use crate::cmd::{report_tail, warn_invariants};
+use crate::cmd::{open_checked, readable_session};
 use crate::error::{CliError, Exit};
 use crate::inspect::{count, join, summarize};
-use crate::store_arg::{self, StoreArgs};
+use crate::store_arg::StoreArgs;
 use crate::timefmt;
 
 /// `palimpsest explain`.
 pub(crate) fn explain(args: &StoreArgs, seq: u64, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
-    let checked = target.check()?;
-    report_tail(&checked);
+    let (_, checked) = open_checked(args)?;
     let origin = checked.origin.clone();
     // What a replace took off, in surface order (the explanation lists it by seq).
     let taken_off = checked.replaced.iter().find(|r| r.seq == seq).map(|r| r.shadowed.clone());
-    let (session, invariants) = checked.into_session()?;
-    warn_invariants(&origin, &invariants);
+    let session = readable_session(checked)?;
     let Some(found) = explain_event(&session, seq) else {
         let len = session.events().len();
         let range = match len {

@@ -29,10 +29,10 @@ use palimpsest_core_session::Session;
 use palimpsest_invariants as invariants;
 
 use crate::check::Finding;
-use crate::cmd::report_tail;
+use crate::cmd::open_checked;
 use crate::error::{CliError, Exit};
 use crate::output;
-use crate::store_arg::{self, Store, StoreArgs};
+use crate::store_arg::{Store, StoreArgs};
 
 /// How many `-2`, `-3`, ... suffixes a default id tries before giving up.
 const MAX_SUFFIX: u32 = 1000;
@@ -44,9 +44,7 @@ pub(crate) fn fork(
     new_id: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
-    let checked = target.check()?;
-    report_tail(&checked);
+    let (target, checked) = open_checked(args)?;
     let origin = checked.origin.clone();
 
     // The seed must be valid: every violation at or before `at` refuses.

@@ -34,9 +34,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::check::Replaced;
-use crate::cmd::{report_tail, warn_invariants};
+use crate::cmd::{open_checked, readable_session};
 use crate::error::{CliError, Exit};
-use crate::store_arg::{self, StoreArgs};
+use crate::store_arg::StoreArgs;
 
 /// The file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -401,13 +401,10 @@ pub(crate) fn export(
     output: Option<&Path>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
-    let checked = target.check()?;
-    report_tail(&checked);
+    let (_, checked) = open_checked(args)?;
     let origin = checked.origin.clone();
     let replaced = checked.replaced.clone();
-    let (session, invariants) = checked.into_session()?;
-    warn_invariants(&origin, &invariants);
+    let session = readable_session(checked)?;
     let doc = build(&session, &replaced, view);
     let text = match format {
         Format::Markdown => markdown::render(&doc),
