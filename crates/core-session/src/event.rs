@@ -28,6 +28,8 @@ use crate::payload::{
     SteeringMessage, StepEnd, StepStart, SurfacePayload, ToolCall, ToolResult, TurnEnd, TurnStart,
     UserMessage,
 };
+use crate::shape;
+use crate::tagged::Text;
 
 /// An event's `type`. The core types have a fixed payload shape; any other
 /// string is a plugin type with opaque data.
@@ -552,7 +554,8 @@ fn decode_surface_op(seq: u64, raw: &RawValue) -> Result<SurfaceOp, AppendError>
     let malformed = |detail: String| AppendError::SurfaceOpMalformed { seq, detail };
     let text = raw.get().trim_start();
     if text.starts_with('"') {
-        let op: Cow<'_, str> = serde_json::from_str(raw.get()).map_err(|e| malformed(e.to_string()))?;
+        let op: Text<'_> = serde_json::from_str(raw.get()).map_err(|e| malformed(e.to_string()))?;
+        let op = op.as_str();
         return if op == "append" {
             Ok(SurfaceOp::Append)
         } else {
@@ -619,6 +622,21 @@ fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<()
             return Err(AppendError::EventMalformed { seq: Some(seq), detail });
         }
     }
+    // The common case, without allocating; the owned types decide (and
+    // word the error) whenever the fast check is not sure.
+    if shape::accepts(event_type, text) {
+        return Ok(());
+    }
+    check_owned_payload(seq, event_type, data)
+}
+
+/// Checks a core payload's shape by reading it into its owned type of
+/// [`crate::payload`]: the reference [`shape::accepts`] must agree with.
+pub(crate) fn check_owned_payload(
+    seq: u64,
+    event_type: &EventType,
+    data: &RawValue,
+) -> Result<(), AppendError> {
     fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a RawValue) -> Result<T, AppendError> {
         if !data.get().trim_start().starts_with('{') {
             return Err(AppendError::EventMalformed {

@@ -60,6 +60,7 @@ pub mod payload;
 pub mod repair;
 pub mod rewrite;
 mod session;
+mod shape;
 pub mod surface;
 mod tagged;
 

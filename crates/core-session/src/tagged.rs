@@ -52,16 +52,16 @@ macro_rules! tagged_enum {
 
                     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<$enum, A::Error> {
                         use serde::de::Error as _;
-                        let Some(first) = map.next_key::<std::borrow::Cow<'de, str>>()? else {
+                        let Some(first) = map.next_key::<$crate::tagged::Text<'de>>()? else {
                             return Err(A::Error::missing_field($tag));
                         };
-                        if first == $tag {
-                            let tag = map.next_value::<std::borrow::Cow<'de, str>>()?;
-                            return TaggedVisitor::variant(&tag, serde::de::value::MapAccessDeserializer::new(map));
+                        if first.as_str() == $tag {
+                            let tag = map.next_value::<$crate::tagged::Text<'de>>()?;
+                            return TaggedVisitor::variant(tag.as_str(), serde::de::value::MapAccessDeserializer::new(map));
                         }
                         // The tag is not first: buffer the object, then read it.
                         let mut object = serde_json::Map::new();
-                        object.insert(first.into_owned(), map.next_value::<serde_json::Value>()?);
+                        object.insert(first.as_str().to_owned(), map.next_value::<serde_json::Value>()?);
                         while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
                             if object.contains_key(&key) {
                                 return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
@@ -84,3 +84,42 @@ macro_rules! tagged_enum {
 }
 
 pub(crate) use tagged_enum;
+
+/// A string read from the input: borrowed when it holds no escapes, which
+/// for keys and tags is always. (`Cow<str>` would not do: serde's impl for
+/// it always allocates.)
+pub(crate) enum Text<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Text<'_> {
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Text::Borrowed(s) => s,
+            Text::Owned(s) => s,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Text<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Text<'de>, D::Error> {
+        struct TextVisitor;
+        impl<'de> serde::de::Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text::Borrowed(s))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Text<'de>, E> {
+                Ok(Text::Owned(s.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Text<'de>, E> {
+                Ok(Text::Owned(s))
+            }
+        }
+        d.deserialize_str(TextVisitor)
+    }
+}

@@ -1,0 +1,454 @@
+//! A zero-allocation check of a core payload's shape: the fast path of
+//! [`crate::event`]'s payload check.
+//!
+//! Reading `data` into the owned payload types of [`crate::payload`] copies
+//! every string into a fresh `String`, only for it to be dropped: on a load,
+//! that was most of the allocator's work. The types here mirror those
+//! payloads field for field, with the same serde attributes, but read each
+//! string without keeping it ([`AnyStr`]). Only the two ids a `tool/result`
+//! must agree on are kept.
+//!
+//! This is an accelerator, never the judge: [`accepts`] answering `false`
+//! sends the caller to the owned types, which decide, and word the error.
+//! What must hold is the other direction: whatever this accepts, the owned
+//! types accept. The tests below check that over generated documents.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use crate::event::EventType;
+use crate::payload::{Role, Usage};
+use crate::tagged::tagged_enum;
+
+/// Whether `data` certainly has the payload shape of `event_type` (core
+/// types only). `false` means "ask the owned types": it may still be valid.
+pub(crate) fn accepts(event_type: &EventType, data: &str) -> bool {
+    fn read<'a, T: Deserialize<'a>>(data: &'a str) -> Option<T> {
+        // Like the owned check: `data` must be an object, not a sequence
+        // that serde would also read into a struct.
+        if !data.trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(data).ok()
+    }
+    match event_type {
+        EventType::AssistantChunk => read::<AssistantChunk>(data).is_some(),
+        EventType::ToolCall => read::<ToolCall>(data).is_some(),
+        EventType::UserMessage => read::<WithMessage>(data).is_some_and(|p| p.message.role == Role::User),
+        EventType::ContextMessage | EventType::SteeringMessage => {
+            read::<MessageOnly>(data).is_some_and(|p| p.message.role == Role::User)
+        }
+        EventType::AssistantMessage => {
+            read::<AssistantMessage>(data).is_some_and(|p| p.message.role == Role::Assistant)
+        }
+        EventType::ToolResult => read::<ToolResult>(data).is_some_and(|r| {
+            let m = &r.message;
+            match (m.content.as_slice(), &m.source) {
+                ([Block::ToolResult { tool_call_id, .. }], Source::Tool { call_id }) => {
+                    m.role == Role::User && tool_call_id == call_id
+                }
+                _ => false,
+            }
+        }),
+        // The rest hold integers or are rare: the owned check is as cheap.
+        _ => false,
+    }
+}
+
+/// Any JSON string, read and dropped: no allocation, even when escaped
+/// (serde_json unescapes into its own scratch buffer).
+#[derive(Debug)]
+struct AnyStr;
+
+impl<'de> Deserialize<'de> for AnyStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AnyStr, D::Error> {
+        struct AnyStrVisitor;
+        impl Visitor<'_> for AnyStrVisitor {
+            type Value = AnyStr;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<AnyStr, E> {
+                Ok(AnyStr)
+            }
+        }
+        d.deserialize_str(AnyStrVisitor)
+    }
+}
+
+// Mirrors of `crate::payload`, in the same order. Fields that are only
+// checked, never read, are named `_` + their key.
+
+#[derive(Deserialize)]
+struct Message {
+    #[serde(rename = "id")]
+    _id: AnyStr,
+    role: Role,
+    content: Vec<Block>,
+    source: Source,
+}
+
+#[derive(Debug)]
+enum Block {
+    Text,
+    Reasoning,
+    ToolCall,
+    ToolResult { tool_call_id: String },
+    Image,
+}
+
+tagged_enum! {
+    Block, tag "type", "a content block" {
+        "text" => |_b: TextBlock| Block::Text,
+        "reasoning" => |_b: ReasoningBlock| Block::Reasoning,
+        "tool-call" => |_b: ToolCallBlock| Block::ToolCall,
+        "tool-result" => |b: ToolResultBlock| Block::ToolResult { tool_call_id: b.tool_call_id },
+        "image" => |_b: ImageBlock| Block::Image,
+    }
+}
+
+#[derive(Deserialize)]
+struct TextBlock {
+    #[serde(rename = "text")]
+    _text: AnyStr,
+}
+
+#[derive(Deserialize)]
+struct ReasoningBlock {
+    #[serde(rename = "text")]
+    _text: AnyStr,
+    #[serde(rename = "signature", default)]
+    _signature: Option<AnyStr>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallBlock {
+    #[serde(rename = "id")]
+    _id: AnyStr,
+    #[serde(rename = "name")]
+    _name: AnyStr,
+    #[serde(rename = "arguments")]
+    _arguments: AnyStr,
+}
+
+#[derive(Deserialize)]
+struct ToolResultBlock {
+    #[serde(rename = "toolCallId")]
+    tool_call_id: String,
+    #[serde(rename = "isError")]
+    _is_error: bool,
+    #[serde(rename = "content")]
+    _content: Vec<Block>,
+}
+
+#[derive(Deserialize)]
+struct ImageBlock {
+    #[serde(rename = "mediaType")]
+    _media_type: AnyStr,
+    #[serde(rename = "data")]
+    _data: AnyStr,
+}
+
+#[derive(Debug)]
+enum Source {
+    Other,
+    Tool { call_id: String },
+}
+
+#[derive(Deserialize)]
+struct NoFields {}
+
+#[derive(Deserialize)]
+struct ModelSource {
+    #[serde(rename = "provider")]
+    _provider: AnyStr,
+    #[serde(rename = "model")]
+    _model: AnyStr,
+}
+
+#[derive(Deserialize)]
+struct ToolSource {
+    #[serde(rename = "callId")]
+    call_id: String,
+}
+
+#[derive(Deserialize)]
+struct PluginSource {
+    #[serde(rename = "plugin")]
+    _plugin: AnyStr,
+}
+
+tagged_enum! {
+    Source, tag "kind", "a message source" {
+        "user" => |_s: NoFields| Source::Other,
+        "model" => |_s: ModelSource| Source::Other,
+        "tool" => |s: ToolSource| Source::Tool { call_id: s.call_id },
+        "plugin" => |_s: PluginSource| Source::Other,
+    }
+}
+
+#[derive(Debug)]
+struct StreamChunk;
+
+#[derive(Deserialize)]
+struct DeltaChunk {
+    #[serde(rename = "index")]
+    _index: u32,
+    #[serde(rename = "text")]
+    _text: AnyStr,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDeltaChunk {
+    #[serde(rename = "index")]
+    _index: u32,
+    #[serde(rename = "id")]
+    _id: AnyStr,
+    #[serde(rename = "name", default)]
+    _name: Option<AnyStr>,
+    #[serde(rename = "argumentsDelta")]
+    _arguments_delta: AnyStr,
+}
+
+tagged_enum! {
+    StreamChunk, tag "type", "a stream chunk" {
+        "text-delta" => |_c: DeltaChunk| StreamChunk,
+        "reasoning-delta" => |_c: DeltaChunk| StreamChunk,
+        "tool-call-delta" => |_c: ToolCallDeltaChunk| StreamChunk,
+        "usage" => |_u: Usage| StreamChunk,
+    }
+}
+
+#[derive(Deserialize)]
+struct ToolError {
+    #[serde(rename = "name")]
+    _name: AnyStr,
+    #[serde(rename = "code")]
+    _code: AnyStr,
+}
+
+#[derive(Deserialize)]
+struct WithMessage {
+    #[serde(rename = "turn", default)]
+    _turn: Option<u64>,
+    message: Message,
+}
+
+#[derive(Deserialize)]
+struct MessageOnly {
+    message: Message,
+}
+
+#[derive(Deserialize)]
+struct AssistantChunk {
+    #[serde(rename = "turn")]
+    _turn: u64,
+    #[serde(rename = "step")]
+    _step: u64,
+    #[serde(rename = "chunk")]
+    _chunk: StreamChunk,
+}
+
+#[derive(Deserialize)]
+struct AssistantMessage {
+    #[serde(rename = "turn")]
+    _turn: u64,
+    #[serde(rename = "step")]
+    _step: u64,
+    message: Message,
+    #[serde(rename = "usage", default)]
+    _usage: Option<Usage>,
+    #[serde(rename = "interrupted", default)]
+    _interrupted: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall {
+    #[serde(rename = "turn")]
+    _turn: u64,
+    #[serde(rename = "step")]
+    _step: u64,
+    #[serde(rename = "callId")]
+    _call_id: AnyStr,
+    #[serde(rename = "name")]
+    _name: AnyStr,
+    #[serde(rename = "arguments")]
+    _arguments: AnyStr,
+}
+
+#[derive(Deserialize)]
+struct ToolResult {
+    #[serde(rename = "turn")]
+    _turn: u64,
+    #[serde(rename = "step")]
+    _step: u64,
+    message: Message,
+    #[serde(rename = "error", default)]
+    _error: Option<ToolError>,
+}
+
+#[cfg(test)]
+mod tests {
+    //! Whatever the fast check accepts, the owned payload types accept:
+    //! checked over generated documents that are mostly plausible (so both
+    //! paths are taken) and sometimes wrong in one place.
+
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::event::check_owned_payload;
+
+    /// Call ids: they agree more often than not.
+    const IDS: &[&str] = &["c1", "c1", "c1", "c2"];
+
+    /// A plausible value for `key`, or (one time in seventeen) a wrong one.
+    fn value_for(key: &'static str, depth: u32) -> BoxedStrategy<Value> {
+        let junk = prop_oneof![
+            Just(Value::Null),
+            Just(json!(7)),
+            Just(json!(-1)),
+            Just(json!("s")),
+            Just(json!(true)),
+            Just(json!([])),
+            Just(json!({})),
+        ];
+        let plausible: BoxedStrategy<Value> = match key {
+            "turn" | "step" | "index" | "inputTokens" | "outputTokens" => {
+                (0u64..4).prop_map(Value::from).boxed()
+            }
+            "interrupted" | "isError" => any::<bool>().prop_map(Value::from).boxed(),
+            "role" => prop::sample::select(&["user", "assistant"][..]).prop_map(Value::from).boxed(),
+            "callId" | "toolCallId" => prop::sample::select(IDS).prop_map(Value::from).boxed(),
+            "message" if depth > 0 => object(MESSAGE, depth - 1),
+            "content" if depth > 0 => prop_oneof![
+                1 => prop::collection::vec(block(depth - 1), 0..3).prop_map(Value::from),
+                // What a tool/result needs: exactly one tool-result block.
+                2 => tagged("type", &["tool-result"], BLOCK, depth - 1).prop_map(|b| json!([b])),
+            ]
+            .boxed(),
+            "content" => Just(json!([])).boxed(),
+            // Weighted towards what a tool/result needs.
+            "source" => tagged("kind", &["user", "model", "tool", "tool", "tool", "plugin"], SOURCE, depth),
+            "chunk" => {
+                tagged("type", &["text-delta", "reasoning-delta", "tool-call-delta", "usage"], CHUNK, depth)
+            }
+            "usage" => object(&["inputTokens", "outputTokens"], depth),
+            "error" => object(&["name", "code"], depth),
+            _ => "[a-z\\\\\"]{0,4}".prop_map(Value::from).boxed(),
+        };
+        prop_oneof![16 => plausible, 1 => junk].boxed()
+    }
+
+    /// An object with a random subset of `keys` (plus sometimes an unknown
+    /// one), each with a value for it.
+    fn object(keys: &'static [&'static str], depth: u32) -> BoxedStrategy<Value> {
+        let fields: Vec<BoxedStrategy<Option<(String, Value)>>> = keys
+            .iter()
+            .chain(&["extra"])
+            .map(|&k| {
+                let keep = if k == "extra" { 0.2 } else { 0.96 };
+                prop::option::weighted(keep, value_for(k, depth))
+                    .prop_map(move |v| v.map(|v| (k.to_owned(), v)))
+                    .boxed()
+            })
+            .collect();
+        fields.prop_map(|fs| Value::Object(fs.into_iter().flatten().collect())).boxed()
+    }
+
+    fn tagged(
+        tag: &'static str,
+        tags: &'static [&'static str],
+        keys: &'static [&'static str],
+        depth: u32,
+    ) -> BoxedStrategy<Value> {
+        (prop::sample::select(tags), object(keys, depth), prop::bool::weighted(0.95))
+            .prop_map(move |(t, mut o, with_tag)| {
+                if with_tag {
+                    o[tag] = Value::from(t);
+                }
+                o
+            })
+            .boxed()
+    }
+
+    fn block(depth: u32) -> BoxedStrategy<Value> {
+        tagged("type", &["text", "reasoning", "tool-call", "tool-result", "image"], BLOCK, depth)
+    }
+
+    const MESSAGE: &[&str] = &["id", "role", "content", "source"];
+    const SOURCE: &[&str] = &["provider", "model", "callId", "plugin"];
+    const CHUNK: &[&str] = &["index", "text", "id", "name", "argumentsDelta", "inputTokens", "outputTokens"];
+    const BLOCK: &[&str] = &[
+        "text",
+        "signature",
+        "id",
+        "name",
+        "arguments",
+        "toolCallId",
+        "isError",
+        "content",
+        "mediaType",
+        "data",
+    ];
+
+    fn payload() -> impl Strategy<Value = (EventType, String)> {
+        let types: &[(&str, &'static [&'static str])] = &[
+            ("assistant/chunk", &["turn", "step", "chunk"]),
+            ("tool/call", &["turn", "step", "callId", "name", "arguments"]),
+            ("user/message", &["turn", "message"]),
+            ("context/message", &["message"]),
+            ("steering/message", &["message"]),
+            ("assistant/message", &["turn", "step", "message", "usage", "interrupted"]),
+            ("tool/result", &["turn", "step", "message", "error"]),
+        ];
+        prop::sample::select(types).prop_flat_map(|(name, keys)| {
+            (object(keys, 2), any::<bool>()).prop_map(move |(v, as_array)| {
+                // Now and then the same fields as an array, which serde
+                // would read into a struct.
+                let text = match (as_array, &v) {
+                    (true, Value::Object(o)) => {
+                        Value::from(o.values().cloned().collect::<Vec<_>>()).to_string()
+                    }
+                    _ => v.to_string(),
+                };
+                (EventType::parse(name), text)
+            })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn what_the_fast_check_accepts_the_owned_types_accept((event_type, text) in payload()) {
+            let raw = serde_json::value::RawValue::from_string(text.clone()).unwrap();
+            let owned = check_owned_payload(0, &event_type, &raw);
+            if accepts(&event_type, &text) {
+                prop_assert!(owned.is_ok(), "{} {}: fast accepts, owned says {:?}", event_type, text, owned);
+            }
+        }
+    }
+
+    /// The generator reaches both answers for every type it covers, so the
+    /// property above is not vacuous.
+    #[test]
+    fn the_generated_documents_are_accepted_and_refused() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let mut seen = std::collections::BTreeMap::<String, (usize, usize)>::new();
+        for _ in 0..4000 {
+            let (event_type, text) = payload().new_tree(&mut runner).unwrap().current();
+            let entry = seen.entry(event_type.to_string()).or_default();
+            if accepts(&event_type, &text) {
+                entry.0 += 1;
+            } else {
+                entry.1 += 1;
+            }
+        }
+        assert_eq!(seen.len(), 7, "{seen:?}");
+        for (name, (yes, no)) in &seen {
+            assert!(*yes >= 10 && *no >= 10, "{name}: accepted {yes}, refused {no}");
+        }
+    }
+}
