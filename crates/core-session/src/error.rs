@@ -271,6 +271,16 @@ impl LoadError {
         }
     }
 
+    /// The same error, `by` lines further down the file (for a part of a
+    /// file read on its own).
+    pub(crate) fn shifted(self, by: u64) -> LoadError {
+        match self {
+            LoadError::LogCorrupt { line, detail } => LoadError::LogCorrupt { line: line + by, detail },
+            LoadError::Rule { line, error } => LoadError::Rule { line: line + by, error },
+            other => other,
+        }
+    }
+
     /// The 1-based line number of the offending line, where there is one.
     pub fn line(&self) -> Option<u64> {
         match self {

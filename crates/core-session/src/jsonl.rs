@@ -78,18 +78,82 @@ impl JsonlLog {
     }
 
     /// Reads a whole file's bytes with explicit limits.
+    ///
+    /// A large file is decoded on several threads (up to the machine's
+    /// parallelism), each taking a run of whole lines; the result, errors
+    /// and line numbers included, is exactly that of reading it line by line.
     pub fn parse_with(bytes: &[u8], options: ReadOptions) -> Result<JsonlLog, LoadError> {
-        let mut reader = JsonlReader::new(bytes, options)?;
-        let mut events = Vec::with_capacity(bytes.len() / 256);
-        for event in reader.by_ref() {
-            events.push(event?);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        JsonlLog::parse_on(bytes, options, threads, MIN_PART_BYTES)
+    }
+
+    /// [`JsonlLog::parse_with`] on at most `threads` threads, each taking at
+    /// least `min_part` bytes.
+    fn parse_on(
+        bytes: &[u8],
+        options: ReadOptions,
+        threads: usize,
+        min_part: usize,
+    ) -> Result<JsonlLog, LoadError> {
+        let reader = JsonlReader::new(bytes, options)?;
+        let parts = split_lines(bytes, reader.pos, threads, min_part);
+        if parts.len() > 1 {
+            tracing::debug!(parts = parts.len(), bytes = bytes.len(), "decoding a JSONL file in parallel");
         }
-        Ok(JsonlLog {
-            header: reader.header,
-            events,
-            torn_tail: reader.torn_tail,
-            missing_newline: reader.missing_newline,
-        })
+        let first_line = reader.line;
+        let header = reader.header.clone();
+        // Each part is read by its own reader, numbering its lines from 0;
+        // they are renumbered below, once the parts before are known whole.
+        let decode = |(start, end): (usize, usize)| -> Part {
+            let mut part = JsonlReader { bytes: &bytes[..end], pos: start, line: 0, ..reader.clone() };
+            let mut events = Vec::with_capacity((end - start) / 256);
+            let mut error = None;
+            for event in part.by_ref() {
+                match event {
+                    Ok(e) => events.push(e),
+                    Err(e) => error = Some(e),
+                }
+            }
+            Part { events, error, torn_tail: part.torn_tail, missing_newline: part.missing_newline }
+        };
+        let decoded: Vec<Part> = std::thread::scope(|scope| {
+            let (last, rest) = parts.split_last().unwrap_or((&(0, 0), &[]));
+            let spawned: Vec<_> = rest
+                .iter()
+                .map(|&range| {
+                    std::thread::Builder::new()
+                        .name("palimpsest-jsonl-decode".into())
+                        .spawn_scoped(scope, move || decode(range))
+                        .map_err(|e| {
+                            tracing::debug!(error = %e, "cannot start a decode thread; decoding here");
+                            range
+                        })
+                })
+                .collect();
+            let last = decode(*last);
+            let mut decoded: Vec<Part> = spawned
+                .into_iter()
+                .map(|handle| match handle {
+                    Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(range) => decode(range),
+                })
+                .collect();
+            decoded.push(last);
+            decoded
+        });
+        let mut events = Vec::with_capacity(decoded.iter().map(|p| p.events.len()).sum());
+        let (mut torn_tail, mut missing_newline) = (None, false);
+        for part in decoded {
+            // Every line before this part was one event.
+            let offset = first_line + events.len() as u64;
+            if let Some(error) = part.error {
+                return Err(error.shifted(offset));
+            }
+            events.extend(part.events);
+            torn_tail = part.torn_tail.map(|t| TornTail { line: t.line + offset, ..t });
+            missing_newline = part.missing_newline;
+        }
+        Ok(JsonlLog { header, events, torn_tail, missing_newline })
     }
 
     /// Seeds a [`Session`] from this log, checking every rule.
@@ -105,11 +169,41 @@ impl JsonlLog {
     }
 }
 
+/// One run of lines, decoded.
+struct Part {
+    events: Vec<Event>,
+    error: Option<LoadError>,
+    torn_tail: Option<TornTail>,
+    missing_newline: bool,
+}
+
+/// Below this many bytes a part is not worth a thread.
+const MIN_PART_BYTES: usize = 1 << 20;
+
+/// Cuts `bytes[start..]` into at most `parts` runs of whole lines, each
+/// (but the last) ending just after a `\n`, and each of `min_part` bytes
+/// or more.
+fn split_lines(bytes: &[u8], start: usize, parts: usize, min_part: usize) -> Vec<(usize, usize)> {
+    let parts = parts.clamp(1, ((bytes.len() - start) / min_part.max(1)).max(1));
+    let step = (bytes.len() - start) / parts;
+    let mut ranges = Vec::with_capacity(parts);
+    let mut at = start;
+    for i in 1..parts {
+        let target = (start + i * step).max(at);
+        let Some(nl) = memchr(b'\n', &bytes[target..]) else { break };
+        let end = target + nl + 1;
+        ranges.push((at, end));
+        at = end;
+    }
+    ranges.push((at, bytes.len()));
+    ranges
+}
+
 /// Reads a JSONL file's events one at a time, after its header.
 ///
 /// Used by checkers that want to stop at the first bad event but keep the
 /// events before it. Yields `Err` at most once, then ends.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct JsonlReader<'a> {
     header: SessionHeader,
     bytes: &'a [u8],
@@ -261,4 +355,98 @@ pub fn to_bytes(header: &SessionHeader, events: &[Event]) -> Vec<u8> {
     let mut out = header_line(header).into_bytes();
     write_events(events, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    //! Reading a file in parallel parts gives exactly what reading it line
+    //! by line gives: the same events, the same first error with the same
+    //! line number, the same torn tail.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const HEADER: &str = r#"{"type":"session","version":0,"id":"s","createdAt":0}"#;
+
+    fn line(kind: u8, seq: u64) -> String {
+        match kind % 4 {
+            0 => format!(r#"{{"seq":{seq},"time":1,"type":"turn/start","data":{{"turn":{seq}}}}}"#),
+            1 => format!(
+                r#"{{"seq":{seq},"time":1,"type":"assistant/chunk","data":{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"t{seq}"}}}}}}"#
+            ),
+            2 => format!(
+                r#"{{"seq":{seq},"time":1,"type":"user/message","data":{{"message":{{"id":"u{seq}","role":"user","content":[{{"type":"text","text":"hi"}}],"source":{{"kind":"user"}}}}}},"surfaceOp":"append"}}"#
+            ),
+            _ => format!(r#"{{"seq":{seq},"time":1,"type":"x/plugin","data":[{seq}]}}"#),
+        }
+    }
+
+    /// A file, then one of: nothing, a bad line somewhere, a cut at a byte.
+    fn file() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop::collection::vec(any::<u8>(), 0..60),
+            0u8..6,
+            any::<prop::sample::Index>(),
+            any::<prop::sample::Index>(),
+        )
+            .prop_map(|(kinds, damage, at, cut)| {
+                let mut lines: Vec<String> = vec![HEADER.to_owned()];
+                lines.extend(kinds.iter().enumerate().map(|(i, &k)| line(k, i as u64)));
+                let i = 1 + at.index(lines.len());
+                match damage {
+                    0 => lines.insert(i.min(lines.len()), String::new()),
+                    1 => lines.insert(i.min(lines.len()), "{not json".into()),
+                    2 => lines.insert(
+                        i.min(lines.len()),
+                        r#"{"seq":0,"time":1,"type":"turn/start","data":{}}"#.into(),
+                    ),
+                    _ => {}
+                }
+                let mut text = lines.join("\n").into_bytes();
+                if damage != 4 {
+                    text.push(b'\n');
+                }
+                if damage == 5 {
+                    text.truncate(cut.index(text.len() + 1));
+                }
+                text
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn parts_read_what_lines_read(bytes in file(), threads in 2usize..6, min_part in 1usize..400) {
+            let options = ReadOptions { max_line_bytes: 300 };
+            let whole = JsonlLog::parse_on(&bytes, options, 1, MIN_PART_BYTES);
+            let parts = JsonlLog::parse_on(&bytes, options, threads, min_part);
+            prop_assert_eq!(parts, whole);
+        }
+    }
+
+    #[test]
+    fn a_large_file_is_cut_at_line_ends() {
+        let mut bytes = HEADER.as_bytes().to_vec();
+        bytes.push(b'\n');
+        let body = bytes.len();
+        for seq in 0..100 {
+            bytes.extend_from_slice(line(3, seq).as_bytes());
+            bytes.push(b'\n');
+        }
+        let ranges = split_lines(&bytes, body, 4, 1);
+        assert_eq!(ranges.len(), 4);
+        assert_eq!(ranges[0].0, body);
+        assert_eq!(ranges[3].1, bytes.len());
+        for w in ranges.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "the parts are contiguous");
+            assert_eq!(bytes[w[0].1 - 1], b'\n', "a part ends after a line");
+        }
+        // Too small to be worth a thread: one part.
+        assert_eq!(split_lines(&bytes, body, 4, MIN_PART_BYTES).len(), 1);
+        let log = JsonlLog::parse_on(&bytes, ReadOptions::default(), 4, 1).unwrap();
+        assert_eq!(log.events.len(), 100);
+        assert!(log.events.iter().enumerate().all(|(i, e)| e.seq() == i as u64));
+    }
 }
