@@ -145,7 +145,7 @@ fn bare_insert(path: &Path, w: &Workload, per_turn: bool) -> Result<(), String> 
                 e.seq() as i64,
                 e.time() as i64,
                 e.event_type().as_str(),
-                e.data().get(),
+                e.data(),
                 sources,
                 op
             ])?;

@@ -433,7 +433,7 @@ fn depths(events: &[Event]) -> Vec<usize> {
 
 /// A one-line summary of an event's payload.
 pub(crate) fn summarize(event: &Event) -> String {
-    let raw = || snippet(&one_line_json(event.data().get()), SNIPPET + 20);
+    let raw = || snippet(&one_line_json(event.data()), SNIPPET + 20);
     match event.event_type() {
         EventType::TurnStart => event.data_as::<TurnStart>().map(|t| format!("turn {}", t.turn)).ok(),
         EventType::TurnEnd => {

@@ -186,7 +186,9 @@ pub struct Event {
     seq: u64,
     time: u64,
     event_type: EventType,
-    data: Box<RawValue>,
+    /// The payload's JSON text, exactly as written: checked to be one JSON
+    /// value (and for a core type, its payload shape) when the event was built.
+    data: Box<str>,
     source_event_seqs: Option<Box<[u64]>>,
     surface_op: Option<SurfaceOp>,
 }
@@ -196,7 +198,7 @@ impl PartialEq for Event {
         self.seq == other.seq
             && self.time == other.time
             && self.event_type == other.event_type
-            && self.data.get() == other.data.get()
+            && self.data == other.data
             && self.source_event_seqs == other.source_event_seqs
             && self.surface_op == other.surface_op
     }
@@ -218,8 +220,9 @@ impl Event {
         &self.event_type
     }
 
-    /// The payload exactly as written.
-    pub fn data(&self) -> &RawValue {
+    /// The payload's JSON text, exactly as written (one JSON value, with
+    /// no whitespace around it when it was read from a canonical line).
+    pub fn data(&self) -> &str {
         &self.data
     }
 
@@ -237,13 +240,29 @@ impl Event {
     /// [`crate::payload`]). Core payloads were checked when the event was
     /// built, so parsing one into its own type does not fail.
     pub fn data_as<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.data.get())
+        serde_json::from_str(&self.data)
     }
 
     /// Decodes one event from its JSON text (the runtime path for events read
     /// from a file or built dynamically), checking section 1 and the
     /// context-free rules 1–4 of section 2.
     pub fn from_json(json: &str) -> Result<Event, AppendError> {
+        // Most lines are canonical: read the envelope by hand, so that
+        // `data` is parsed once (by the payload check) instead of twice.
+        // Anything else, and any error, goes the general way, which judges
+        // and words it.
+        if let Some(line) = Canonical::read(json) {
+            let event_type = EventType::parse(line.event_type);
+            let data = Box::from(line.data);
+            if let Ok(event) = Event::checked(line.seq, line.time, event_type, data, line.sources, line.op) {
+                return Ok(event);
+            }
+        }
+        Event::from_general_json(json)
+    }
+
+    /// [`Event::from_json`] for any line: serde reads the envelope.
+    fn from_general_json(json: &str) -> Result<Event, AppendError> {
         if !json.trim_start().starts_with('{') {
             // serde would read a struct from an array too; the contract wants an object.
             let detail = "an event must be a JSON object".to_owned();
@@ -255,49 +274,61 @@ impl Event {
                 return Err(AppendError::EventMalformed { seq: salvage_seq(json), detail: e.to_string() })
             }
         };
-        Event::decode(
-            wire.seq,
-            wire.time,
-            &wire.event_type,
-            wire.data.to_owned(),
-            wire.source_event_seqs,
-            wire.surface_op,
-        )
+        let data = wire.data.get();
+        let (event_type, sources, op) =
+            Event::decode(wire.seq, &wire.event_type, data, wire.source_event_seqs, wire.surface_op)?;
+        Event::assemble(wire.seq, wire.time, event_type, data.into(), sources, op)
     }
 
     /// Rebuilds an event from stored parts (for example a database row),
     /// with exactly the checks of [`Event::from_json`] but without building
     /// and re-reading a JSON envelope. `data`, `source_event_seqs` and
     /// `surface_op` are JSON texts, the optional ones `None` when absent.
+    ///
+    /// `data` is taken as it is (a `String` is not copied); it must be one
+    /// JSON value, which the payload check reads anyway.
     pub fn from_parts(
         seq: u64,
         time: u64,
         event_type: &str,
-        data: &str,
+        data: impl Into<String>,
         source_event_seqs: Option<&str>,
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
-        let raw = |what: &str, text: &'_ str| -> Result<Box<RawValue>, AppendError> {
-            RawValue::from_string(text.to_owned()).map_err(|e| AppendError::EventMalformed {
-                seq: Some(seq),
-                detail: format!("`{what}` is not JSON: {e}"),
-            })
+        let not_json = |what: &str, e: serde_json::Error| AppendError::EventMalformed {
+            seq: Some(seq),
+            detail: format!("`{what}` is not JSON: {e}"),
         };
-        let data = raw("data", data)?;
-        let sources = source_event_seqs.map(|t| raw("sourceEventSeqs", t)).transpose()?;
-        let op = surface_op.map(|t| raw("surfaceOp", t)).transpose()?;
-        Event::decode(seq, time, event_type, data, sources.as_deref(), op.as_deref())
+        let raw = |what: &str, text: &'_ str| -> Result<Box<RawValue>, AppendError> {
+            RawValue::from_string(text.to_owned()).map_err(|e| not_json(what, e))
+        };
+        let data = data.into().into_boxed_str();
+        // Say "not JSON" before anything else, as a JSONL line would; only
+        // on the error path, so that a good row's data is parsed once.
+        let data_error = |data: &str| {
+            serde_json::from_str::<de::IgnoredAny>(data).err().map(|e| not_json("data", e))
+        };
+        let sources = source_event_seqs.map(|t| raw("sourceEventSeqs", t)).transpose();
+        let op = surface_op.map(|t| raw("surfaceOp", t)).transpose();
+        let (sources, op) = match (sources, op) {
+            (Ok(sources), Ok(op)) => (sources, op),
+            (Err(e), _) | (_, Err(e)) => return Err(data_error(&data).unwrap_or(e)),
+        };
+        match Event::decode(seq, event_type, &data, sources.as_deref(), op.as_deref()) {
+            Ok((event_type, sources, op)) => Event::assemble(seq, time, event_type, data, sources, op),
+            Err(e) => Err(data_error(&data).unwrap_or(e)),
+        }
     }
 
-    /// The checks shared by [`Event::from_json`] and [`Event::from_parts`].
+    /// The checks shared by [`Event::from_json`] and [`Event::from_parts`],
+    /// up to rule 3: the parts [`Event::assemble`] takes, but `data`.
     fn decode(
         seq: u64,
-        time: u64,
         event_type: &str,
-        data: Box<RawValue>,
+        data: &str,
         source_event_seqs: Option<&RawValue>,
         surface_op: Option<&RawValue>,
-    ) -> Result<Event, AppendError> {
+    ) -> Result<(EventType, Option<Box<[u64]>>, Option<SurfaceOp>), AppendError> {
         let event_type = EventType::parse(event_type);
         check_payload(seq, &event_type, &data)?;
         // The contract's check order: null optionals (section 1), rule 2,
@@ -320,7 +351,7 @@ impl Event {
         }
         let surface_op = surface_op.map(|raw| decode_surface_op(seq, raw)).transpose()?;
         let source_event_seqs = source_event_seqs.map(|raw| decode_sources(seq, raw)).transpose()?;
-        Event::assemble(seq, time, event_type, data, source_event_seqs, surface_op)
+        Ok((event_type, source_event_seqs, surface_op))
     }
 
     /// Decodes one event from a JSON value. See [`Event::from_json`].
@@ -386,7 +417,7 @@ impl Event {
 
     /// Writes the canonical JSON text (no trailing newline).
     pub fn to_json(&self) -> String {
-        let mut out = Vec::with_capacity(self.data.get().len() + 64);
+        let mut out = Vec::with_capacity(self.data.len() + 64);
         self.write_json(&mut out);
         // Every piece written is UTF-8 (str slices and ASCII digits).
         String::from_utf8(out).unwrap_or_default()
@@ -413,7 +444,7 @@ impl Event {
             }
         }
         out.extend_from_slice(b",\"data\":");
-        out.extend_from_slice(self.data.get().as_bytes());
+        out.extend_from_slice(self.data.as_bytes());
         if let Some(sources) = &self.source_event_seqs {
             out.extend_from_slice(b",\"sourceEventSeqs\":[");
             for (i, s) in sources.iter().enumerate() {
@@ -443,7 +474,7 @@ impl Event {
         seq: u64,
         time: u64,
         event_type: EventType,
-        data: Box<RawValue>,
+        data: Box<str>,
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Result<Event, AppendError> {
@@ -456,7 +487,7 @@ impl Event {
         seq: u64,
         time: u64,
         event_type: EventType,
-        data: Box<RawValue>,
+        data: Box<str>,
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Result<Event, AppendError> {
@@ -489,7 +520,9 @@ impl Serialize for Event {
         st.serialize_field("seq", &self.seq)?;
         st.serialize_field("time", &self.time)?;
         st.serialize_field("type", self.event_type.as_str())?;
-        st.serialize_field("data", &self.data)?;
+        // `data` is JSON text: serde_json embeds a RawValue as it is.
+        let data: &RawValue = serde_json::from_str(&self.data).map_err(serde::ser::Error::custom)?;
+        st.serialize_field("data", data)?;
         if let Some(sources) = &self.source_event_seqs {
             st.serialize_field("sourceEventSeqs", sources)?;
         }
@@ -603,18 +636,18 @@ fn check_sources(seq: u64, event_type: &EventType, sources: &[u64]) -> Result<()
     Ok(())
 }
 
-fn to_raw<T: Serialize>(value: &T) -> Result<Box<RawValue>, AppendError> {
-    serde_json::value::to_raw_value(value)
+fn to_raw<T: Serialize>(value: &T) -> Result<Box<str>, AppendError> {
+    serde_json::to_string(value)
+        .map(String::into_boxed_str)
         .map_err(|e| AppendError::EventMalformed { seq: None, detail: e.to_string() })
 }
 
 /// Checks a core payload's shape (section 1.2). Plugin data is opaque.
-fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<(), AppendError> {
+fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Result<(), AppendError> {
     // Any data, core or plugin, is no deeper than serde_json reads elsewhere,
     // so every reader can read whatever was accepted: unknown keys inside a
     // core payload are skipped by the typed parse below without a depth
     // limit. Counting brackets first keeps the common case to one quick pass.
-    let text = data.get();
     if bytecount_brackets(text) > MAX_NESTING {
         let depth = nesting_depth(text);
         if depth > MAX_NESTING {
@@ -627,7 +660,7 @@ fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<()
     if shape::accepts(event_type, text) {
         return Ok(());
     }
-    check_owned_payload(seq, event_type, data)
+    check_owned_payload(seq, event_type, text)
 }
 
 /// Checks a core payload's shape by reading it into its owned type of
@@ -635,16 +668,16 @@ fn check_payload(seq: u64, event_type: &EventType, data: &RawValue) -> Result<()
 pub(crate) fn check_owned_payload(
     seq: u64,
     event_type: &EventType,
-    data: &RawValue,
+    data: &str,
 ) -> Result<(), AppendError> {
-    fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a RawValue) -> Result<T, AppendError> {
-        if !data.get().trim_start().starts_with('{') {
+    fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a str) -> Result<T, AppendError> {
+        if !data.trim_start().starts_with('{') {
             return Err(AppendError::EventMalformed {
                 seq: Some(seq),
                 detail: "`data` must be an object".into(),
             });
         }
-        serde_json::from_str(data.get())
+        serde_json::from_str(data)
             .map_err(|e| AppendError::EventMalformed { seq: Some(seq), detail: format!("bad `data`: {e}") })
     }
     let malformed = |detail: String| Err(AppendError::EventMalformed { seq: Some(seq), detail });
@@ -682,8 +715,11 @@ pub(crate) fn check_owned_payload(
                 _ => malformed("a tool/result message must have source kind `tool`".into()),
             }
         }
-        // Opaque: any JSON value (RawValue guarantees that); depth checked above.
-        EventType::Plugin(_) => Ok(()),
+        // Opaque: any one JSON value; depth checked above.
+        EventType::Plugin(_) => match serde_json::from_str::<de::IgnoredAny>(data) {
+            Ok(_) => Ok(()),
+            Err(e) => malformed(format!("`data` is not JSON: {e}")),
+        },
     }
 }
 
@@ -736,4 +772,199 @@ fn push_u64(out: &mut Vec<u8>, mut v: u64) {
         }
     }
     out.extend_from_slice(&digits[i..]);
+}
+
+/// A line exactly as [`Event::write_json`] writes it, read without serde:
+///
+/// ```text
+/// {"seq":N,"time":N,"type":"T","data":D[,"sourceEventSeqs":[N,…]][,"surfaceOp":"append"|{"op":"replace","start":N,"end":N}]}
+/// ```
+///
+/// Only the envelope is read here; `D` is whatever lies between, and is
+/// then parsed by the payload check, which refuses it unless it is exactly
+/// one JSON value. That is what makes the split sound: a JSON value's end is
+/// fixed by its start, so when `D` is one whole value, serde reading the
+/// line ends `data` where this does, and reads the same envelope around
+/// it. Anything not in this form (whitespace, another key order, escapes in
+/// the type, a leading zero) is left to serde.
+struct Canonical<'a> {
+    seq: u64,
+    time: u64,
+    event_type: &'a str,
+    data: &'a str,
+    sources: Option<Box<[u64]>>,
+    op: Option<SurfaceOp>,
+}
+
+impl<'a> Canonical<'a> {
+    fn read(line: &'a str) -> Option<Canonical<'a>> {
+        let rest = line.strip_prefix("{\"seq\":")?;
+        let (seq, rest) = leading_u64(rest)?;
+        let (time, rest) = leading_u64(rest.strip_prefix(",\"time\":")?)?;
+        let rest = rest.strip_prefix(",\"type\":\"")?;
+        let end = memchr::memchr(b'"', rest.as_bytes())?;
+        let (event_type, rest) = (&rest[..end], &rest[end + 1..]);
+        if event_type.bytes().any(|b| b == b'\\' || b < 0x20) {
+            return None;
+        }
+        let mut data = rest.strip_prefix(",\"data\":")?.strip_suffix('}')?;
+        let mut op = None;
+        if let Some(d) = data.strip_suffix(",\"surfaceOp\":\"append\"") {
+            (data, op) = (d, Some(SurfaceOp::Append));
+        } else if let Some((d, replace)) = replace_suffix(data) {
+            (data, op) = (d, Some(replace));
+        }
+        let mut sources = None;
+        if let Some((d, seqs)) = sources_suffix(data) {
+            (data, sources) = (d, Some(seqs));
+        }
+        let (first, last) = (data.bytes().next()?, data.bytes().next_back()?);
+        if first.is_ascii_whitespace() || last.is_ascii_whitespace() {
+            return None;
+        }
+        Some(Canonical { seq, time, event_type, data, sources, op })
+    }
+}
+
+/// `…,"surfaceOp":{"op":"replace","start":N,"end":N}` at the end of `text`.
+fn replace_suffix(text: &str) -> Option<(&str, SurfaceOp)> {
+    const KEY: &str = ",\"surfaceOp\":{\"op\":\"replace\",\"start\":";
+    let text = text.strip_suffix('}')?;
+    let at = text.rfind(KEY)?;
+    let (start, rest) = leading_u64(&text[at + KEY.len()..])?;
+    let (end, rest) = leading_u64(rest.strip_prefix(",\"end\":")?)?;
+    rest.is_empty().then_some((&text[..at], SurfaceOp::Replace { start, end }))
+}
+
+/// `…,"sourceEventSeqs":[N,…]` at the end of `text`.
+fn sources_suffix(text: &str) -> Option<(&str, Box<[u64]>)> {
+    const KEY: &str = ",\"sourceEventSeqs\":[";
+    let text = text.strip_suffix(']')?;
+    let at = text.rfind(KEY)?;
+    let mut rest = &text[at + KEY.len()..];
+    let mut seqs = Vec::new();
+    while !rest.is_empty() {
+        if !seqs.is_empty() {
+            rest = rest.strip_prefix(',')?;
+        }
+        let (n, r) = leading_u64(rest)?;
+        seqs.push(n);
+        rest = r;
+    }
+    Some((&text[..at], seqs.into_boxed_slice()))
+}
+
+/// A JSON integer in `0..=u64::MAX` at the start of `text` (no sign, no
+/// leading zero, no fraction), and what follows it.
+fn leading_u64(text: &str) -> Option<(u64, &str)> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, rest) = text.split_at(digits);
+    if digits == 0 || (digits > 1 && number.starts_with('0')) || rest.starts_with(['.', 'e', 'E']) {
+        return None;
+    }
+    Some((number.parse().ok()?, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The hand-read canonical envelope decides exactly as serde's reading
+    //! of the same line: same event, or the same error.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Every line of the valid fixtures, plus lines that put the suffixes
+    /// the canonical reader looks for inside `data`.
+    fn seeds() -> Vec<String> {
+        let mut lines: Vec<String> = Vec::new();
+        for file in ["plain-chat", "multi-step-tools", "compaction-and-prune", "two-compactions"] {
+            let path = format!("{}/test_data/ok/{file}.jsonl", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            lines.extend(text.lines().skip(1).map(str::to_owned));
+        }
+        lines.extend(
+            [
+                r#"{"seq":3,"time":1,"type":"x/y","data":{"a":1,"surfaceOp":"append"}}"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":[1,"sourceEventSeqs",[1]]}"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":{"a":1},"surfaceOp":{"op":"replace","start":1,"end":2}}"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":{"a":1,"surfaceOp":{"op":"replace","start":1,"end":2}}}"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":"s\",\"surfaceOp\":\"append\""}"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":1,"sourceEventSeqs":[0]}"#,
+                r#"{"seq":03,"time":1,"type":"x/y","data":1}"#,
+                r#"{"seq":3,"time":1.0,"type":"x/y","data":1}"#,
+                r#"{"seq":18446744073709551616,"time":1,"type":"x/y","data":1}"#,
+                r#"{"seq":3,"time":1,"type":"x\"y","data":1}"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":1 }"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":{},"sourceEventSeqs":[],"surfaceOp":"append"}"#,
+            ]
+            .map(str::to_owned),
+        );
+        lines
+    }
+
+    /// A seed line, then a few edits: a byte replaced, removed or inserted,
+    /// or a canonical fragment spliced in anywhere.
+    fn line() -> impl Strategy<Value = String> {
+        const PIECES: &[&str] = &[
+            ",\"surfaceOp\":\"append\"",
+            ",\"sourceEventSeqs\":[1,2]",
+            ",\"surfaceOp\":{\"op\":\"replace\",\"start\":0,\"end\":1}",
+            "}",
+            "]",
+            "\"",
+            "\\",
+            ",",
+            " ",
+            "0",
+            "null",
+        ];
+        let edit = (0u8..4, any::<prop::sample::Index>(), prop::sample::select(PIECES), any::<u8>());
+        (prop::sample::select(seeds()), prop::collection::vec(edit, 0..3)).prop_map(|(seed, edits)| {
+            let mut bytes = seed.into_bytes();
+            for (kind, at, piece, byte) in edits {
+                let i = at.index(bytes.len() + 1);
+                match kind {
+                    0 if i < bytes.len() => bytes[i] = byte % 0x60 + 0x20,
+                    1 if i < bytes.len() => {
+                        bytes.remove(i);
+                    }
+                    _ => {
+                        bytes.splice(i..i, piece.bytes());
+                    }
+                }
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 6000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_canonical_reader_agrees_with_serde(line in line()) {
+            prop_assert_eq!(Event::from_json(&line), Event::from_general_json(&line), "{}", line);
+        }
+    }
+
+    #[test]
+    fn canonical_lines_take_the_canonical_reader() {
+        let seeds = seeds();
+        let canonical = seeds.iter().filter(|l| Canonical::read(l).is_some()).count();
+        // Every fixture line is canonical; only the crafted ones may not be.
+        assert!(canonical >= seeds.len() - 12, "{canonical} of {}", seeds.len());
+        let line = r#"{"seq":7,"time":9,"type":"user/message","data":{"x":[1]},"sourceEventSeqs":[1,5],"surfaceOp":{"op":"replace","start":1,"end":5}}"#;
+        let c = Canonical::read(line).unwrap();
+        assert_eq!((c.seq, c.time, c.event_type, c.data), (7, 9, "user/message", r#"{"x":[1]}"#));
+        assert_eq!(c.sources.as_deref(), Some(&[1, 5][..]));
+        assert_eq!(c.op, Some(SurfaceOp::Replace { start: 1, end: 5 }));
+        for not_canonical in [
+            r#"{"seq":01,"time":9,"type":"t","data":1}"#,
+            r#"{"seq":1,"time":9,"type":"t","data": 1}"#,
+            r#"{"time":9,"seq":1,"type":"t","data":1}"#,
+            r#"{"seq":1,"time":9,"type":"t\n","data":1}"#,
+        ] {
+            assert!(Canonical::read(not_canonical).is_none(), "{not_canonical}");
+        }
+    }
 }

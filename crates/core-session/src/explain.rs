@@ -130,7 +130,7 @@ fn position_in_turns(events: &[Event], seq: u64) -> (Option<u64>, Option<u64>) {
         step: Option<u64>,
     }
     let own = |e: &Event| -> (Option<u64>, Option<u64>) {
-        if !e.event_type().is_core() || !e.data().get().starts_with('{') {
+        if !e.event_type().is_core() || !e.data().starts_with('{') {
             return (None, None);
         }
         e.data_as::<TurnStep>().map(|t| (t.turn, t.step)).unwrap_or((None, None))

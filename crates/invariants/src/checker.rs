@@ -79,7 +79,7 @@ impl Fact {
     /// skipping message text unparsed: dev mode runs this on every append,
     /// so it must not cost a full typed parse of each payload.
     pub(crate) fn of(event: &Event) -> Fact {
-        let data = event.data().get();
+        let data = event.data();
         let fact = match event.event_type() {
             EventType::TurnStart | EventType::TurnEnd => {
                 serde_json::from_str::<lite::Turn>(data).map(|d| match event.event_type() {

@@ -48,7 +48,7 @@ impl Clone for InvariantGuard {
 }
 
 fn fact_key(event: &Event) -> (u64, usize) {
-    (event.seq(), event.data().get().as_ptr() as usize)
+    (event.seq(), event.data().as_ptr() as usize)
 }
 
 impl InvariantGuard {

@@ -124,7 +124,8 @@ impl EventRow<'_> {
             line: at,
             error: AppendError::EventMalformed { seq: Some(seq), detail: detail.to_owned() },
         };
-        if event.data().get() != self.data {
+        let json_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
+        if self.data.trim_matches(json_space) != self.data {
             return Err(malformed("column `data` does not hold exactly one JSON value"));
         }
         if event.source_event_seqs().is_some() != self.source_event_seqs.is_some() {
@@ -160,7 +161,7 @@ mod tests {
         let e = e.expect("valid row");
         assert_eq!(e.seq(), 3);
         assert_eq!(e.time(), 7);
-        assert_eq!(e.data().get(), MSG);
+        assert_eq!(e.data(), MSG);
         assert_eq!(e.source_event_seqs(), Some(&[][..]));
         assert_eq!(e.surface_op(), Some(SurfaceOp::Append));
         assert_eq!(surface_op_json(e.surface_op().unwrap_or(SurfaceOp::Append)), "\"append\"");
@@ -176,6 +177,18 @@ mod tests {
         // Without the smuggled op the event would lack its surfaceOp (rule 1);
         // with it, the surface_op column (NULL) does not match.
         assert_eq!(err.as_ref().map_err(LoadError::code), Err("event-malformed"));
+    }
+
+    #[test]
+    fn whitespace_around_data_is_refused_as_it_would_not_round_trip() {
+        for padded in [format!(" {MSG}"), format!("{MSG}\n"), format!("\t{MSG}\r")] {
+            let err = row(&padded, None, Some("\"append\"")).decode(3).map(drop);
+            assert_eq!(err.as_ref().map_err(LoadError::code), Err("event-malformed"), "{padded:?}");
+        }
+        // Inside the value it is part of the payload, and kept.
+        let inner = MSG.replace("\"turn\":1", "\"turn\": 1");
+        let e = row(&inner, None, Some("\"append\"")).decode(3).map_err(|e| e.to_string());
+        assert_eq!(e.expect("valid row").data(), inner);
     }
 
     #[test]

@@ -288,7 +288,7 @@ fn insert_events(tx: &Transaction<'_>, session_id: &str, events: &[Event]) -> Re
             codec::to_sql_int(e.seq()),
             codec::to_sql_int(e.time()),
             e.event_type().as_str(),
-            e.data().get(),
+            e.data(),
             e.source_event_seqs().map(codec::sources_json),
             e.surface_op().map(codec::surface_op_json),
         ])?;

@@ -79,11 +79,11 @@ impl BytesStore {
                 }
                 Fault::NormalisesData => {
                     let mut v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
-                    let data: serde_json::Value = serde_json::from_str(e.data().get()).unwrap();
+                    let data: serde_json::Value = serde_json::from_str(e.data()).unwrap();
                     v["data"] = data;
                     Event::from_value(&v).unwrap()
                 }
-                Fault::TruncatesHugeLines if e.data().get().len() > 1 << 20 => {
+                Fault::TruncatesHugeLines if e.data().len() > 1 << 20 => {
                     let mut v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
                     v["data"] = serde_json::Value::Null;
                     Event::from_value(&v).unwrap()

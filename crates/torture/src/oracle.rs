@@ -160,7 +160,7 @@ fn round_trips(e: &Event) {
         e.seq(),
         e.time(),
         e.event_type().as_str(),
-        e.data().get(),
+        e.data(),
         sources.as_deref(),
         op.as_deref(),
     ) {

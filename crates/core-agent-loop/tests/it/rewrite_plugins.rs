@@ -35,7 +35,7 @@ trait SummaryProbe {
 impl SummaryProbe for palimpsest_core_session::Event {
     fn raw_is_compaction_summary(&self) -> bool {
         *self.event_type() == EventType::UserMessage
-            && self.data().get().contains(r#""source":{"kind":"plugin","plugin":"compaction"}"#)
+            && self.data().contains(r#""source":{"kind":"plugin","plugin":"compaction"}"#)
     }
 }
 
@@ -156,7 +156,7 @@ async fn an_unfinished_compaction_is_recognised_and_not_repeated() {
     let s = reload(&backend.store());
     let starts: Vec<_> = plugin_events(&s, "compaction/start").collect();
     assert_eq!(starts.len(), 2, "the dangling start and exactly one new one");
-    let data: serde_json::Value = serde_json::from_str(starts[1].data().get()).unwrap();
+    let data: serde_json::Value = serde_json::from_str(starts[1].data()).unwrap();
     assert_eq!(data["supersedes"], dangling);
     assert_eq!(summaries(&s).len(), 1, "one summary, not two");
 }
@@ -190,7 +190,7 @@ async fn a_failing_summarizer_abandons_the_compaction_not_the_turn() {
     let s = reload(&backend.store());
     assert!(summaries(&s).is_empty());
     let end = plugin_events(&s, "compaction/end").next().expect("an end");
-    assert!(end.data().get().contains("SUMMARY_FAILED"), "{}", end.data().get());
+    assert!(end.data().contains("SUMMARY_FAILED"), "{}", end.data());
 }
 
 #[tokio::test]
@@ -220,7 +220,7 @@ async fn the_default_summarizer_asks_the_sessions_own_model() {
     let s = reload(&backend.store());
     let sums = summaries(&s);
     assert!(!sums.is_empty(), "no compaction happened");
-    assert!(s.event(sums[0]).unwrap().data().get().contains("SUMMARY: one question was answered."));
+    assert!(s.event(sums[0]).unwrap().data().contains("SUMMARY: one question was answered."));
     let asked = provider
         .requests()
         .into_iter()

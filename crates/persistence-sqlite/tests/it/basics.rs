@@ -128,14 +128,14 @@ fn columns_hold_exactly_the_json_of_each_field() {
         assert_eq!(row.1 as u64, e.seq());
         assert_eq!(row.2 as u64, e.time(), "time is stored with its bits (u64::MAX reads back)");
         assert_eq!(row.3, e.event_type().as_str());
-        assert_eq!(row.4, e.data().get(), "data is the payload text exactly as the event holds it");
+        assert_eq!(row.4, e.data(), "data is the payload text exactly as the event holds it");
         assert_eq!(row.5, field("sourceEventSeqs"), "seq {} of {id}", e.seq());
         assert_eq!(row.6, field("surfaceOp"), "seq {} of {id}", e.seq());
     }
     // The cases the contract names, spelled out.
     let x: Vec<&Row> = rows.iter().filter(|r| r.0 == "x").collect();
     assert_eq!(x[0].5.as_deref(), Some("[]"), "[] stays []");
-    assert_eq!(x[0].4, extra[0].data().get());
+    assert_eq!(x[0].4, extra[0].data());
     assert!(x[0].4.contains(r#""zExtra":  [1, 2]"#), "payload whitespace kept verbatim");
     assert_eq!((x[1].5.as_deref(), x[1].6.as_deref()), (None, Some("\"append\"")), "NULL when absent");
     assert_eq!(x[2].6.as_deref(), Some(r#"{"op":"replace","start":0,"end":1}"#));

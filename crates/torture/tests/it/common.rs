@@ -217,7 +217,7 @@ impl SessionStore for AckingStore {
     }
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         // Announce a large write, so the parent can aim a kill at it.
-        if events.iter().map(|e| e.data().get().len()).sum::<usize>() > BIG {
+        if events.iter().map(|e| e.data().len()).sum::<usize>() > BIG {
             say("BIG", events[0].seq());
         }
         self.inner.append(session_id, events)?;

@@ -119,7 +119,7 @@ fn kill_many(kind: Kind, test: String) {
             ],
         );
         let rx = protocol_lines(child.stdout.take().unwrap_or_else(|| panic!("{ctx}: no stdout")));
-        let big = expected.iter().any(|e| e.data().get().len() > BIG);
+        let big = expected.iter().any(|e| e.data().len() > BIG);
         let mut seen = if rng.chance(10) {
             // Early: during start-up or the creation of the session.
             std::thread::sleep(Duration::from_micros(rng.below(20_000)));
