@@ -305,9 +305,8 @@ impl Event {
         let data = data.into().into_boxed_str();
         // Say "not JSON" before anything else, as a JSONL line would; only
         // on the error path, so that a good row's data is parsed once.
-        let data_error = |data: &str| {
-            serde_json::from_str::<de::IgnoredAny>(data).err().map(|e| not_json("data", e))
-        };
+        let data_error =
+            |data: &str| serde_json::from_str::<de::IgnoredAny>(data).err().map(|e| not_json("data", e));
         let sources = source_event_seqs.map(|t| raw("sourceEventSeqs", t)).transpose();
         let op = surface_op.map(|t| raw("surfaceOp", t)).transpose();
         let (sources, op) = match (sources, op) {
@@ -328,9 +327,9 @@ impl Event {
         data: &str,
         source_event_seqs: Option<&RawValue>,
         surface_op: Option<&RawValue>,
-    ) -> Result<(EventType, Option<Box<[u64]>>, Option<SurfaceOp>), AppendError> {
+    ) -> Result<Envelope, AppendError> {
         let event_type = EventType::parse(event_type);
-        check_payload(seq, &event_type, &data)?;
+        check_payload(seq, &event_type, data)?;
         // The contract's check order: null optionals (section 1), rule 2,
         // rule 1, rule 3, rule 4.
         for (key, raw) in [("surfaceOp", surface_op), ("sourceEventSeqs", source_event_seqs)] {
@@ -540,6 +539,10 @@ impl<'de> Deserialize<'de> for Event {
     }
 }
 
+/// What [`Event::decode`] makes of an envelope: the type, provenance and
+/// surface op, checked up to rule 3.
+type Envelope = (EventType, Option<Box<[u64]>>, Option<SurfaceOp>);
+
 /// The envelope as read: every optional key kept raw, so that a present
 /// `null` can be told from an absent key.
 #[derive(Deserialize)]
@@ -648,7 +651,7 @@ fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Result<(), App
     // so every reader can read whatever was accepted: unknown keys inside a
     // core payload are skipped by the typed parse below without a depth
     // limit. Counting brackets first keeps the common case to one quick pass.
-    if bytecount_brackets(text) > MAX_NESTING {
+    if more_brackets_than(text, MAX_NESTING) {
         let depth = nesting_depth(text);
         if depth > MAX_NESTING {
             let detail = format!("`data` is nested {depth} deep; the limit is {MAX_NESTING}");
@@ -665,11 +668,7 @@ fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Result<(), App
 
 /// Checks a core payload's shape by reading it into its owned type of
 /// [`crate::payload`]: the reference [`shape::accepts`] must agree with.
-pub(crate) fn check_owned_payload(
-    seq: u64,
-    event_type: &EventType,
-    data: &str,
-) -> Result<(), AppendError> {
+pub(crate) fn check_owned_payload(seq: u64, event_type: &EventType, data: &str) -> Result<(), AppendError> {
     fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a str) -> Result<T, AppendError> {
         if !data.trim_start().starts_with('{') {
             return Err(AppendError::EventMalformed {
@@ -727,9 +726,10 @@ pub(crate) fn check_owned_payload(
 /// so anything accepted here can be parsed into a `serde_json::Value`.
 pub const MAX_NESTING: usize = 127;
 
-/// How many `[` and `{` bytes `json` holds: an upper bound of its depth.
-fn bytecount_brackets(json: &str) -> usize {
-    json.bytes().filter(|&b| b == b'[' || b == b'{').count()
+/// Whether `json` holds more than `limit` `[` and `{` bytes (an upper
+/// bound of its depth). Vectorized, and stops at the first one over.
+fn more_brackets_than(json: &str, limit: usize) -> bool {
+    memchr::memchr2_iter(b'[', b'{', json.as_bytes()).nth(limit).is_some()
 }
 
 /// Nesting depth of a JSON text known to be valid (strings are skipped).
@@ -828,41 +828,58 @@ impl<'a> Canonical<'a> {
 
 /// `…,"surfaceOp":{"op":"replace","start":N,"end":N}` at the end of `text`.
 fn replace_suffix(text: &str) -> Option<(&str, SurfaceOp)> {
-    const KEY: &str = ",\"surfaceOp\":{\"op\":\"replace\",\"start\":";
-    let text = text.strip_suffix('}')?;
-    let at = text.rfind(KEY)?;
-    let (start, rest) = leading_u64(&text[at + KEY.len()..])?;
-    let (end, rest) = leading_u64(rest.strip_prefix(",\"end\":")?)?;
-    rest.is_empty().then_some((&text[..at], SurfaceOp::Replace { start, end }))
+    let (rest, end) = trailing_u64(text.strip_suffix('}')?)?;
+    let (rest, start) = trailing_u64(rest.strip_suffix(",\"end\":")?)?;
+    let rest = rest.strip_suffix(",\"surfaceOp\":{\"op\":\"replace\",\"start\":")?;
+    Some((rest, SurfaceOp::Replace { start, end }))
 }
 
 /// `…,"sourceEventSeqs":[N,…]` at the end of `text`.
 fn sources_suffix(text: &str) -> Option<(&str, Box<[u64]>)> {
-    const KEY: &str = ",\"sourceEventSeqs\":[";
-    let text = text.strip_suffix(']')?;
-    let at = text.rfind(KEY)?;
-    let mut rest = &text[at + KEY.len()..];
-    let mut seqs = Vec::new();
-    while !rest.is_empty() {
+    let list = text.strip_suffix(']')?;
+    // The list is digits and commas; what precedes it must be the key.
+    let open = list.bytes().rposition(|b| !(b.is_ascii_digit() || b == b','))?;
+    let rest = list[..=open].strip_suffix(",\"sourceEventSeqs\":[")?;
+    let mut items = &list[open + 1..];
+    let mut seqs = Vec::with_capacity(items.bytes().filter(|&b| b == b',').count() + 1);
+    while !items.is_empty() {
         if !seqs.is_empty() {
-            rest = rest.strip_prefix(',')?;
+            items = items.strip_prefix(',')?;
         }
-        let (n, r) = leading_u64(rest)?;
+        let (n, r) = leading_u64(items)?;
         seqs.push(n);
-        rest = r;
+        items = r;
     }
-    Some((&text[..at], seqs.into_boxed_slice()))
+    Some((rest, seqs.into_boxed_slice()))
 }
 
 /// A JSON integer in `0..=u64::MAX` at the start of `text` (no sign, no
-/// leading zero, no fraction), and what follows it.
+/// leading zero, no fraction or exponent), and what follows it.
 fn leading_u64(text: &str) -> Option<(u64, &str)> {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     let (number, rest) = text.split_at(digits);
-    if digits == 0 || (digits > 1 && number.starts_with('0')) || rest.starts_with(['.', 'e', 'E']) {
+    if rest.starts_with(['.', 'e', 'E']) {
         return None;
     }
-    Some((number.parse().ok()?, rest))
+    Some((json_u64(number)?, rest))
+}
+
+/// A JSON integer in `0..=u64::MAX` at the end of `text`, and what
+/// precedes it.
+fn trailing_u64(text: &str) -> Option<(&str, u64)> {
+    let digits = text.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let (rest, number) = text.split_at(text.len() - digits);
+    Some((rest, json_u64(number)?))
+}
+
+/// The value of a run of ASCII digits written as JSON writes an integer:
+/// at least one digit, no leading zero, no overflow.
+fn json_u64(digits: &str) -> Option<u64> {
+    let bytes = digits.as_bytes();
+    if bytes.is_empty() || (bytes.len() > 1 && bytes[0] == b'0') {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
 }
 
 #[cfg(test)]

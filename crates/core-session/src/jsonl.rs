@@ -141,7 +141,10 @@ impl JsonlLog {
             decoded.push(last);
             decoded
         });
-        let mut events = Vec::with_capacity(decoded.iter().map(|p| p.events.len()).sum());
+        // The parts' events are moved into the first part's vector, which
+        // is already the right place for the first (and usually largest) run.
+        let total: usize = decoded.iter().map(|p| p.events.len()).sum();
+        let mut events = Vec::new();
         let (mut torn_tail, mut missing_newline) = (None, false);
         for part in decoded {
             // Every line before this part was one event.
@@ -149,7 +152,12 @@ impl JsonlLog {
             if let Some(error) = part.error {
                 return Err(error.shifted(offset));
             }
-            events.extend(part.events);
+            if events.is_empty() {
+                events = part.events;
+                events.reserve(total - events.len());
+            } else {
+                events.extend(part.events);
+            }
             torn_tail = part.torn_tail.map(|t| TornTail { line: t.line + offset, ..t });
             missing_newline = part.missing_newline;
         }

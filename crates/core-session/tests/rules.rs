@@ -438,7 +438,7 @@ fn from_parts_checks_exactly_what_from_json_checks() {
             case["seq"].as_u64().unwrap(),
             case["time"].as_u64().unwrap(),
             case["type"].as_str().unwrap(),
-            &case["data"].to_string(),
+            case["data"].to_string(),
             part("sourceEventSeqs").as_deref(),
             part("surfaceOp").as_deref(),
         );
