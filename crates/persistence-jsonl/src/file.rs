@@ -424,7 +424,10 @@ impl SessionFile {
 
     fn read_all(&mut self) -> Result<Vec<u8>, StoreError> {
         let context = || format!("read {}", shown(&self.path));
-        let mut bytes = Vec::new();
+        // Sized up front, as fs::read does: growing by doubling would copy
+        // a large file about twice over.
+        let len = self.file.metadata().map_or(0, |m| m.len());
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
         self.file.read_to_end(&mut bytes).map_err(|e| io_err(context(), e))?;
         Ok(bytes)
