@@ -295,6 +295,33 @@ impl Event {
         source_event_seqs: Option<&str>,
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
+        let data = data.into().into_boxed_str();
+        // Columns as this crate writes them: no envelope to parse, and the
+        // payload parsed once. Anything else, and any error, goes the
+        // general way, which judges and words it.
+        if let (Some(sources), Some(op)) = (
+            source_event_seqs.map_or(Some(None), |t| exact_u64_list(t).map(Some)),
+            surface_op.map_or(Some(None), |t| exact_surface_op(t).map(Some)),
+        ) {
+            let event_type = EventType::parse(event_type);
+            if check_payload(seq, &event_type, &data).is_ok()
+                && check_metadata(seq, &event_type, sources.as_deref(), op).is_ok()
+            {
+                return Ok(Event { seq, time, event_type, data, source_event_seqs: sources, surface_op: op });
+            }
+        }
+        Event::from_general_parts(seq, time, event_type, data, source_event_seqs, surface_op)
+    }
+
+    /// [`Event::from_parts`] for any texts: serde reads the optional ones.
+    fn from_general_parts(
+        seq: u64,
+        time: u64,
+        event_type: &str,
+        data: Box<str>,
+        source_event_seqs: Option<&str>,
+        surface_op: Option<&str>,
+    ) -> Result<Event, AppendError> {
         let not_json = |what: &str, e: serde_json::Error| AppendError::EventMalformed {
             seq: Some(seq),
             detail: format!("`{what}` is not JSON: {e}"),
@@ -302,7 +329,6 @@ impl Event {
         let raw = |what: &str, text: &'_ str| -> Result<Box<RawValue>, AppendError> {
             RawValue::from_string(text.to_owned()).map_err(|e| not_json(what, e))
         };
-        let data = data.into().into_boxed_str();
         // Say "not JSON" before anything else, as a JSONL line would; only
         // on the error path, so that a good row's data is parsed once.
         let data_error =
@@ -490,26 +516,38 @@ impl Event {
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Result<Event, AppendError> {
-        let eligible = event_type.is_surface_eligible();
-        // Rule 2: surface metadata only on surface-eligible types.
-        if !eligible {
-            if surface_op.is_some() {
-                return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
-            }
-            if source_event_seqs.is_some() {
-                return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
-            }
-        }
-        // Rule 1: a surface-eligible event must say how it joins.
-        if eligible && surface_op.is_none() {
-            return Err(AppendError::SurfaceOpMissing { seq, event_type: event_type.to_string() });
-        }
-        // Rule 4: provenance shape.
-        if let Some(sources) = &source_event_seqs {
-            check_sources(seq, &event_type, sources)?;
-        }
+        check_metadata(seq, &event_type, source_event_seqs.as_deref(), surface_op)?;
         Ok(Event { seq, time, event_type, data, source_event_seqs, surface_op })
     }
+}
+
+/// Rules 1, 2 and 4: the surface metadata an event of `event_type` may,
+/// must and does carry.
+fn check_metadata(
+    seq: u64,
+    event_type: &EventType,
+    source_event_seqs: Option<&[u64]>,
+    surface_op: Option<SurfaceOp>,
+) -> Result<(), AppendError> {
+    let eligible = event_type.is_surface_eligible();
+    // Rule 2: surface metadata only on surface-eligible types.
+    if !eligible {
+        if surface_op.is_some() {
+            return Err(AppendError::SurfaceOpForbidden { seq, event_type: event_type.to_string() });
+        }
+        if source_event_seqs.is_some() {
+            return Err(AppendError::SourceSeqsForbidden { seq, event_type: event_type.to_string() });
+        }
+    }
+    // Rule 1: a surface-eligible event must say how it joins.
+    if eligible && surface_op.is_none() {
+        return Err(AppendError::SurfaceOpMissing { seq, event_type: event_type.to_string() });
+    }
+    // Rule 4: provenance shape.
+    if let Some(sources) = source_event_seqs {
+        check_sources(seq, event_type, sources)?;
+    }
+    Ok(())
 }
 
 impl Serialize for Event {
@@ -840,7 +878,11 @@ fn sources_suffix(text: &str) -> Option<(&str, Box<[u64]>)> {
     // The list is digits and commas; what precedes it must be the key.
     let open = list.bytes().rposition(|b| !(b.is_ascii_digit() || b == b','))?;
     let rest = list[..=open].strip_suffix(",\"sourceEventSeqs\":[")?;
-    let mut items = &list[open + 1..];
+    Some((rest, u64_items(&list[open + 1..])?))
+}
+
+/// `N,N,…` (or nothing), exactly as JSON integers are written.
+fn u64_items(mut items: &str) -> Option<Box<[u64]>> {
     let mut seqs = Vec::with_capacity(items.bytes().filter(|&b| b == b',').count() + 1);
     while !items.is_empty() {
         if !seqs.is_empty() {
@@ -850,7 +892,23 @@ fn sources_suffix(text: &str) -> Option<(&str, Box<[u64]>)> {
         seqs.push(n);
         items = r;
     }
-    Some((rest, seqs.into_boxed_slice()))
+    Some(seqs.into_boxed_slice())
+}
+
+/// A `sourceEventSeqs` text exactly as [`Event::write_json`] writes it.
+fn exact_u64_list(text: &str) -> Option<Box<[u64]>> {
+    u64_items(text.strip_prefix('[')?.strip_suffix(']')?)
+}
+
+/// A `surfaceOp` text exactly as [`Event::write_json`] writes it.
+fn exact_surface_op(text: &str) -> Option<SurfaceOp> {
+    if text == "\"append\"" {
+        return Some(SurfaceOp::Append);
+    }
+    let rest = text.strip_prefix("{\"op\":\"replace\",\"start\":")?;
+    let (start, rest) = leading_u64(rest)?;
+    let (end, rest) = leading_u64(rest.strip_prefix(",\"end\":")?)?;
+    (rest == "}").then_some(SurfaceOp::Replace { start, end })
 }
 
 /// A JSON integer in `0..=u64::MAX` at the start of `text` (no sign, no
@@ -983,5 +1041,82 @@ mod tests {
         ] {
             assert!(Canonical::read(not_canonical).is_none(), "{not_canonical}");
         }
+    }
+}
+
+#[cfg(test)]
+mod parts_tests {
+    //! `from_parts` reads columns written as `write_json` writes them
+    //! without serde; it must decide exactly as the general reading does.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn data() -> impl Strategy<Value = String> {
+        const DATA: &[&str] = &[
+            r#"{"turn":1}"#,
+            r#"{"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}}"#,
+            r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}}"#,
+            r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"x"}}"#,
+            r#"[1,2]"#,
+            r#"{"turn":"1"}"#,
+            r#" {"turn":1}"#,
+            r#"{"turn":1"#,
+            "null",
+        ];
+        prop::sample::select(DATA).prop_map(str::to_owned)
+    }
+
+    fn sources() -> impl Strategy<Value = Option<String>> {
+        const SOURCES: &[&str] = &["[1,2]", "[]", "[0]", "[01]", "[1, 2]", "[2,1]", "[1,1]", "[9]", "null", "[1.0]", "[1", "{}"];
+        prop::option::of(prop::sample::select(SOURCES).prop_map(str::to_owned))
+    }
+
+    fn op() -> impl Strategy<Value = Option<String>> {
+        const OPS: &[&str] = &[
+            r#""append""#,
+            r#"{"op":"replace","start":1,"end":2}"#,
+            r#"{"op":"replace","end":2,"start":1}"#,
+            r#"{"op":"replace","start":1,"end":2} "#,
+            r#"{"op":"replace","start":01,"end":2}"#,
+            r#"{"op":"replace","start":1,"end":18446744073709551616}"#,
+            r#"x{"op":"replace","start":1,"end":2}"#,
+            r#"{"op":"replace","start":1,"end":2}}"#,
+            r#"{"op":"replace","start":1,"end":2,"x":0}"#,
+            r#""Append""#,
+            r#" "append""#,
+            "null",
+            "[]",
+        ];
+        prop::option::of(prop::sample::select(OPS).prop_map(str::to_owned))
+    }
+
+    fn event_type() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(&["turn/start", "user/message", "assistant/message", "assistant/chunk", "x/plugin"][..])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn from_parts_agrees_with_the_general_reading(
+            t in event_type(), d in data(), s in sources(), o in op(), seq in 5u64..8,
+        ) {
+            let fast = Event::from_parts(seq, 1, t, d.clone(), s.as_deref(), o.as_deref());
+            let general = Event::from_general_parts(seq, 1, t, d.into(), s.as_deref(), o.as_deref());
+            prop_assert_eq!(fast, general);
+        }
+    }
+
+    #[test]
+    fn columns_as_written_take_the_exact_reading() {
+        assert_eq!(exact_surface_op(r#""append""#), Some(SurfaceOp::Append));
+        let replace = SurfaceOp::Replace { start: 3, end: 12 };
+        assert_eq!(exact_surface_op(&serde_json::to_string(&replace).unwrap()), Some(replace));
+        assert_eq!(exact_surface_op(r#"{"op":"replace","start":3,"end":12} "#), None);
+        assert_eq!(exact_u64_list("[]").as_deref(), Some(&[][..]));
+        assert_eq!(exact_u64_list("[4,18446744073709551615]").as_deref(), Some(&[4, u64::MAX][..]));
+        assert_eq!(exact_u64_list("[4, 5]"), None);
     }
 }

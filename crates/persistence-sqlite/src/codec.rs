@@ -5,6 +5,10 @@
 //! a row edited behind the store's back is refused with the same contract
 //! code, without rebuilding and re-reading a JSON line per row.
 
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+
 use palimpsest_core_session::{AppendError, Event, LoadError, SurfaceOp};
 use rusqlite::types::ValueRef;
 
@@ -82,21 +86,54 @@ pub(crate) fn optional_int(value: ValueRef<'_>, column: &str, line: u64) -> Resu
     }
 }
 
-/// One `events` row, its columns read but not yet checked.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct EventRow<'a> {
+/// One `events` row, its columns read and copied but not yet checked: the
+/// copies become the event's own strings, so a row is copied once.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EventRow {
     pub(crate) seq: i64,
     pub(crate) time: i64,
-    pub(crate) event_type: &'a str,
-    pub(crate) data: &'a str,
-    pub(crate) source_event_seqs: Option<&'a str>,
-    pub(crate) surface_op: Option<&'a str>,
+    pub(crate) event_type: Cow<'static, str>,
+    pub(crate) data: String,
+    pub(crate) source_event_seqs: Option<String>,
+    pub(crate) surface_op: Option<String>,
 }
 
-impl EventRow<'_> {
+/// The core type strings, so that a row of a core type allocates no type.
+const CORE_TYPES: [&str; 11] = [
+    "turn/start",
+    "turn/end",
+    "step/start",
+    "step/end",
+    "user/message",
+    "context/message",
+    "steering/message",
+    "assistant/chunk",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+];
+
+impl EventRow {
+    /// Reads the columns of `SELECT seq, time, type, data, source_event_seqs,
+    /// surface_op`: `log-corrupt` at `line` for a column of the wrong type.
+    pub(crate) fn read(row: &rusqlite::Row<'_>, line: u64) -> Result<EventRow, LoadError> {
+        let event_type = required_text(row.get_ref_unwrap(2), "type", line)?;
+        Ok(EventRow {
+            seq: required_int(row.get_ref_unwrap(0), "seq", line)?,
+            time: required_int(row.get_ref_unwrap(1), "time", line)?,
+            event_type: match CORE_TYPES.iter().find(|&&t| t == event_type) {
+                Some(core) => Cow::Borrowed(core),
+                None => Cow::Owned(event_type.to_owned()),
+            },
+            data: required_text(row.get_ref_unwrap(3), "data", line)?.to_owned(),
+            source_event_seqs: text(row.get_ref_unwrap(4), "source_event_seqs", line)?.map(str::to_owned),
+            surface_op: text(row.get_ref_unwrap(5), "surface_op", line)?.map(str::to_owned),
+        })
+    }
+
     /// Rebuilds the event at position `index` of its session, checking it as
     /// a JSONL line would be checked.
-    pub(crate) fn decode(&self, index: u64) -> Result<Event, LoadError> {
+    pub(crate) fn decode(self, index: u64) -> Result<Event, LoadError> {
         let at = line_of(index);
         let seq = from_sql_int(self.seq);
         if self.seq < 0 {
@@ -108,48 +145,137 @@ impl EventRow<'_> {
                 error: AppendError::SeqNotContiguous { seq, expected: index },
             });
         }
-        let event = Event::from_parts(
-            seq,
-            from_sql_int(self.time),
-            self.event_type,
-            self.data,
-            self.source_event_seqs,
-            self.surface_op,
-        )
-        .map_err(|error| LoadError::Rule { line: at, error })?;
         // Each column must hold exactly one JSON value, as written: from_parts
         // refuses trailing text; whitespace around `data` would not survive a
         // round trip byte for byte.
+        let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+        let padded = self.data.as_bytes().first().is_some_and(json_space)
+            || self.data.as_bytes().last().is_some_and(json_space);
+        let (has_sources, has_op) = (self.source_event_seqs.is_some(), self.surface_op.is_some());
+        let event = Event::from_parts(
+            seq,
+            from_sql_int(self.time),
+            &self.event_type,
+            self.data,
+            self.source_event_seqs.as_deref(),
+            self.surface_op.as_deref(),
+        )
+        .map_err(|error| LoadError::Rule { line: at, error })?;
         let malformed = |detail: &str| LoadError::Rule {
             line: at,
             error: AppendError::EventMalformed { seq: Some(seq), detail: detail.to_owned() },
         };
-        let json_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
-        if self.data.trim_matches(json_space) != self.data {
+        if padded {
             return Err(malformed("column `data` does not hold exactly one JSON value"));
         }
-        if event.source_event_seqs().is_some() != self.source_event_seqs.is_some() {
+        if event.source_event_seqs().is_some() != has_sources {
             return Err(malformed("column `source_event_seqs` does not match the event read back"));
         }
-        if event.surface_op().is_some() != self.surface_op.is_some() {
+        if event.surface_op().is_some() != has_op {
             return Err(malformed("column `surface_op` does not match the event read back"));
         }
         Ok(event)
     }
 }
 
+/// Rows per batch handed to the decoding thread.
+const BATCH_ROWS: usize = 1024;
+
+/// Decodes rows into events while they are being read: `read` calls
+/// `push` with each row in order (row `i` at position `i` of its session)
+/// and stops early when `push` returns `false`, which it does once a row
+/// failed to decode. With `threads` > 1, rows go in batches to one other
+/// thread, which decodes them while `read` goes on: SQLite steps through
+/// rows on one thread only, and on the benchmark workload reading a row
+/// and decoding it take about as long, so a second decoder would wait.
+/// The result is that of decoding the rows in order: the events, or the
+/// first bad row's error with its position.
+pub(crate) fn decode_while_reading<E>(
+    threads: usize,
+    read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+) -> Result<Result<Vec<Event>, (u64, LoadError)>, E> {
+    /// Decodes rows onto `events`; the first error stops it.
+    fn decode_onto(
+        events: &mut Vec<Event>,
+        rows: impl IntoIterator<Item = EventRow>,
+    ) -> Result<(), (u64, LoadError)> {
+        for row in rows {
+            let index = events.len() as u64;
+            events.push(row.decode(index).map_err(|e| (index, e))?);
+        }
+        Ok(())
+    }
+    /// Decodes each row as it is read.
+    fn inline<E>(
+        read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+    ) -> Result<Result<Vec<Event>, (u64, LoadError)>, E> {
+        let (mut events, mut failed) = (Vec::new(), None);
+        read(&mut |row| match decode_onto(&mut events, [row]) {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        })?;
+        Ok(failed.map_or(Ok(events), Err))
+    }
+    if threads <= 1 {
+        return inline(read);
+    }
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<Vec<EventRow>>(4);
+        let decoder =
+            std::thread::Builder::new().name("palimpsest-sqlite-decode".into()).spawn_scoped(scope, || {
+                let mut events = Vec::new();
+                for batch in rx {
+                    if let Err(e) = decode_onto(&mut events, batch) {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+                Ok(events)
+            });
+        let decoder = match decoder {
+            Ok(decoder) => decoder,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot start a decode thread; decoding as rows are read");
+                return inline(read);
+            }
+        };
+        let mut batch = Vec::with_capacity(BATCH_ROWS);
+        let read = read(&mut |row| {
+            batch.push(row);
+            if batch.len() == BATCH_ROWS {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+                // A refused send means the decoder stopped: at a bad row.
+                return tx.send(full).is_ok() && !failed.load(Ordering::Relaxed);
+            }
+            true
+        });
+        if read.is_ok() && !batch.is_empty() {
+            // As above: if refused, the decoder already has its error.
+            let _ = tx.send(batch);
+        }
+        drop(tx);
+        let decoded = decoder.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        read?;
+        Ok(decoded)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn row<'a>(data: &'a str, sources: Option<&'a str>, op: Option<&'a str>) -> EventRow<'a> {
+    fn row(data: &str, sources: Option<&str>, op: Option<&str>) -> EventRow {
         EventRow {
             seq: 3,
             time: 7,
-            event_type: "assistant/message",
-            data,
-            source_event_seqs: sources,
-            surface_op: op,
+            event_type: Cow::Borrowed("assistant/message"),
+            data: data.to_owned(),
+            source_event_seqs: sources.map(str::to_owned),
+            surface_op: op.map(str::to_owned),
         }
     }
 
@@ -206,10 +332,72 @@ mod tests {
         assert_eq!(to_sql_int(42), 42);
     }
 
+    /// Decodes `rows` as a load does, on `threads` threads; the error's
+    /// position only.
+    fn decoded(rows: &[EventRow], threads: usize) -> Result<Vec<Event>, u64> {
+        let read = |push: &mut dyn FnMut(EventRow) -> bool| -> Result<(), ()> {
+            for row in rows.iter().cloned() {
+                if !push(row) {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        decode_while_reading(threads, read).expect("reading cannot fail here").map_err(|e| e.0)
+    }
+
+    #[test]
+    fn rows_decode_on_threads_exactly_as_in_order() {
+        let plugin = |seq: i64| EventRow {
+            seq,
+            time: 1,
+            event_type: Cow::Borrowed("x/p"),
+            data: format!("{{\"i\":{seq}}}"),
+            source_event_seqs: None,
+            surface_op: None,
+        };
+        // Enough rows for several batches on every thread.
+        let n = BATCH_ROWS * 5 + 17;
+        let good: Vec<EventRow> = (0..n as i64).map(plugin).collect();
+        let expected = decoded(&good, 1).expect("valid rows");
+        assert_eq!(expected.len(), n);
+        for threads in 2..6 {
+            assert_eq!(decoded(&good, threads), Ok(expected.clone()), "{threads} threads");
+        }
+        // One or two bad rows anywhere: the first by position is the error.
+        for bad in [0, 7, BATCH_ROWS - 1, BATCH_ROWS, 3 * BATCH_ROWS + 5, n - 1] {
+            for also in [None, Some(bad + BATCH_ROWS), Some(bad.saturating_sub(3))] {
+                let mut rows = good.clone();
+                rows[bad].data = "{".into();
+                if let Some(also) = also.filter(|&a| a < rows.len()) {
+                    rows[also].seq = -1;
+                }
+                let first = also.filter(|&a| a < n).map_or(bad, |a| a.min(bad)) as u64;
+                assert_eq!(decoded(&rows, 1).map(drop), Err(first));
+                for threads in 2..6 {
+                    assert_eq!(decoded(&rows, threads).map(drop), Err(first), "{threads} threads, bad {bad}");
+                }
+            }
+        }
+        assert_eq!(decoded(&[], 3), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_read_error_is_returned_after_the_decoders_stop() {
+        let rows = [row(MSG, None, Some("\"append\""))];
+        for threads in [1, 3] {
+            let read = |push: &mut dyn FnMut(EventRow) -> bool| {
+                push(rows[0].clone());
+                Err("disk gone")
+            };
+            assert_eq!(decode_while_reading(threads, read).map(drop), Err("disk gone"));
+        }
+    }
+
     #[test]
     fn odd_type_strings_and_huge_times_survive() {
         let mut r = row(r#"{"x":1}"#, None, None);
-        r.event_type = "odd\"type\n";
+        r.event_type = Cow::Borrowed("odd\"type\n");
         r.time = to_sql_int(u64::MAX);
         let e = r.decode(3).expect("a plugin event with an odd type");
         assert_eq!((e.event_type().as_str(), e.time()), ("odd\"type\n", u64::MAX));

@@ -416,26 +416,33 @@ impl SessionStore for SqliteStore {
             let mut stmt = tx.prepare_cached(SELECT_EVENTS)?;
             let mut rows = stmt.query([session_id])?;
             // Not sized from max(seq): a tampered seq must not size an allocation.
-            let mut events = Vec::new();
-            while let Some(row) = rows.next()? {
-                let index = events.len() as u64;
-                let at = codec::line_of(index);
-                let decoded = (|| {
-                    let event_row = EventRow {
-                        seq: codec::required_int(row.get_ref_unwrap(0), "seq", at)?,
-                        time: codec::required_int(row.get_ref_unwrap(1), "time", at)?,
-                        event_type: codec::required_text(row.get_ref_unwrap(2), "type", at)?,
-                        data: codec::required_text(row.get_ref_unwrap(3), "data", at)?,
-                        source_event_seqs: codec::text(row.get_ref_unwrap(4), "source_event_seqs", at)?,
-                        surface_op: codec::text(row.get_ref_unwrap(5), "surface_op", at)?,
-                    };
-                    event_row.decode(index)
-                })();
-                match decoded {
-                    Ok(event) => events.push(event),
-                    Err(e) => return Err(ReadError::Store(self.corrupt(session_id, Some(index), e))),
+            // SQLite steps through rows on this thread; other threads decode
+            // them meanwhile. The first bad row by position is the error,
+            // whether its columns or its contents are wrong: a row whose
+            // columns cannot be read is never decoded, and ends the read.
+            let mut unreadable = None;
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let events = codec::decode_while_reading(threads, |push| {
+                let mut index = 0;
+                while let Some(row) = rows.next()? {
+                    match EventRow::read(row, codec::line_of(index)) {
+                        Ok(row) => {
+                            if !push(row) {
+                                break;
+                            }
+                            index += 1;
+                        }
+                        Err(e) => {
+                            unreadable = Some((index, e));
+                            break;
+                        }
+                    }
                 }
-            }
+                Ok::<(), rusqlite::Error>(())
+            })?;
+            let events = events.and_then(|events| unreadable.map_or(Ok(events), Err));
+            let events =
+                events.map_err(|(index, e)| ReadError::Store(self.corrupt(session_id, Some(index), e)))?;
             Ok(StoredSession { header, events, report: LoadReport::default() })
         })
     }
