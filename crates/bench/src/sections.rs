@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use palimpsest_core_session::jsonl::JsonlLog;
 use palimpsest_core_session::{Session, SurfaceManager};
 use palimpsest_invariants::InvariantGuard;
 
@@ -128,10 +127,10 @@ fn resident_memory(w: &Workload) -> Result<Vec<Row>, String> {
 /// Child side: loads `file` and reports resident memory growth, in bytes.
 pub(crate) fn memory_probe(file: &str) -> Result<String, String> {
     let before = proc_status_bytes("VmRSS").ok_or("no /proc/self/status")?;
-    let session = {
-        let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
-        JsonlLog::parse(&bytes).and_then(JsonlLog::into_session).map_err(|e| e.to_string())?
-    };
+    // As a user loads a file: the store's reader, then a Session.
+    let stored = palimpsest_persistence_jsonl::read_session_file(std::path::Path::new(file))
+        .map_err(|e| e.to_string())?;
+    let session = Session::from_log(stored.header, stored.events).map_err(|e| e.to_string())?;
     let resident = proc_status_bytes("VmRSS").ok_or("no VmRSS")?.saturating_sub(before);
     let peak = proc_status_bytes("VmHWM").ok_or("no VmHWM")?.saturating_sub(before);
     let events = std::hint::black_box(&session).events().len();

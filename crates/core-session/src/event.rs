@@ -1069,7 +1069,8 @@ mod parts_tests {
     }
 
     fn sources() -> impl Strategy<Value = Option<String>> {
-        const SOURCES: &[&str] = &["[1,2]", "[]", "[0]", "[01]", "[1, 2]", "[2,1]", "[1,1]", "[9]", "null", "[1.0]", "[1", "{}"];
+        const SOURCES: &[&str] =
+            &["[1,2]", "[]", "[0]", "[01]", "[1, 2]", "[2,1]", "[1,1]", "[9]", "null", "[1.0]", "[1", "{}"];
         prop::option::of(prop::sample::select(SOURCES).prop_map(str::to_owned))
     }
 
@@ -1093,7 +1094,9 @@ mod parts_tests {
     }
 
     fn event_type() -> impl Strategy<Value = &'static str> {
-        prop::sample::select(&["turn/start", "user/message", "assistant/message", "assistant/chunk", "x/plugin"][..])
+        prop::sample::select(
+            &["turn/start", "user/message", "assistant/message", "assistant/chunk", "x/plugin"][..],
+        )
     }
 
     proptest! {

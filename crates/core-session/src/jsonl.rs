@@ -95,17 +95,129 @@ impl JsonlLog {
         threads: usize,
         min_part: usize,
     ) -> Result<JsonlLog, LoadError> {
-        let reader = JsonlReader::new(bytes, options)?;
-        let parts = split_lines(bytes, reader.pos, threads, min_part);
-        if parts.len() > 1 {
-            tracing::debug!(parts = parts.len(), bytes = bytes.len(), "decoding a JSONL file in parallel");
+        let mut decoder = JsonlDecoder { threads, min_part, ..JsonlDecoder::new(options) };
+        let used = decoder.feed(bytes)?;
+        decoder.finish(&bytes[used..])
+    }
+
+    /// Seeds a [`Session`] from this log, checking every rule.
+    pub fn into_session(self) -> Result<Session, LoadError> {
+        // The line is the event's position (+2: the header is line 1), not
+        // its seq, which may be anything when it is the thing that is wrong.
+        let mut session = Session::create(self.header);
+        for (index, event) in self.events.into_iter().enumerate() {
+            let line = u64::try_from(index).map_or(u64::MAX, |i| i.saturating_add(2));
+            session.append(event).map_err(|error| LoadError::Rule { line, error })?;
         }
-        let first_line = reader.line;
-        let header = reader.header.clone();
+        Ok(session)
+    }
+}
+
+/// Reads the header line (without its `\n`).
+fn header_of(line: &[u8], options: ReadOptions) -> Result<SessionHeader, LoadError> {
+    if line.is_empty() {
+        return Err(LoadError::HeaderMalformed { detail: "the file has no header line".into() });
+    }
+    if line.len() > options.max_line_bytes {
+        return Err(LoadError::HeaderMalformed {
+            detail: format!("the header line is longer than {} bytes", options.max_line_bytes),
+        });
+    }
+    let text = std::str::from_utf8(line)
+        .map_err(|e| LoadError::HeaderMalformed { detail: format!("the header is not UTF-8: {e}") })?;
+    SessionHeader::from_json(text)
+}
+
+/// Reads a JSONL file piece by piece, as it is read from disk, so that the
+/// file is never held whole: [`feed`](JsonlDecoder::feed) it what has been
+/// read, keep what it did not use, and [`finish`](JsonlDecoder::finish)
+/// with that rest at the end of the file. The result, errors included, is
+/// exactly [`JsonlLog::parse_with`]'s for the whole file, however the bytes
+/// were cut (which is how `parse_with` itself reads).
+///
+/// ```
+/// use palimpsest_core_session::jsonl::{JsonlDecoder, JsonlLog, ReadOptions};
+///
+/// let file = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":0}\n\
+/// {\"seq\":0,\"time\":1,\"type\":\"turn/start\",\"data\":{\"turn\":1}}\n";
+/// let mut decoder = JsonlDecoder::new(ReadOptions::default());
+/// let mut pending = Vec::new();
+/// for piece in file.chunks(20) {
+///     pending.extend_from_slice(piece);
+///     let used = decoder.feed(&pending)?;
+///     pending.drain(..used);
+/// }
+/// let log = decoder.finish(&pending)?;
+/// assert_eq!(log, JsonlLog::parse(file)?);
+/// # Ok::<(), palimpsest_core_session::LoadError>(())
+/// ```
+#[derive(Debug)]
+pub struct JsonlDecoder {
+    options: ReadOptions,
+    threads: usize,
+    min_part: usize,
+    header: Option<SessionHeader>,
+    events: Vec<Event>,
+    /// Lines read so far, the header included.
+    lines: u64,
+    /// Bytes read so far.
+    offset: u64,
+}
+
+impl JsonlDecoder {
+    /// A decoder for one file, using up to the machine's parallelism.
+    pub fn new(options: ReadOptions) -> JsonlDecoder {
+        JsonlDecoder {
+            options,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            min_part: MIN_PART_BYTES,
+            header: None,
+            events: Vec::new(),
+            lines: 0,
+            offset: 0,
+        }
+    }
+
+    /// Decodes every whole line at the start of `bytes` (the bytes that
+    /// follow what earlier calls used) and returns how many bytes that was:
+    /// up to and including the last `\n`. The caller keeps the rest and
+    /// passes it again with the next bytes. A first error ends the read.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, LoadError> {
+        let Some(last) = memchr::memrchr(b'\n', bytes) else { return Ok(0) };
+        let mut start = 0;
+        let header = match &self.header {
+            Some(header) => header.clone(),
+            None => {
+                let end = memchr(b'\n', bytes).unwrap_or(last);
+                let header = header_of(&bytes[..end], self.options)?;
+                self.header = Some(header.clone());
+                (start, self.lines) = (end + 1, 1);
+                header
+            }
+        };
+        let whole = &bytes[..=last];
+        let parts = split_lines(whole, start, self.threads, self.min_part);
+        if parts.len() > 1 {
+            tracing::debug!(
+                parts = parts.len(),
+                bytes = whole.len() - start,
+                "decoding JSONL lines in parallel"
+            );
+        }
         // Each part is read by its own reader, numbering its lines from 0;
         // they are renumbered below, once the parts before are known whole.
+        let options = self.options;
         let decode = |(start, end): (usize, usize)| -> Part {
-            let mut part = JsonlReader { bytes: &bytes[..end], pos: start, line: 0, ..reader.clone() };
+            let mut part = JsonlReader {
+                header: header.clone(),
+                bytes: &whole[..end],
+                pos: start,
+                line: 0,
+                options,
+                torn_tail: None,
+                missing_newline: false,
+                failed: false,
+            };
             let mut events = Vec::with_capacity((end - start) / 256);
             let mut error = None;
             for event in part.by_ref() {
@@ -114,7 +226,7 @@ impl JsonlLog {
                     Err(e) => error = Some(e),
                 }
             }
-            Part { events, error, torn_tail: part.torn_tail, missing_newline: part.missing_newline }
+            Part { events, error }
         };
         let decoded: Vec<Part> = std::thread::scope(|scope| {
             let (last, rest) = parts.split_last().unwrap_or((&(0, 0), &[]));
@@ -141,39 +253,52 @@ impl JsonlLog {
             decoded.push(last);
             decoded
         });
-        // The parts' events are moved into the first part's vector, which
-        // is already the right place for the first (and usually largest) run.
-        let total: usize = decoded.iter().map(|p| p.events.len()).sum();
-        let mut events = Vec::new();
-        let (mut torn_tail, mut missing_newline) = (None, false);
         for part in decoded {
             // Every line before this part was one event.
-            let offset = first_line + events.len() as u64;
             if let Some(error) = part.error {
-                return Err(error.shifted(offset));
+                return Err(error.shifted(self.lines));
             }
-            if events.is_empty() {
-                events = part.events;
-                events.reserve(total - events.len());
+            self.lines += part.events.len() as u64;
+            if self.events.is_empty() {
+                // Move the first part's vector rather than copy it: its
+                // events are still in this core's cache.
+                self.events = part.events;
             } else {
-                events.extend(part.events);
+                self.events.extend(part.events);
             }
-            torn_tail = part.torn_tail.map(|t| TornTail { line: t.line + offset, ..t });
-            missing_newline = part.missing_newline;
         }
-        Ok(JsonlLog { header, events, torn_tail, missing_newline })
+        self.offset += whole.len() as u64;
+        Ok(whole.len())
     }
 
-    /// Seeds a [`Session`] from this log, checking every rule.
-    pub fn into_session(self) -> Result<Session, LoadError> {
-        // The line is the event's position (+2: the header is line 1), not
-        // its seq, which may be anything when it is the thing that is wrong.
-        let mut session = Session::create(self.header);
-        for (index, event) in self.events.into_iter().enumerate() {
-            let line = u64::try_from(index).map_or(u64::MAX, |i| i.saturating_add(2));
-            session.append(event).map_err(|error| LoadError::Rule { line, error })?;
+    /// Ends the file: `rest` is what the last [`feed`](JsonlDecoder::feed)
+    /// did not use (a last line without its `\n`, or nothing). A rest that
+    /// is not JSON is a torn write, dropped and reported.
+    pub fn finish(mut self, rest: &[u8]) -> Result<JsonlLog, LoadError> {
+        let Some(header) = self.header.take() else {
+            // The file is one line without its `\n`: the header alone.
+            let header = header_of(rest, self.options)?;
+            return Ok(JsonlLog { header, events: self.events, torn_tail: None, missing_newline: true });
+        };
+        let mut last = JsonlReader {
+            header,
+            bytes: rest,
+            pos: 0,
+            line: self.lines,
+            options: self.options,
+            torn_tail: None,
+            missing_newline: false,
+            failed: false,
+        };
+        if let Some(event) = last.next() {
+            self.events.push(event?);
         }
-        Ok(session)
+        Ok(JsonlLog {
+            header: last.header,
+            events: self.events,
+            torn_tail: last.torn_tail.map(|t| TornTail { offset: t.offset + self.offset, ..t }),
+            missing_newline: last.missing_newline,
+        })
     }
 }
 
@@ -181,8 +306,6 @@ impl JsonlLog {
 struct Part {
     events: Vec<Event>,
     error: Option<LoadError>,
-    torn_tail: Option<TornTail>,
-    missing_newline: bool,
 }
 
 /// Below this many bytes a part is not worth a thread.
@@ -230,17 +353,7 @@ impl<'a> JsonlReader<'a> {
             Some(i) => (&bytes[..i], i + 1, true),
             None => (bytes, bytes.len(), false),
         };
-        if first.is_empty() {
-            return Err(LoadError::HeaderMalformed { detail: "the file has no header line".into() });
-        }
-        if first.len() > options.max_line_bytes {
-            return Err(LoadError::HeaderMalformed {
-                detail: format!("the header line is longer than {} bytes", options.max_line_bytes),
-            });
-        }
-        let text = std::str::from_utf8(first)
-            .map_err(|e| LoadError::HeaderMalformed { detail: format!("the header is not UTF-8: {e}") })?;
-        let header = SessionHeader::from_json(text)?;
+        let header = header_of(first, options)?;
         Ok(JsonlReader {
             header,
             bytes,
@@ -377,6 +490,17 @@ mod tests {
 
     const HEADER: &str = r#"{"type":"session","version":0,"id":"s","createdAt":0}"#;
 
+    /// The reference: the line-by-line reader, one line at a time.
+    fn by_lines(bytes: &[u8], options: ReadOptions) -> Result<JsonlLog, LoadError> {
+        let mut reader = JsonlReader::new(bytes, options)?;
+        let mut events = Vec::new();
+        for event in reader.by_ref() {
+            events.push(event?);
+        }
+        let (torn_tail, missing_newline) = (reader.torn_tail, reader.missing_newline);
+        Ok(JsonlLog { header: reader.header, events, torn_tail, missing_newline })
+    }
+
     fn line(kind: u8, seq: u64) -> String {
         match kind % 4 {
             0 => format!(r#"{{"seq":{seq},"time":1,"type":"turn/start","data":{{"turn":{seq}}}}}"#),
@@ -426,11 +550,38 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         #[test]
-        fn parts_read_what_lines_read(bytes in file(), threads in 2usize..6, min_part in 1usize..400) {
+        fn parts_read_what_lines_read(bytes in file(), threads in 1usize..6, min_part in 1usize..400) {
             let options = ReadOptions { max_line_bytes: 300 };
-            let whole = JsonlLog::parse_on(&bytes, options, 1, MIN_PART_BYTES);
             let parts = JsonlLog::parse_on(&bytes, options, threads, min_part);
-            prop_assert_eq!(parts, whole);
+            prop_assert_eq!(parts, by_lines(&bytes, options));
+        }
+
+        #[test]
+        fn pieces_read_what_lines_read(
+            bytes in file(),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+            threads in 1usize..4,
+        ) {
+            let options = ReadOptions { max_line_bytes: 300 };
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+            at.push(bytes.len());
+            at.sort_unstable();
+            let mut decoder = JsonlDecoder { threads, min_part: 1, ..JsonlDecoder::new(options) };
+            let (mut pending, mut from) = (Vec::new(), 0);
+            let mut result = None;
+            for to in at {
+                pending.extend_from_slice(&bytes[from..to]);
+                from = to;
+                match decoder.feed(&pending) {
+                    Ok(used) => drop(pending.drain(..used)),
+                    Err(e) => {
+                        result = Some(Err(e));
+                        break;
+                    }
+                }
+            }
+            let result = result.unwrap_or_else(|| decoder.finish(&pending));
+            prop_assert_eq!(result, by_lines(&bytes, options));
         }
     }
 

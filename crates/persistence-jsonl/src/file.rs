@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use palimpsest_core_session::jsonl::{
-    header_line, write_events, JsonlLog, JsonlReader, ReadOptions, TornTail,
+    header_line, write_events, JsonlDecoder, JsonlLog, JsonlReader, ReadOptions, TornTail,
 };
 use palimpsest_core_session::{AppendError, Event, LoadError, SessionHeader, SESSION_FORMAT_VERSION};
 use palimpsest_persistence::{check_continues, LoadReport, StoreError, StoredSession};
@@ -259,9 +259,9 @@ impl SessionFile {
     /// [`Session::from_log`](palimpsest_core_session::Session::from_log).
     pub fn load(&mut self) -> Result<StoredSession, StoreError> {
         let (log, file_len) = if self.read == UNCAPPED {
-            let bytes = self.read_all()?;
-            let log = JsonlLog::parse_with(&bytes, UNCAPPED).map_err(|e| load_error(&self.path, e))?;
-            (log, bytes.len() as u64)
+            let context = || format!("read {}", shown(&self.path));
+            self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
+            read_in_pieces(&self.file, &self.path, |e| io_err(context(), e))?
         } else {
             let capped = self.read_all_capped()?;
             let log = capped::parse_capped(&capped, self.read).map_err(|e| load_error(&self.path, e))?;
@@ -570,18 +570,45 @@ pub fn read_session_file_with(path: &Path, options: ReadOptions) -> Result<Store
         _ => io_err(format!("read {}", shown(path)), e),
     };
     let log = if options == UNCAPPED {
-        let bytes = fs::read(path).map_err(read_err)?;
-        JsonlLog::parse_with(&bytes, UNCAPPED)
+        let file = File::open(path).map_err(read_err)?;
+        read_in_pieces(file, path, read_err)?.0
     } else {
         let capped = File::open(path).and_then(|f| capped::read_capped(f, options)).map_err(read_err)?;
-        capped::parse_capped(&capped, options)
+        capped::parse_capped(&capped, options).map_err(|e| load_error(path, e))?
     };
-    let log = log.map_err(|e| load_error(path, e))?;
     Ok(StoredSession {
         header: log.header,
         events: log.events,
         report: LoadReport { torn_tail: log.torn_tail },
     })
+}
+
+/// Bytes read from the file at a time by [`read_in_pieces`].
+const PIECE_BYTES: usize = 8 << 20;
+
+/// Reads a whole session file (from where `file` is) through a
+/// [`JsonlDecoder`], a piece at a time: the file is decoded as it is read
+/// and never held whole, so a load needs the session's memory plus one
+/// piece, not the file's size again. Returns the log and the bytes read.
+fn read_in_pieces(
+    mut file: impl Read,
+    path: &Path,
+    read_err: impl Fn(io::Error) -> StoreError,
+) -> Result<(JsonlLog, u64), StoreError> {
+    let mut decoder = JsonlDecoder::new(UNCAPPED);
+    let (mut pending, mut len) = (Vec::with_capacity(PIECE_BYTES), 0u64);
+    loop {
+        // A line longer than a piece makes `pending` grow until it ends.
+        let read = file.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending).map_err(&read_err)?;
+        if read == 0 {
+            break;
+        }
+        len += read as u64;
+        let used = decoder.feed(&pending).map_err(|e| load_error(path, e))?;
+        pending.drain(..used);
+    }
+    let log = decoder.finish(&pending).map_err(|e| load_error(path, e))?;
+    Ok((log, len))
 }
 
 /// Reads just the header line of a session file, for listing: at most

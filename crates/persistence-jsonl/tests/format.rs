@@ -380,3 +380,43 @@ proptest! {
         }
     }
 }
+
+/// A file several read pieces long, with lines across the piece edges, is
+/// read exactly as the whole bytes parse: by `read_session_file`, by a held
+/// file's `load`, and with a torn last line or a bad line far into it.
+#[test]
+fn a_file_larger_than_a_read_piece_reads_as_its_bytes_parse() {
+    use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions};
+    let dir = tempdir();
+    let path = dir.path().join("big.jsonl");
+    let header = SessionHeader::new("big", 0);
+    // ~20 MB: more than two 8 MiB pieces, lines of odd lengths.
+    let events: Vec<Event> = (0..9_000u64)
+        .map(|seq| {
+            let pad = "x".repeat(1_500 + (seq as usize * 7) % 1_300);
+            Event::from_json(&format!(r#"{{"seq":{seq},"time":1,"type":"kit/pad","data":"{pad}"}}"#)).unwrap()
+        })
+        .collect();
+    let bytes = to_bytes(&header, &events);
+    assert!(bytes.len() > 16 << 20, "{} bytes", bytes.len());
+    let expect = |bytes: &[u8]| JsonlLog::parse_with(bytes, ReadOptions { max_line_bytes: usize::MAX });
+    for damage in ["", "{\"seq\":9000,\"ti", "\n{not json\n"] {
+        let mut file = bytes.clone();
+        file.extend_from_slice(damage.as_bytes());
+        write(&path, &file);
+        let whole = expect(&file);
+        let read = read_session_file(&path);
+        match (&whole, &read) {
+            (Ok(log), Ok(stored)) => {
+                assert_eq!(stored.events, log.events);
+                assert_eq!(stored.report.torn_tail, log.torn_tail);
+            }
+            (Err(e), Err(StoreError::Corrupt { cause: Some(cause), .. })) => assert_eq!(cause, e),
+            other => panic!("{damage:?}: {other:?}"),
+        }
+        if let Ok(log) = &whole {
+            let loaded = ok(SessionFile::open(&path)).load();
+            assert_eq!(ok(loaded).events.len(), log.events.len(), "{damage:?}");
+        }
+    }
+}
