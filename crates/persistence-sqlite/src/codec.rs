@@ -5,11 +5,10 @@
 //! a row edited behind the store's back is refused with the same contract
 //! code, without rebuilding and re-reading a JSON line per row.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
-use palimpsest_core_session::{AppendError, Event, LoadError, SurfaceOp};
+use palimpsest_core_session::{AppendError, Event, EventType, LoadError, SurfaceOp};
 use rusqlite::types::ValueRef;
 
 /// The JSON text of a `surfaceOp`, exactly as the JSONL line holds it.
@@ -88,43 +87,26 @@ pub(crate) fn optional_int(value: ValueRef<'_>, column: &str, line: u64) -> Resu
 
 /// One `events` row, its columns read and copied but not yet checked: the
 /// copies become the event's own strings, so a row is copied once.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct EventRow {
     pub(crate) seq: i64,
     pub(crate) time: i64,
-    pub(crate) event_type: Cow<'static, str>,
+    /// Parsed as it is read: a core type allocates nothing.
+    pub(crate) event_type: EventType,
     pub(crate) data: String,
     pub(crate) source_event_seqs: Option<String>,
     pub(crate) surface_op: Option<String>,
 }
 
-/// The core type strings, so that a row of a core type allocates no type.
-const CORE_TYPES: [&str; 11] = [
-    "turn/start",
-    "turn/end",
-    "step/start",
-    "step/end",
-    "user/message",
-    "context/message",
-    "steering/message",
-    "assistant/chunk",
-    "assistant/message",
-    "tool/call",
-    "tool/result",
-];
-
 impl EventRow {
     /// Reads the columns of `SELECT seq, time, type, data, source_event_seqs,
     /// surface_op`: `log-corrupt` at `line` for a column of the wrong type.
     pub(crate) fn read(row: &rusqlite::Row<'_>, line: u64) -> Result<EventRow, LoadError> {
-        let event_type = required_text(row.get_ref_unwrap(2), "type", line)?;
+        let event_type = EventType::parse(required_text(row.get_ref_unwrap(2), "type", line)?);
         Ok(EventRow {
             seq: required_int(row.get_ref_unwrap(0), "seq", line)?,
             time: required_int(row.get_ref_unwrap(1), "time", line)?,
-            event_type: match CORE_TYPES.iter().find(|&&t| t == event_type) {
-                Some(core) => Cow::Borrowed(core),
-                None => Cow::Owned(event_type.to_owned()),
-            },
+            event_type,
             data: required_text(row.get_ref_unwrap(3), "data", line)?.to_owned(),
             source_event_seqs: text(row.get_ref_unwrap(4), "source_event_seqs", line)?.map(str::to_owned),
             surface_op: text(row.get_ref_unwrap(5), "surface_op", line)?.map(str::to_owned),
@@ -155,7 +137,7 @@ impl EventRow {
         let event = Event::from_parts(
             seq,
             from_sql_int(self.time),
-            &self.event_type,
+            self.event_type.as_str(),
             self.data,
             self.source_event_seqs.as_deref(),
             self.surface_op.as_deref(),
@@ -272,7 +254,7 @@ mod tests {
         EventRow {
             seq: 3,
             time: 7,
-            event_type: Cow::Borrowed("assistant/message"),
+            event_type: EventType::parse("assistant/message"),
             data: data.to_owned(),
             source_event_seqs: sources.map(str::to_owned),
             surface_op: op.map(str::to_owned),
@@ -351,7 +333,7 @@ mod tests {
         let plugin = |seq: i64| EventRow {
             seq,
             time: 1,
-            event_type: Cow::Borrowed("x/p"),
+            event_type: EventType::parse("x/p"),
             data: format!("{{\"i\":{seq}}}"),
             source_event_seqs: None,
             surface_op: None,
@@ -397,7 +379,7 @@ mod tests {
     #[test]
     fn odd_type_strings_and_huge_times_survive() {
         let mut r = row(r#"{"x":1}"#, None, None);
-        r.event_type = Cow::Borrowed("odd\"type\n");
+        r.event_type = EventType::parse("odd\"type\n");
         r.time = to_sql_int(u64::MAX);
         let e = r.decode(3).expect("a plugin event with an odd type");
         assert_eq!((e.event_type().as_str(), e.time()), ("odd\"type\n", u64::MAX));
