@@ -913,13 +913,18 @@ fn exact_surface_op(text: &str) -> Option<SurfaceOp> {
 
 /// A JSON integer in `0..=u64::MAX` at the start of `text` (no sign, no
 /// leading zero, no fraction or exponent), and what follows it.
-fn leading_u64(text: &str) -> Option<(u64, &str)> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, rest) = text.split_at(digits);
-    if rest.starts_with(['.', 'e', 'E']) {
+pub(crate) fn leading_u64(text: &str) -> Option<(u64, &str)> {
+    let bytes = text.as_bytes();
+    let (mut value, mut digits) = (0u64, 0);
+    while let Some(&b) = bytes.get(digits).filter(|b| b.is_ascii_digit()) {
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        digits += 1;
+    }
+    let leading_zero = digits > 1 && bytes[0] == b'0';
+    if digits == 0 || leading_zero || matches!(bytes.get(digits), Some(b'.' | b'e' | b'E')) {
         return None;
     }
-    Some((json_u64(number)?, rest))
+    Some((value, &text[digits..]))
 }
 
 /// A JSON integer in `0..=u64::MAX` at the end of `text`, and what

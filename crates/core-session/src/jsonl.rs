@@ -208,10 +208,12 @@ impl JsonlDecoder {
         // they are renumbered below, once the parts before are known whole.
         let options = self.options;
         let decode = |(start, end): (usize, usize)| -> Part {
+            let bytes = &whole[start..end];
             let mut part = JsonlReader {
                 header: header.clone(),
-                bytes: &whole[..end],
-                pos: start,
+                bytes,
+                text: std::str::from_utf8(bytes).ok(),
+                pos: 0,
                 line: 0,
                 options,
                 torn_tail: None,
@@ -283,6 +285,7 @@ impl JsonlDecoder {
         let mut last = JsonlReader {
             header,
             bytes: rest,
+            text: None,
             pos: 0,
             line: self.lines,
             options: self.options,
@@ -338,6 +341,9 @@ fn split_lines(bytes: &[u8], start: usize, parts: usize, min_part: usize) -> Vec
 pub struct JsonlReader<'a> {
     header: SessionHeader,
     bytes: &'a [u8],
+    /// `bytes` as text, when all of it is known to be UTF-8 (checked at
+    /// once, which is quicker than line by line).
+    text: Option<&'a str>,
     pos: usize,
     line: u64,
     options: ReadOptions,
@@ -357,6 +363,7 @@ impl<'a> JsonlReader<'a> {
         Ok(JsonlReader {
             header,
             bytes,
+            text: None,
             pos: rest_at,
             line: 1,
             options,
@@ -411,7 +418,12 @@ impl Iterator for JsonlReader<'_> {
                 self.options.max_line_bytes
             )))
         } else {
-            match std::str::from_utf8(raw) {
+            // Slicing at line ends is slicing at character boundaries.
+            let text = match self.text {
+                Some(text) => Ok(&text[start..start + raw.len()]),
+                None => std::str::from_utf8(raw),
+            };
+            match text {
                 Err(e) if terminated => Err(corrupt(format!("not UTF-8: {e}"))),
                 Err(_) => Err(corrupt(String::new())),
                 Ok(text) => decode_line(text, line),
