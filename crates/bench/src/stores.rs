@@ -70,14 +70,16 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
     let per_turn = median(per_turn_runs, &mut fresh_dir, |dir| write(true, &dir));
     // Baselines: the same bytes, written and synced, in one go or per turn.
     let header_len = palimpsest_core_session::jsonl::header_line(&w.header).len();
+    // Each turn's bytes in the file, measured here, outside the timings.
+    let turn_lens: Vec<usize> =
+        turns(w).iter().map(|batch| batch.iter().map(|e| e.to_json().len() + 1).sum()).collect();
     let raw = |per_turn: bool, dir: &Path| -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(err)?;
         let mut f = std::fs::File::create(dir.join("raw.jsonl")).map_err(err)?;
         if per_turn {
             f.write_all(&w.bytes[..header_len]).map_err(err)?;
             let mut at = header_len;
-            for batch in turns(w) {
-                let len: usize = batch.iter().map(|e| e.to_json().len() + 1).sum();
+            for &len in &turn_lens {
                 f.write_all(&w.bytes[at..at + len]).and_then(|()| f.sync_data()).map_err(err)?;
                 at += len;
             }
