@@ -128,16 +128,10 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
     ])
 }
 
-/// The bare rusqlite baseline: the same schema, page size and rows, no
-/// validation.
+/// The bare rusqlite baseline: the same schema and rows, no validation.
 fn bare_insert(path: &Path, w: &Workload, per_turn: bool) -> Result<(), String> {
     let mut conn = rusqlite::Connection::open(path).map_err(err)?;
-    // The store's layout: its page size (set while the file is empty), WAL.
-    let page_size = palimpsest_persistence_sqlite::PAGE_SIZE;
-    conn.execute_batch(&format!(
-        "PRAGMA page_size={page_size}; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-    ))
-    .map_err(err)?;
+    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;").map_err(err)?;
     conn.execute_batch(palimpsest_persistence_sqlite::SCHEMA_SQL).map_err(err)?;
     let insert = |tx: &rusqlite::Transaction<'_>,
                   batch: &[palimpsest_core_session::Event]|

@@ -15,5 +15,5 @@ mod sqlerr;
 mod store;
 
 pub use options::{SqliteOptions, Synchronous};
-pub use schema::{APPLICATION_ID, PAGE_SIZE, SCHEMA_SQL, SCHEMA_VERSION};
+pub use schema::{APPLICATION_ID, SCHEMA_SQL, SCHEMA_VERSION};
 pub use store::SqliteStore;

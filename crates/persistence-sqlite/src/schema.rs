@@ -19,14 +19,6 @@ pub const SCHEMA_VERSION: i64 = 2;
 /// file with another id belongs to another program and is refused.
 pub const APPLICATION_ID: i32 = 0x5041_4C49;
 
-/// The page size of a database this crate creates (SQLite's default is
-/// 4096). Events with a tool result or a summary are 2–3 KB: at 4 KiB pages
-/// a `WITHOUT ROWID` row keeps about 1 KB in the b-tree and spills the rest
-/// into overflow pages; at 32 KiB such rows stay whole. Measured on the
-/// benchmark workload: one-batch writes 1.3–1.6x faster. Only new databases
-/// get it; a database of another page size opens and works as before.
-pub const PAGE_SIZE: u32 = 32_768;
-
 /// The schema of version [`SCHEMA_VERSION`], as executed on an empty database.
 pub const SCHEMA_SQL: &str = "\
 CREATE TABLE sessions (
@@ -297,10 +289,6 @@ pub(crate) fn open_checked(conn: &mut Connection, location: &str) -> Result<bool
     if state == DbState::Current {
         return Ok(false);
     }
-    // Takes effect only while the file is still empty (a no-op if another
-    // process initialises it first), and must come before the transaction.
-    conn.pragma_update(None, "page_size", PAGE_SIZE)
-        .map_err(|e| sql_err(e, location, "setting the page size"))?;
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| sql_err(e, location, "initialising the schema"))?;

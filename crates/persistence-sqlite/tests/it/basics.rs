@@ -5,7 +5,7 @@ use palimpsest_core_session::jsonl::to_bytes;
 use palimpsest_core_session::{Event, Session, SessionHeader};
 use palimpsest_persistence::{Durability, DurableSession, SessionStore};
 use palimpsest_persistence_sqlite::{
-    SqliteOptions, SqliteStore, Synchronous, APPLICATION_ID, PAGE_SIZE, SCHEMA_SQL, SCHEMA_VERSION,
+    SqliteOptions, SqliteStore, Synchronous, APPLICATION_ID, SCHEMA_VERSION,
 };
 use rusqlite::Connection;
 
@@ -27,31 +27,9 @@ fn a_new_file_gets_the_schema_version_application_id_and_wal() {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).expect("user_version");
     let app: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).expect("application_id");
     let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).expect("journal_mode");
-    let page_size: u32 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).expect("page_size");
     assert_eq!((version, app, mode.as_str()), (SCHEMA_VERSION, APPLICATION_ID, "wal"));
-    assert_eq!(page_size, PAGE_SIZE);
     assert_eq!(APPLICATION_ID.to_be_bytes(), *b"PALI");
     assert!(SqliteStore::is_sqlite_file(&path));
-}
-
-#[test]
-fn a_database_of_another_page_size_opens_and_keeps_it() {
-    let (_dir, path) = temp_db();
-    let conn = Connection::open(&path).expect("raw open");
-    conn.execute_batch(&format!(
-        "PRAGMA page_size = 4096; {SCHEMA_SQL} PRAGMA user_version = {SCHEMA_VERSION}; PRAGMA application_id = {APPLICATION_ID};"
-    ))
-    .expect("a store as an older build made it");
-    drop(conn);
-    let store = SqliteStore::open(&path).expect("open");
-    store.create(&SessionHeader::new("s", 5)).expect("create");
-    store.append("s", &ticks(0, 3, "a")).expect("append");
-    drop(store);
-    let loaded = SqliteStore::open(&path).expect("reopen").load("s").expect("load");
-    assert_eq!(loaded.events, ticks(0, 3, "a"));
-    let conn = Connection::open(&path).expect("raw open");
-    let page_size: u32 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).expect("page_size");
-    assert_eq!(page_size, 4096);
 }
 
 #[test]
@@ -269,8 +247,7 @@ fn sync_under_normal_leaves_nothing_in_the_wal() {
     let (_dir, path) = temp_db();
     let store = SqliteStore::open(&path).expect("open");
     store.create(&SessionHeader::new("s", 0)).expect("create");
-    // Enough to need new pages even at the store's large page size.
-    store.append("s", &ticks(0, 2000, "a")).expect("append");
+    store.append("s", &ticks(0, 200, "a")).expect("append");
     let wal = path.with_extension("db-wal");
     assert!(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0) > 0, "the batch is in the WAL");
     let before = std::fs::metadata(&path).expect("db").len();
@@ -282,7 +259,7 @@ fn sync_under_normal_leaves_nothing_in_the_wal() {
     let copy = path.with_file_name("copy.db");
     std::fs::copy(&path, &copy).expect("copy");
     let copied = SqliteStore::open(&copy).expect("open copy");
-    assert_eq!(copied.load("s").expect("load").events.len(), 2000);
+    assert_eq!(copied.load("s").expect("load").events.len(), 200);
 }
 
 #[test]

@@ -187,7 +187,7 @@ fn a_text_file_is_not_a_database() {
 fn closed_store(path: &Path) -> u64 {
     let store = SqliteStore::open(path).expect("open");
     store.create(&SessionHeader::new("s", 0)).expect("create");
-    for i in 0..160 {
+    for i in 0..20 {
         store.append("s", &ticks(i * 100, 100, &"x".repeat(40))).expect("append");
     }
     drop(store);
@@ -206,21 +206,18 @@ fn corrupt_detail(err: StoreError) -> String {
     }
 }
 
-/// The page size of a database the store created.
-const PAGE: u64 = palimpsest_persistence_sqlite::PAGE_SIZE as u64;
-
 #[test]
 fn a_file_truncated_mid_page_is_corrupt() {
     let (_dir, path) = temp_db();
     let len = closed_store(&path);
-    assert!(len >= PAGE * 8, "the store spans pages ({len} bytes)");
-    truncate(&path, len - PAGE * 3 - 1000);
+    assert!(len >= 4096 * 8, "the store spans pages ({len} bytes)");
+    truncate(&path, len - 4096 * 3 - 1000);
     let detail = corrupt_detail(refused(&path));
     assert_eq!(
         detail,
         format!(
-            "truncated mid-page: {} bytes is not a whole number of {PAGE}-byte pages",
-            len - PAGE * 3 - 1000
+            "truncated mid-page: {} bytes is not a whole number of 4096-byte pages",
+            len - 4096 * 3 - 1000
         )
     );
 }
@@ -229,11 +226,11 @@ fn a_file_truncated_mid_page_is_corrupt() {
 fn a_file_cut_at_a_page_boundary_is_corrupt() {
     let (_dir, path) = temp_db();
     let len = closed_store(&path);
-    truncate(&path, len - PAGE * 2);
+    truncate(&path, len - 4096 * 2);
     let detail = corrupt_detail(refused(&path));
     assert_eq!(
         detail,
-        format!("truncated: the header records {} pages, the file holds {}", len / PAGE, len / PAGE - 2)
+        format!("truncated: the header records {} pages, the file holds {}", len / 4096, len / 4096 - 2)
     );
 }
 
