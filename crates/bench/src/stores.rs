@@ -48,6 +48,21 @@ fn write_through(store: &dyn SessionStore, w: &Workload, per_turn: bool) -> Resu
     Ok(())
 }
 
+/// How many events the one-at-a-time appends write: what an agent loop
+/// does all day, measured on a prefix so the suite stays quick.
+const ONE_BY_ONE: usize = 5_000;
+
+/// Appends the first events through a store one at a time, then syncs once.
+fn append_one_by_one(store: &dyn SessionStore, w: &Workload) -> Result<usize, String> {
+    store.create(&w.header).map_err(err)?;
+    let events = &w.events[..w.n.min(ONE_BY_ONE)];
+    for e in events {
+        store.append(&w.header.id, std::slice::from_ref(e)).map_err(err)?;
+    }
+    store.sync(&w.header.id).map_err(err)?;
+    Ok(events.len())
+}
+
 fn load_validate(store: &dyn SessionStore, id: &str) -> Result<Session, String> {
     let stored = store.load(id).map_err(err)?;
     Session::from_log(stored.header, stored.events).map_err(err)
@@ -96,6 +111,22 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
     write(false, &dir)?;
     let load =
         median(runs, || JsonlStore::open(&dir).map_err(err), |store| load_validate(&store?, &w.header.id));
+    let m = w.n.min(ONE_BY_ONE);
+    let each =
+        median(runs, &mut fresh_dir, |dir| append_one_by_one(&JsonlStore::open(&dir).map_err(err)?, w));
+    // Baseline: the same lines, one write each, then one fsync.
+    let raw_each = median(runs, &mut fresh_dir, |dir| -> Result<(), String> {
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        let mut f = std::fs::File::create(dir.join("raw.jsonl")).map_err(err)?;
+        f.write_all(&w.bytes[..header_len]).map_err(err)?;
+        for e in &w.events[..m] {
+            let mut line = Vec::with_capacity(e.data().len() + 64);
+            e.write_json(&mut line);
+            line.push(b'\n');
+            f.write_all(&line).map_err(err)?;
+        }
+        f.sync_all().map_err(err)
+    });
     let file = JsonlStore::open(&dir).map_err(err)?.path_of(&w.header.id).map_err(err)?;
     let values = median(
         runs,
@@ -119,6 +150,11 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
             row("jsonl", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
             "same bytes: write + fdatasync per turn",
             per_sec(w.n, raw_turns),
+        ),
+        with_baseline(
+            row("jsonl", "append one event at a time (first 5k), one sync", w, per_sec(m, each), "ev/s"),
+            "same lines: one write each, one fsync",
+            per_sec(m, raw_each),
         ),
         with_baseline(
             row("jsonl", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
@@ -164,6 +200,34 @@ fn bare_insert(path: &Path, w: &Workload, per_turn: bool) -> Result<(), String> 
     Ok(())
 }
 
+/// The bare baseline of one-at-a-time appends: one transaction per row,
+/// one checkpoint at the end (what the store's `sync` does).
+fn bare_insert_each(path: &Path, w: &Workload) -> Result<(), String> {
+    let mut conn = rusqlite::Connection::open(path).map_err(err)?;
+    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;").map_err(err)?;
+    conn.execute_batch(palimpsest_persistence_sqlite::SCHEMA_SQL).map_err(err)?;
+    for e in &w.events[..w.n.min(ONE_BY_ONE)] {
+        let tx = conn.transaction().map_err(err)?;
+        tx.prepare_cached(
+            "INSERT INTO events (session_id, seq, time, type, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(rusqlite::params![
+                w.header.id,
+                e.seq() as i64,
+                e.time() as i64,
+                e.event_type().as_str(),
+                e.data(),
+                e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default()),
+                e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default()),
+            ])
+        })
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+    }
+    conn.execute_batch("PRAGMA wal_checkpoint(FULL)").map_err(err)
+}
+
 fn bare_select(path: &Path, id: &str) -> Result<usize, String> {
     let conn = rusqlite::Connection::open(path).map_err(err)?;
     let mut stmt = conn
@@ -206,6 +270,11 @@ pub(crate) fn sqlite(w: &Workload) -> Result<Vec<Row>, String> {
     let per_turn = median(per_turn_runs, &mut fresh, |p| write(true, &p));
     let bare_one = median(runs, &mut fresh, |p| bare_insert(&p, w, false));
     let bare_turns = median(per_turn_runs, &mut fresh, |p| bare_insert(&p, w, true));
+    let m = w.n.min(ONE_BY_ONE);
+    let each = median(runs, &mut fresh, |p| {
+        append_one_by_one(Arc::new(SqliteStore::open(&p).map_err(err)?).as_ref(), w)
+    });
+    let bare_each = median(runs, &mut fresh, |p| bare_insert_each(&p, w));
     let db = fresh();
     write(false, &db)?;
     let load =
@@ -221,6 +290,11 @@ pub(crate) fn sqlite(w: &Workload) -> Result<Vec<Row>, String> {
             row("sqlite", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
             "bare rusqlite insert, a transaction per turn",
             per_sec(w.n, bare_turns),
+        ),
+        with_baseline(
+            row("sqlite", "append one event at a time (first 5k), one sync", w, per_sec(m, each), "ev/s"),
+            "bare rusqlite insert, a transaction per row",
+            per_sec(m, bare_each),
         ),
         with_baseline(
             row("sqlite", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
