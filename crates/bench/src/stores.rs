@@ -165,7 +165,14 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
 }
 
 /// The bare rusqlite baseline: the same schema and rows, no validation.
-fn bare_insert(path: &Path, w: &Workload, per_turn: bool) -> Result<(), String> {
+/// Each batch is one transaction; a checkpoint (what the store's `sync`
+/// does) follows every batch, or only the last one.
+fn bare_insert(
+    path: &Path,
+    w: &Workload,
+    batches: &[&[palimpsest_core_session::Event]],
+    checkpoint_each: bool,
+) -> Result<(), String> {
     let mut conn = rusqlite::Connection::open(path).map_err(err)?;
     conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;").map_err(err)?;
     conn.execute_batch(palimpsest_persistence_sqlite::SCHEMA_SQL).map_err(err)?;
@@ -190,42 +197,15 @@ fn bare_insert(path: &Path, w: &Workload, per_turn: bool) -> Result<(), String> 
         }
         Ok(())
     };
-    let batches = if per_turn { turns(w) } else { vec![&w.events[..]] };
-    for batch in batches {
+    for (i, batch) in batches.iter().enumerate() {
         let tx = conn.transaction().map_err(err)?;
         insert(&tx, batch).map_err(err)?;
         tx.commit().map_err(err)?;
-        conn.execute_batch("PRAGMA wal_checkpoint(FULL)").map_err(err)?;
+        if checkpoint_each || i + 1 == batches.len() {
+            conn.execute_batch("PRAGMA wal_checkpoint(FULL)").map_err(err)?;
+        }
     }
     Ok(())
-}
-
-/// The bare baseline of one-at-a-time appends: one transaction per row,
-/// one checkpoint at the end (what the store's `sync` does).
-fn bare_insert_each(path: &Path, w: &Workload) -> Result<(), String> {
-    let mut conn = rusqlite::Connection::open(path).map_err(err)?;
-    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;").map_err(err)?;
-    conn.execute_batch(palimpsest_persistence_sqlite::SCHEMA_SQL).map_err(err)?;
-    for e in &w.events[..w.n.min(ONE_BY_ONE)] {
-        let tx = conn.transaction().map_err(err)?;
-        tx.prepare_cached(
-            "INSERT INTO events (session_id, seq, time, type, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(rusqlite::params![
-                w.header.id,
-                e.seq() as i64,
-                e.time() as i64,
-                e.event_type().as_str(),
-                e.data(),
-                e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default()),
-                e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default()),
-            ])
-        })
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
-    }
-    conn.execute_batch("PRAGMA wal_checkpoint(FULL)").map_err(err)
 }
 
 fn bare_select(path: &Path, id: &str) -> Result<usize, String> {
@@ -268,13 +248,15 @@ pub(crate) fn sqlite(w: &Workload) -> Result<Vec<Row>, String> {
     let per_turn_runs = if w.n > 200_000 { 1 } else { runs.min(3) };
     let one_batch = median(runs, &mut fresh, |p| write(false, &p));
     let per_turn = median(per_turn_runs, &mut fresh, |p| write(true, &p));
-    let bare_one = median(runs, &mut fresh, |p| bare_insert(&p, w, false));
-    let bare_turns = median(per_turn_runs, &mut fresh, |p| bare_insert(&p, w, true));
+    let bare_one = median(runs, &mut fresh, |p| bare_insert(&p, w, &[&w.events[..]], true));
+    let bare_turns = median(per_turn_runs, &mut fresh, |p| bare_insert(&p, w, &turns(w), true));
     let m = w.n.min(ONE_BY_ONE);
     let each = median(runs, &mut fresh, |p| {
         append_one_by_one(Arc::new(SqliteStore::open(&p).map_err(err)?).as_ref(), w)
     });
-    let bare_each = median(runs, &mut fresh, |p| bare_insert_each(&p, w));
+    // Baseline: one transaction per row, one checkpoint at the end.
+    let rows: Vec<&[palimpsest_core_session::Event]> = w.events[..m].chunks(1).collect();
+    let bare_each = median(runs, &mut fresh, |p| bare_insert(&p, w, &rows, false));
     let db = fresh();
     write(false, &db)?;
     let load =
