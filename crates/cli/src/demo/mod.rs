@@ -72,21 +72,22 @@ fn builder(
     ids: Arc<dyn IdGenerator>,
     progress: tokio::sync::mpsc::UnboundedSender<String>,
     pace: Duration,
-) -> AgentLoopBuilder {
+) -> anyhow::Result<AgentLoopBuilder> {
+    let tools = crate::tools::sandbox_tools(workspace, pace).context("opening the workspace")?;
     let provider: Arc<dyn Provider> = Arc::new(script::provider());
-    AgentLoop::builder(provider)
+    Ok(AgentLoop::builder(provider)
         .clock(clock)
         .ids(ids)
         .config(AgentConfig::default().with_system_prompt(
             "You are a careful assistant working in a small project workspace. Use the tools to look before you answer.",
         ))
-        .tools(crate::tools::sandbox_tools(workspace, pace))
+        .tools(tools)
         .plugin(ToolResultPruning { keep_recent: 1, min_chars: 600 })
         .plugin(
             Compaction::new(CompactionConfig { budget_tokens: 700, keep_recent: 4 })
                 .with_summarizer(ProviderSummarizer::default()),
         )
-        .plugin(progress::Progress(progress))
+        .plugin(progress::Progress(progress)))
 }
 
 /// Runs the demo, writing everything a person sees to `out`.
@@ -95,7 +96,9 @@ pub(crate) fn run(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run_async(options, out))
+    let result = runtime.block_on(run_async(options, out));
+    runtime.shutdown_timeout(crate::run::ABANDONED_TOOL_GRACE);
+    result
 }
 
 async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<Exit> {
@@ -110,7 +113,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         (Arc::new(SystemClock), Arc::new(UniqueIds::default()))
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let builder = builder(workspace.path(), clock.clone(), ids, tx, options.pace);
+    let builder = builder(workspace.path(), clock.clone(), ids, tx, options.pace)?;
 
     writeln!(out, "Palimpsest demo: a scripted agent with real tools, writing a durable session log.")?;
     writeln!(out, "store:     {} ({})", options.store.display(), store_kind(&options.store))?;

@@ -124,8 +124,15 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run_async(args, provider, out))
+    let result = runtime.block_on(run_async(args, provider, out));
+    // A tool thread a cancelled turn left behind (stuck in a read) must not
+    // hold the exit: the log is already flushed.
+    runtime.shutdown_timeout(ABANDONED_TOOL_GRACE);
+    result
 }
+
+/// How long the exit waits for tool threads a cancelled turn abandoned.
+pub(crate) const ABANDONED_TOOL_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A configuration the provider refuses: the command line's fault (exit 2).
 fn config_error(e: ConfigError) -> anyhow::Error {
@@ -148,7 +155,9 @@ async fn run_async(args: RunArgs, provider: OpenAiProvider, out: &mut dyn Write)
         config = config.with_system_prompt(system.clone());
     }
     let tools = match &args.tools {
-        Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO),
+        Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO).map_err(|e| {
+            CliError::io(dir.display().to_string(), format!("cannot open the tools' workspace: {e}"))
+        })?,
         None => ToolRegistry::new(),
     };
     let builder = AgentLoop::builder(Arc::clone(&provider))
