@@ -611,3 +611,56 @@ fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
     assert_eq!(turn_end_reasons(&log), [json!({"kind": "aborted", "reason": "cancelled"})]);
     assert_eq!(types(&log).last(), Some(&"turn/end"));
 }
+
+#[cfg(unix)]
+#[test]
+fn tools_refuse_a_fifo_and_a_dangling_link_out_without_hanging_and_the_log_stays_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (work, outside) = (dir.path().join("work"), dir.path().join("outside"));
+    std::fs::create_dir(&work).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    let made = Command::new("mkfifo").arg(work.join("pipe")).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    std::os::unix::fs::symlink(outside.join("planted.txt"), work.join("notes.txt")).unwrap();
+    let server = Server::start(vec![
+        tool_reply("Reading.", "call_1", "read_file", &[r#"{"path": "pipe"}"#]),
+        tool_reply("Writing.", "call_2", "write_file", &[r#"{"path": "notes.txt", "content": "pwned"}"#]),
+        text_reply(&["Neither worked."]),
+    ]);
+    let base = server.base_url();
+    let mut child = command(dir.path(), &model_args(&base, &["--tools", "work", "--store", "s", "Go."]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Before the fix, reading the FIFO blocked forever: give it a deadline.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("run hung on a tool call");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let run: Run = child.wait_with_output().unwrap().into();
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "write_file created a file outside");
+
+    let id = run.session_id();
+    assert_valid(dir.path(), "s", &id);
+    let log = jsonl_log(&dir.path().join("s"));
+    let results: Vec<(&Value, &Value)> = log
+        .iter()
+        .filter(|e| e["type"] == "tool/result")
+        .map(|e| (&e["data"]["error"]["code"], &e["data"]["message"]["content"][0]["content"][0]["text"]))
+        .collect();
+    assert_eq!(results.len(), 2, "{log:?}");
+    assert_eq!(results[0].0, "INVALID_ARGUMENTS");
+    assert_eq!(
+        results[0].1,
+        "pipe is a FIFO (named pipe), not a regular file; only regular files are read or written"
+    );
+    assert_eq!(results[1].0, "INVALID_ARGUMENTS");
+    assert!(results[1].1.as_str().unwrap().starts_with("notes.txt is a symbolic link"), "{}", results[1].1);
+}
