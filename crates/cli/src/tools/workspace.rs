@@ -149,7 +149,7 @@ impl Workspace {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_error(rel, &e)),
         };
-        let (temp_name, mut temp) = create_temp(&dir, name).map_err(|e| io_error(rel, &e))?;
+        let (temp_name, mut temp) = create_temp(&dir).map_err(|e| io_error(rel, &e))?;
         let written = (|| {
             temp.write_all(content.as_bytes())?;
             if let Some(permissions) = permissions {
@@ -348,8 +348,8 @@ fn read_options() -> OpenOptions {
     options
 }
 
-/// Creates a new, empty file next to `name` in `dir`, under a fresh name.
-fn create_temp(dir: &Dir, name: &std::ffi::OsStr) -> io::Result<(PathBuf, File)> {
+/// Creates a new, empty file in `dir`, under a fresh name.
+fn create_temp(dir: &Dir) -> io::Result<(PathBuf, File)> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut options = OpenOptions::new();
     // `create_new` is O_EXCL: never opens, or follows, something already there.
@@ -357,9 +357,8 @@ fn create_temp(dir: &Dir, name: &std::ffi::OsStr) -> io::Result<(PathBuf, File)>
     let mut last = None;
     for _ in 0..16 {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut temp = std::ffi::OsString::from(".");
-        temp.push(name);
-        temp.push(format!(".palimpsest-{}-{n}.tmp", std::process::id()));
+        // Not derived from `name`, which may already be as long as a name can be.
+        let temp = format!(".palimpsest-write-{}-{n}.tmp", std::process::id());
         match dir.open_with(&temp, &options) {
             Ok(file) => return Ok((PathBuf::from(temp), file)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),

@@ -279,6 +279,11 @@ fn writes_replace_the_file_whole_keep_its_mode_and_leave_no_temporary() {
         std::fs::read_dir(f.ws.join("sub")).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.extend(std::fs::read_dir(&f.ws).unwrap().map(|e| e.unwrap().file_name()));
     assert!(names.iter().all(|n| !n.to_string_lossy().contains(".tmp")), "{names:?}");
+
+    // The longest name a file can have still gets written.
+    let longest = "n".repeat(255);
+    f.write(&longest).unwrap();
+    assert_eq!(std::fs::read_to_string(f.ws.join(&longest)).unwrap(), "written by the model");
 }
 
 const LIMITS: ListLimits = ListLimits { visited: 1000, bytes: 64 * 1024, depth: 8 };
