@@ -12,7 +12,10 @@
 //! One JSON object with the keys `seq`, `time`, `type`, `data`, and the
 //! optional `sourceEventSeqs` and `surfaceOp`, written in that order, with
 //! absent optionals omitted (never `null`). `data` is kept verbatim, byte for
-//! byte, so keys unknown to this crate survive any round trip.
+//! byte, so keys unknown to this crate survive any round trip. No object
+//! anywhere in an event, `data` included, may name a key twice: readers
+//! that keep the first, the last or refuse would read different events,
+//! so such an event is `event-malformed`.
 
 use std::borrow::Cow;
 use std::fmt;

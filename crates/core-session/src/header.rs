@@ -38,7 +38,8 @@ impl SessionHeader {
     }
 
     /// Reads a header line: `header-version-unsupported` for any version but
-    /// [`SESSION_FORMAT_VERSION`], `header-malformed` for anything else wrong.
+    /// [`SESSION_FORMAT_VERSION`], `header-malformed` for anything else wrong
+    /// (a key named twice included, checked first).
     pub fn from_json(json: &str) -> Result<SessionHeader, LoadError> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields, rename_all = "camelCase")]
