@@ -100,6 +100,7 @@ const RULE_FIXTURES: &[(&str, &str, u64, u64)] = &[
     ("err/event-malformed.jsonl", "event-malformed", 2, 4),
     ("err/event-malformed-null.jsonl", "event-malformed", 2, 4),
     ("err/event-malformed-extra-key.jsonl", "event-malformed", 2, 4),
+    ("err/event-malformed-duplicate-key.jsonl", "event-malformed", 2, 4),
     ("err/surface-op-missing.jsonl", "surface-op-missing", 2, 4),
     ("err/surface-op-forbidden.jsonl", "surface-op-forbidden", 2, 4),
     ("err/source-seqs-forbidden.jsonl", "source-seqs-forbidden", 2, 4),
@@ -150,6 +151,24 @@ fn commands_that_read_a_session_refuse_an_invalid_one() {
     }
 }
 
+/// The parser differential: a text block that names `type` twice
+/// would be an unpaired tool call to a reader that keeps the last key.
+#[test]
+fn validate_refuses_a_key_named_twice_as_event_malformed() {
+    let file = "err/event-malformed-duplicate-key.jsonl";
+    let run = palimpsest(&["validate", file]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let expected = format!("error[event-malformed]: {file}:4: seq 2: ");
+    assert!(run.stderr.starts_with(&expected), "{:?}", run.stderr);
+    assert!(run.stderr.contains("\"type\" twice"), "names the key: {:?}", run.stderr);
+
+    let file = "err/header-duplicate-key.jsonl";
+    let run = palimpsest(&["validate", "--json", file]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.json()["violations"][0]["code"], json!("header-malformed"));
+    assert!(run.stderr.contains("\"id\" twice"), "names the key: {:?}", run.stderr);
+}
+
 // ---------------------------------------------------------------- section-2a invariants
 
 #[test]
@@ -194,6 +213,7 @@ fn load_errors_name_their_code_and_line_and_exit_1() {
         ("err/empty.jsonl", "header-malformed", "err/empty.jsonl:1: "),
         ("err/not-jsonl.txt", "header-malformed", "err/not-jsonl.txt:1: "),
         ("err/header-is-an-event.jsonl", "header-malformed", "err/header-is-an-event.jsonl:1: "),
+        ("err/header-duplicate-key.jsonl", "header-malformed", "err/header-duplicate-key.jsonl:1: "),
         ("err/version-1.jsonl", "header-version-unsupported", "err/version-1.jsonl:1: found version 1"),
         ("err/corrupt-middle.jsonl", "log-corrupt", "err/corrupt-middle.jsonl:6: not JSON"),
         ("err/blank-line.jsonl", "log-corrupt", "err/blank-line.jsonl:5: blank line"),

@@ -12,7 +12,10 @@
 //! One JSON object with the keys `seq`, `time`, `type`, `data`, and the
 //! optional `sourceEventSeqs` and `surfaceOp`, written in that order, with
 //! absent optionals omitted (never `null`). `data` is kept verbatim, byte for
-//! byte, so keys unknown to this crate survive any round trip.
+//! byte, so keys unknown to this crate survive any round trip. No object
+//! anywhere in an event, `data` included, may name a key twice: readers
+//! that keep the first, the last or refuse would read different events,
+//! so such an event is `event-malformed`.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -30,6 +33,7 @@ use crate::payload::{
 };
 use crate::shape;
 use crate::tagged::Text;
+use crate::unique_keys;
 
 /// An event's `type`. The core types have a fixed payload shape; any other
 /// string is a plugin type with opaque data.
@@ -356,6 +360,13 @@ impl Event {
     ) -> Result<Envelope, AppendError> {
         let event_type = EventType::parse(event_type);
         check_payload(seq, &event_type, data)?;
+        // An object with a duplicate key is malformed wherever it stands
+        // (section 1), before the rules look at what it says.
+        for (key, raw) in [("sourceEventSeqs", source_event_seqs), ("surfaceOp", surface_op)] {
+            if let Some(raw) = raw {
+                check_unique_keys(seq, key, raw.get())?;
+            }
+        }
         // The contract's check order: null optionals (section 1), rule 2,
         // rule 1, rule 3, rule 4.
         for (key, raw) in [("surfaceOp", surface_op), ("sourceEventSeqs", source_event_seqs)] {
@@ -696,12 +707,31 @@ fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Result<(), App
             return Err(AppendError::EventMalformed { seq: Some(seq), detail });
         }
     }
-    // The common case, without allocating; the owned types decide (and
-    // word the error) whenever the fast check is not sure.
-    if shape::accepts(event_type, text) {
+    // Most events of a log: matched as text, keys and all.
+    if shape::is_plain_chunk(event_type, text) {
         return Ok(());
     }
-    check_owned_payload(seq, event_type, text)
+    // The common case, without allocating; the owned types decide (and
+    // word the error) whenever the fast check is not sure.
+    if !shape::accepts(event_type, text) {
+        check_owned_payload(seq, event_type, text)?;
+    }
+    // Now known to be one JSON value: no object in it, known keys or
+    // unknown, core payload or opaque, may name a key twice.
+    check_unique_keys(seq, "data", text)
+}
+
+/// Refuses a JSON text (`what` of the event at `seq`) in which one object
+/// names a key twice: readers that keep the first, the last or refuse
+/// would each read another event. See [`crate::unique_keys`].
+fn check_unique_keys(seq: u64, what: &str, json: &str) -> Result<(), AppendError> {
+    match unique_keys::duplicate_key(json) {
+        None => Ok(()),
+        Some(key) => Err(AppendError::EventMalformed {
+            seq: Some(seq),
+            detail: format!("`{what}` has an object naming the key {key:?} twice"),
+        }),
+    }
 }
 
 /// Checks a core payload's shape by reading it into its owned type of
@@ -977,6 +1007,11 @@ mod tests {
                 r#"{"seq":3,"time":1,"type":"x\"y","data":1}"#,
                 r#"{"seq":3,"time":1,"type":"x/y","data":1 }"#,
                 r#"{"seq":3,"time":1,"type":"x/y","data":{},"sourceEventSeqs":[],"surfaceOp":"append"}"#,
+                // Keys named twice: in data, in the envelope, in the surface op.
+                r#"{"seq":3,"time":1,"type":"x/y","data":{"a":1,"b":{"c":2,"c":2}}}"#,
+                r#"{"seq":3,"time":1,"type":"x/y","data":{"a":1},"data":{"a":1}}"#,
+                r#"{"seq":3,"seq":3,"time":1,"type":"x/y","data":1}"#,
+                r#"{"seq":3,"time":1,"type":"user/message","data":{"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi","type":"text"}],"source":{"kind":"user"}}},"surfaceOp":{"op":"replace","start":1,"end":2,"end":2}}"#,
             ]
             .map(str::to_owned),
         );
@@ -998,6 +1033,11 @@ mod tests {
             " ",
             "0",
             "null",
+            // A key named again, wherever it lands.
+            "\"type\":\"text\",",
+            ",\"turn\":1",
+            "\"seq\":3,",
+            ",\"op\":\"replace\"",
         ];
         let edit = (0u8..4, any::<prop::sample::Index>(), prop::sample::select(PIECES), any::<u8>());
         (prop::sample::select(seeds()), prop::collection::vec(edit, 0..3)).prop_map(|(seed, edits)| {
@@ -1032,7 +1072,7 @@ mod tests {
         let seeds = seeds();
         let canonical = seeds.iter().filter(|l| Canonical::read(l).is_some()).count();
         // Every fixture line is canonical; only the crafted ones may not be.
-        assert!(canonical >= seeds.len() - 12, "{canonical} of {}", seeds.len());
+        assert!(canonical >= seeds.len() - 16, "{canonical} of {}", seeds.len());
         let line = r#"{"seq":7,"time":9,"type":"user/message","data":{"x":[1]},"sourceEventSeqs":[1,5],"surfaceOp":{"op":"replace","start":1,"end":5}}"#;
         let c = Canonical::read(line).unwrap();
         assert_eq!((c.seq, c.time, c.event_type, c.data), (7, 9, "user/message", r#"{"x":[1]}"#));
@@ -1048,6 +1088,9 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod duplicate_keys;
 
 #[cfg(test)]
 mod parts_tests {
@@ -1069,13 +1112,29 @@ mod parts_tests {
             r#" {"turn":1}"#,
             r#"{"turn":1"#,
             "null",
+            r#"{"turn":1,"turn":1}"#,
+            r#"{"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi","type":"tool-call"}],"source":{"kind":"user"}}}"#,
+            r#"{"message":{"id":"u","role":"user","content":[],"source":{"kind":"user","kind":"user"}},"x":{"y":1,"y":2}}"#,
         ];
         prop::sample::select(DATA).prop_map(str::to_owned)
     }
 
     fn sources() -> impl Strategy<Value = Option<String>> {
-        const SOURCES: &[&str] =
-            &["[1,2]", "[]", "[0]", "[01]", "[1, 2]", "[2,1]", "[1,1]", "[9]", "null", "[1.0]", "[1", "{}"];
+        const SOURCES: &[&str] = &[
+            "[1,2]",
+            "[]",
+            "[0]",
+            "[01]",
+            "[1, 2]",
+            "[2,1]",
+            "[1,1]",
+            "[9]",
+            "null",
+            "[1.0]",
+            "[1",
+            "{}",
+            r#"[{"a":1,"a":1}]"#,
+        ];
         prop::option::of(prop::sample::select(SOURCES).prop_map(str::to_owned))
     }
 
@@ -1090,6 +1149,8 @@ mod parts_tests {
             r#"x{"op":"replace","start":1,"end":2}"#,
             r#"{"op":"replace","start":1,"end":2}}"#,
             r#"{"op":"replace","start":1,"end":2,"x":0}"#,
+            r#"{"op":"replace","start":1,"end":2,"end":2}"#,
+            r#"{"op":"replace","op":"replace","start":1,"end":2}"#,
             r#""Append""#,
             r#" "append""#,
             "null",

@@ -5,6 +5,7 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
 
 use crate::error::LoadError;
+use crate::unique_keys;
 
 /// The session format version this build reads and writes. Pinned at 0 while
 /// the format is pre-release; any other version is refused, never migrated.
@@ -37,7 +38,8 @@ impl SessionHeader {
     }
 
     /// Reads a header line: `header-version-unsupported` for any version but
-    /// [`SESSION_FORMAT_VERSION`], `header-malformed` for anything else wrong.
+    /// [`SESSION_FORMAT_VERSION`], `header-malformed` for anything else wrong
+    /// (a key named twice included, checked first).
     pub fn from_json(json: &str) -> Result<SessionHeader, LoadError> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -57,6 +59,11 @@ impl SessionHeader {
         let malformed = |detail: String| LoadError::HeaderMalformed { detail };
         let value: serde_json::Value =
             serde_json::from_str(json).map_err(|e| malformed(format!("not JSON: {e}")))?;
+        // Read into a map, a key named twice would count once: refuse it
+        // first, so that no header reads one way here and another elsewhere.
+        if let Some(key) = unique_keys::duplicate_key(json) {
+            return Err(malformed(format!("the header names the key {key:?} twice in one object")));
+        }
         let obj = value.as_object().ok_or_else(|| malformed("the header must be a JSON object".into()))?;
         if obj.get("type").and_then(|t| t.as_str()) != Some("session") {
             return Err(malformed("the header's `type` must be \"session\"".into()));
@@ -101,5 +108,67 @@ impl Serialize for SessionHeader {
             st.serialize_field("seedLength", n)?;
         }
         st.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A header naming any of its keys twice is `header-malformed`, whatever
+    //! the key, its position and its value: a reader keeping the last key
+    //! would otherwise read another session (or another version).
+
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::*;
+
+    fn header() -> impl Strategy<Value = SessionHeader> {
+        let text = "[a-z/\"é]{1,8}";
+        (text, any::<u64>(), prop::option::of(text), prop::option::of(text), prop::option::of(any::<u64>()))
+            .prop_map(|(id, created_at, cwd, parent_session, seed_length)| SessionHeader {
+                id,
+                created_at,
+                cwd,
+                parent_session,
+                seed_length,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_header_key_named_twice_is_header_malformed(
+            header in header(),
+            key in any::<prop::sample::Index>(),
+            first in any::<bool>(),
+            same_value in any::<bool>(),
+        ) {
+            let json = header.to_json();
+            prop_assert_eq!(SessionHeader::from_json(&json), Ok(header));
+            let members: Map<String, Value> = serde_json::from_str(&json).unwrap_or_default();
+            let (key, value) = members.iter().nth(key.index(members.len())).unwrap_or_else(|| panic!("{json}"));
+            let value = if same_value { value.clone() } else { Value::from(1) };
+            let member = format!("{}:{value}", Value::from(key.as_str()));
+            let twice = if first {
+                format!("{{{member},{}", &json[1..])
+            } else {
+                format!("{},{member}}}", &json[..json.len() - 1])
+            };
+            let err = SessionHeader::from_json(&twice).map_err(|e| e.code().to_owned());
+            prop_assert_eq!(err, Err("header-malformed".to_owned()), "{}", twice);
+        }
+    }
+
+    #[test]
+    fn a_version_named_twice_is_malformed_not_a_newer_format() {
+        for json in [
+            r#"{"type":"session","version":1,"version":0,"id":"s","createdAt":0}"#,
+            r#"{"type":"session","version":0,"id":"s","createdAt":0,"\u0076ersion":0}"#,
+            r#"{"type":"session","type":"session","version":0,"id":"s","createdAt":0}"#,
+        ] {
+            let err = SessionHeader::from_json(json).map_err(|e| e.code().to_owned());
+            assert_eq!(err, Err("header-malformed".to_owned()), "{json}");
+        }
     }
 }

@@ -20,7 +20,9 @@
 //! Any other bad line (a blank line included) is `log-corrupt` with its
 //! 1-based line number (the header is line 1); nothing is skipped. A line
 //! that is JSON but not a well-formed event is `event-malformed` (or the
-//! section-2 code it breaks), again with its line number.
+//! section-2 code it breaks), again with its line number; so is a line in
+//! which any object names a key twice. A header naming a key twice is
+//! `header-malformed`.
 //!
 //! Unknown event types are plugin events: kept verbatim, never on the surface.
 

@@ -63,6 +63,7 @@ mod session;
 mod shape;
 pub mod surface;
 mod tagged;
+mod unique_keys;
 
 pub use derive::DerivedMessage;
 pub use error::{AppendError, LoadError};

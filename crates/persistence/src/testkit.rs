@@ -594,7 +594,9 @@ pub fn plugin_events_keep_arbitrary_json_data(factory: &dyn StoreFactory) {
         r#"[null,1,"two",[3],{"four":4}]"#,
         r#"{"z":1,"a":2,"m":{"y":[],"b":{}}}"#,
         r#"{ "spaced" : [ 1 , 2 ] ,	"tab": true }"#,
-        r#"{"dup":1,"dup":2}"#,
+        // Keys that differ only in case; a key named twice is no longer
+        // JSON any store may hold (core-session refuses it, contract note 11).
+        r#"{"dup":1,"Dup":2}"#,
         &deep,
     ]
     .iter()

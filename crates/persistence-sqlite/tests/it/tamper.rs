@@ -179,3 +179,82 @@ fn an_append_after_a_seq_was_edited_is_refused_and_writes_nothing() {
         drop(dir);
     }
 }
+
+/// A row whose `data` (or `surface_op`) names a key twice, written behind
+/// the store's back, is `event-malformed` on load, as the same JSONL line
+/// would be: for every row of the fixture, the key first or last in its
+/// object, with the same value or another, at the top or nested.
+#[test]
+fn a_key_named_twice_in_any_row_is_event_malformed() {
+    let (_dir, path) = temp_db();
+    let id = store_with_fixture(&path);
+    let conn = Connection::open(&path).expect("raw open");
+    let rows: Vec<(i64, String, Option<String>)> = {
+        let mut stmt = conn
+            .prepare("SELECT seq, data, surface_op FROM events WHERE session_id = ?1 ORDER BY seq")
+            .unwrap();
+        let rows = stmt.query_map([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
+        rows.map(|r| r.expect("a row")).collect()
+    };
+    // Names the first key of the object that starts at `at` again, first
+    // or last, with its own value or another.
+    let twice = |json: &str, at: usize, first: bool, same: bool| -> Option<String> {
+        let len = object_len(&json[at..])?;
+        let object: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&json[at..at + len]).ok()?;
+        let (key, value) = object.iter().next()?;
+        let value = if same { value.clone() } else { serde_json::json!(["another"]) };
+        let member = format!("{}:{value}", serde_json::Value::from(key.as_str()));
+        let mut out = json.to_owned();
+        if first {
+            out.insert_str(at + 1, &format!("{member},"));
+        } else {
+            out.insert_str(at + len - 1, &format!(",{member}"));
+        }
+        Some(out)
+    };
+    let mut cases = 0;
+    for (seq, data, op) in &rows {
+        // The top-level object, and the deepest one opening last.
+        let nested = data.rfind('{').unwrap_or(0);
+        for (at, first, same) in
+            [(0, true, true), (0, false, false), (nested, false, true), (nested, true, false)]
+        {
+            let Some(bad) = twice(data, at, first, same) else { continue };
+            assert_refused_then_restored(&conn, &path, &id, *seq, "data", &bad, data);
+            cases += 1;
+        }
+        if let Some(op) = op.as_deref().filter(|op| op.starts_with('{')) {
+            let bad = twice(op, 0, false, false).expect("a replace object");
+            assert_refused_then_restored(&conn, &path, &id, *seq, "surface_op", &bad, op);
+            cases += 1;
+        }
+    }
+    assert!(cases > 60, "{cases} cases");
+}
+
+/// The length of the JSON value at the start of `json`, if it is one.
+fn object_len(json: &str) -> Option<usize> {
+    let mut stream = serde_json::Deserializer::from_str(json).into_iter::<serde_json::Value>();
+    stream.next()?.ok()?;
+    Some(stream.byte_offset())
+}
+
+/// Sets `column` of row `seq` to `bad`, checks the load refuses that row as
+/// `event-malformed`, then puts `good` back and checks the load succeeds.
+fn assert_refused_then_restored(
+    conn: &Connection,
+    path: &Path,
+    id: &str,
+    seq: i64,
+    column: &str,
+    bad: &str,
+    good: &str,
+) {
+    let sql = format!("UPDATE events SET {column} = ?1 WHERE session_id = ?2 AND seq = ?3");
+    assert_eq!(conn.execute(&sql, rusqlite::params![bad, id, seq]).expect("tamper"), 1);
+    let err = SqliteStore::open(path).and_then(|s| s.load(id)).map(drop).expect_err(bad);
+    assert_corrupt_at(id, &err, seq as u64, "event-malformed");
+    assert_eq!(conn.execute(&sql, rusqlite::params![good, id, seq]).expect("restore"), 1);
+    SqliteStore::open(path).and_then(|s| s.load(id)).unwrap_or_else(|e| panic!("restored row {seq}: {e}"));
+}
