@@ -217,7 +217,7 @@ fn refusal(e: rusqlite::Error, location: &str, mode: ReadMode) -> StoreError {
             "its -wal holds commits not yet copied into the database, and SQLite reads them only \
              through the -shm index beside it, which it could not open or create (a directory or \
              files this user cannot write?); open the store once where they can be written, or \
-             copy the .db, -wal and -shm files somewhere writable"
+             copy the .db with its -wal (and -shm, if any) somewhere writable"
         }
         ReadMode::Immutable => "SQLite could not open the database file read-only",
     };

@@ -54,9 +54,18 @@ struct Inner {
     conn: Connection,
     /// Set by a failed write: what failed. Every later write is refused.
     poisoned: Option<String>,
-    /// For a store opened read-only: how `conn` reads, and for
-    /// [`ReadMode::Immutable`] the files as they were when it opened.
-    reader: Option<(ReadMode, Option<FileStamp>)>,
+    /// For a store opened read-only: how `conn` reads (boxed: the stamp is
+    /// large and a writing store has none).
+    reader: Option<Box<ReadOnly>>,
+}
+
+/// How a read-only store's connection reads.
+#[derive(Debug)]
+struct ReadOnly {
+    mode: ReadMode,
+    /// For [`ReadMode::Immutable`]: the files as they were when the
+    /// connection opened.
+    stamp: Option<FileStamp>,
 }
 
 /// A failure inside a write transaction: a refusal decided by the store
@@ -180,7 +189,11 @@ impl SqliteStore {
         let Reader { conn, mode, stamp } = read_only::connect(path, &location, options.busy_timeout)?;
         tracing::debug!(location = %location, mode = ?mode, "opened SQLite store read-only");
         Ok(SqliteStore {
-            inner: Mutex::new(Inner { conn, poisoned: None, reader: Some((mode, stamp)) }),
+            inner: Mutex::new(Inner {
+                conn,
+                poisoned: None,
+                reader: Some(Box::new(ReadOnly { mode, stamp })),
+            }),
             path: Some(path.to_owned()),
             location,
             options,
@@ -192,7 +205,7 @@ impl SqliteStore {
     /// [`ReadMode::Shared`] when a writer comes along); `None` for a store
     /// opened for writing.
     pub fn read_mode(&self) -> Option<ReadMode> {
-        self.lock().reader.as_ref().map(|(mode, _)| *mode)
+        self.lock().reader.as_ref().map(|r| r.mode)
     }
 
     /// Checks the store as a whole, beyond any one session: SQLite's
@@ -318,8 +331,9 @@ impl SqliteStore {
                 tx.commit()?;
                 Ok(value)
             });
-            let changed = match (&inner.reader, &self.path) {
-                (Some((_, Some(stamp))), Some(path)) => FileStamp::take(path) != *stamp,
+            let stamp = inner.reader.as_ref().and_then(|r| r.stamp.as_ref());
+            let changed = match (stamp, &self.path) {
+                (Some(stamp), Some(path)) => FileStamp::take(path) != *stamp,
                 _ => false,
             };
             if !changed {
@@ -333,7 +347,7 @@ impl SqliteStore {
             let Reader { conn, mode, stamp } =
                 read_only::connect(path, &self.location, self.options.busy_timeout)?;
             inner.conn = conn;
-            inner.reader = Some((mode, stamp));
+            inner.reader = Some(Box::new(ReadOnly { mode, stamp }));
         }
         Err(read_only::changing(&self.location))
     }
