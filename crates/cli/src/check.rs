@@ -123,12 +123,29 @@ pub(crate) struct Checked {
     pub(crate) torn_tail: Option<TornTail>,
     /// The last line parsed whole but had no `\n` (JSONL only).
     pub(crate) missing_newline: bool,
+    /// What the checks of the store as a whole found (`validate` of a
+    /// SQLite store), where they ran.
+    pub(crate) store: Option<StoreFindings>,
+}
+
+/// Violations of a store as a whole rather than of the session: event rows
+/// without a session, seq gaps, damaged pages.
+#[derive(Debug)]
+pub(crate) struct StoreFindings {
+    /// How to name the store in messages.
+    pub(crate) origin: String,
+    /// What was found, each without a seq.
+    pub(crate) findings: Vec<Finding>,
 }
 
 impl Checked {
     /// Whether nothing at all was found.
     pub(crate) fn is_valid(&self) -> bool {
-        self.fatal.is_none() && self.invariants.is_empty()
+        self.fatal.is_none() && self.invariants.is_empty() && self.store_findings().is_empty()
+    }
+
+    fn store_findings(&self) -> &[Finding] {
+        self.store.as_ref().map_or(&[], |s| &s.findings)
     }
 
     /// How many events were accepted.
@@ -139,9 +156,18 @@ impl Checked {
     /// Every violation, sorted by seq (those without a seq last), the
     /// section-2 one after invariants at the same seq.
     pub(crate) fn violations(&self) -> Vec<&Finding> {
+        self.located_violations().into_iter().map(|(f, _)| f).collect()
+    }
+
+    /// [`Checked::violations`], each with how to name where it is: the
+    /// session's origin, or the store's for a finding about the whole store
+    /// (those come last).
+    pub(crate) fn located_violations(&self) -> Vec<(&Finding, &str)> {
         let mut all: Vec<&Finding> = self.invariants.iter().chain(self.fatal.as_ref()).collect();
         all.sort_by_key(|f| (f.seq.is_none(), f.seq));
-        all
+        let session = all.into_iter().map(|f| (f, self.origin.as_str()));
+        let store = self.store.iter().flat_map(|s| s.findings.iter().map(|f| (f, s.origin.as_str())));
+        session.chain(store).collect()
     }
 
     /// The session, provided sections 1, 2 and 6 hold (what `surface` and
@@ -210,6 +236,7 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
                 replaced: Vec::new(),
                 torn_tail: None,
                 missing_newline: false,
+                store: None,
             }
         }
     };
@@ -236,6 +263,7 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
         replaced: checker.replaced,
         torn_tail,
         missing_newline,
+        store: None,
     }
 }
 
@@ -259,6 +287,7 @@ pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: St
         replaced: checker.replaced,
         torn_tail: None,
         missing_newline: false,
+        store: None,
     }
 }
 

@@ -11,14 +11,14 @@ use serde_json::value::RawValue;
 use crate::check::{self, Checked};
 use crate::error::Exit;
 use crate::output;
-use crate::store_arg::{self, StoreArgs, Target};
+use crate::store_arg::{self, Access, StoreArgs, Target};
 
 /// Tells on stderr what the reader forgave: a torn last line, a missing
 /// final newline. Neither is a violation.
 /// Where every reading command starts: open `STORE [--session ID]`, check
 /// the session, and note a dropped torn tail or a missing final newline.
-pub(crate) fn open_checked(args: &StoreArgs) -> anyhow::Result<(Target, Checked)> {
-    let target = store_arg::open(args)?;
+pub(crate) fn open_checked(args: &StoreArgs, access: Access) -> anyhow::Result<(Target, Checked)> {
+    let target = store_arg::open(args, access)?;
     let checked = target.check()?;
     report_tail(&checked);
     Ok((target, checked))
@@ -50,8 +50,8 @@ pub(crate) fn report_tail(checked: &Checked) {
 
 /// Prints every violation as an `error[<code>]` line.
 fn report_violations(checked: &Checked) {
-    for finding in checked.violations() {
-        output::error_line(&finding.to_error(&checked.origin).to_string());
+    for (finding, origin) in checked.located_violations() {
+        output::error_line(&finding.to_error(origin).to_string());
     }
 }
 
@@ -87,9 +87,12 @@ struct JsonViolation<'a> {
     message: String,
 }
 
-/// `palimpsest validate STORE [--json]`.
+/// `palimpsest validate STORE [--json]`: the session, and for a SQLite
+/// store the store as a whole too (`store-orphan-events`, `store-seq-gap`,
+/// `store-integrity`: see [`Store::check_store`](crate::store_arg::Store::check_store)).
 pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args)?;
+    let (target, mut checked) = open_checked(args, Access::Read)?;
+    checked.store = target.store.check_store()?;
     report_violations(&checked);
     let violations = checked.violations();
     if json {
@@ -130,7 +133,7 @@ pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> any
 
 /// `palimpsest surface STORE`: the surface as a JSON array of seqs.
 pub(crate) fn surface(args: &StoreArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args)?;
+    let (_, checked) = open_checked(args, Access::Read)?;
     let session = readable_session(checked)?;
     serde_json::to_writer(&mut *out, session.surface())?;
     writeln!(out)?;
@@ -149,7 +152,7 @@ struct WithProvenance<'a> {
 /// `palimpsest derive STORE [--provenance]`: the derived messages, each
 /// exactly as logged.
 pub(crate) fn derive(args: &StoreArgs, provenance: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args)?;
+    let (_, checked) = open_checked(args, Access::Read)?;
     let session = readable_session(checked)?;
     let messages = session.derive_messages();
     if provenance {
@@ -167,7 +170,8 @@ pub(crate) fn derive(args: &StoreArgs, provenance: bool, out: &mut dyn Write) ->
 /// `palimpsest repair STORE [--write]`: the closers of an interrupted turn
 /// (contract section 5) as a JSON array of events.
 pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (target, checked) = open_checked(args)?;
+    let access = if write { Access::Write } else { Access::Read };
+    let (target, checked) = open_checked(args, access)?;
     if !checked.is_valid() {
         report_violations(&checked);
         if write {
@@ -193,7 +197,7 @@ pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyh
 /// `palimpsest inspect STORE`: the timeline. Exit 1 when the log is invalid
 /// (everything readable is still shown).
 pub(crate) fn inspect(args: &StoreArgs, color: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let target = store_arg::open(args)?;
+    let target = store_arg::open(args, Access::Read)?;
     let checked = target.check()?;
     crate::inspect::render(&checked, color, out)?;
     if checked.is_valid() {

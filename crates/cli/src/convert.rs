@@ -173,7 +173,7 @@ pub(crate) fn convert(
     dst: &Path,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let source = Store::open_existing(src)?;
+    let source = Store::open_existing(src, crate::store_arg::Access::Read)?;
     let src_shown = src.display().to_string();
     let dst_shown = dst.display().to_string();
     let mut ids: Vec<String> = source.list()?.into_iter().map(|h| h.id).collect();

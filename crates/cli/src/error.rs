@@ -83,12 +83,23 @@ pub(crate) fn from_store(error: &StoreError, location: &str) -> CliError {
     }
     let code = error.contract_code().unwrap_or(error.code()).to_owned();
     let text = error.to_string();
-    let message = text.strip_prefix(error.code()).map_or(text.as_str(), |t| t.trim_start_matches(": "));
+    let mut message =
+        text.strip_prefix(error.code()).map_or(text.as_str(), |t| t.trim_start_matches(": ")).to_owned();
+    // Why, from below: SQLite's or the system's reason, each text once.
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
     let exit = match error.code() {
         "io" | "not-found" | "invalid-id" => Exit::Usage,
         _ => Exit::Invalid,
     };
-    CliError { code, location: location.to_owned(), message: message.to_owned(), exit }
+    CliError { code, location: location.to_owned(), message, exit }
 }
 
 impl fmt::Display for CliError {
@@ -152,6 +163,19 @@ mod tests {
         assert_eq!(from_store(&missing, "x.db").exit, Exit::Usage);
         let old = StoreError::VersionUnsupported { found: "1".into(), expected: "0".into() };
         assert_eq!(from_store(&old, "x").code, "header-version-unsupported");
+    }
+
+    #[test]
+    fn a_store_errors_reason_is_shown_once_after_its_context() {
+        let inner =
+            std::io::Error::new(std::io::ErrorKind::PermissionDenied, "Permission denied (os error 13)");
+        let e = StoreError::io("reading x.db read-only", inner);
+        assert_eq!(
+            from_store(&e, "x.db").to_string(),
+            "error[io]: x.db: reading x.db read-only: Permission denied (os error 13)"
+        );
+        let said = StoreError::io("opening x.db: disk full", std::io::Error::other("disk full"));
+        assert_eq!(from_store(&said, "x.db").message, "opening x.db: disk full", "not repeated");
     }
 
     #[test]

@@ -43,7 +43,7 @@ use crate::timefmt;
 
 /// `palimpsest explain`.
 pub(crate) fn explain(args: &StoreArgs, seq: u64, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args)?;
+    let (_, checked) = open_checked(args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
     // What a replace took off, in surface order (the explanation lists it by seq).
     let taken_off = checked.replaced.iter().find(|r| r.seq == seq).map(|r| r.shadowed.clone());

@@ -44,7 +44,7 @@ pub(crate) fn fork(
     new_id: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let (target, checked) = open_checked(args)?;
+    let (target, checked) = open_checked(args, crate::store_arg::Access::Write)?;
     let origin = checked.origin.clone();
 
     // The seed must be valid: every violation at or before `at` refuses.
@@ -176,7 +176,8 @@ mod tests {
     #[test]
     fn default_ids_skip_taken_ones() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let store = Store::open_existing(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::open_existing(dir.path(), crate::store_arg::Access::Read)
+            .unwrap_or_else(|e| panic!("{e}"));
         let parent = example();
         let ids: Vec<String> = (0..3)
             .map(|_| {

@@ -80,7 +80,7 @@ fn newest_first(a: &Row, b: &Row) -> std::cmp::Ordering {
 /// `palimpsest sessions STORE [--tree]`. Exit 1 when a session cannot be
 /// loaded (its row shows `?` and the error is printed).
 pub(crate) fn sessions(store: &Path, tree: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let store = Store::open_existing(store)?;
+    let store = Store::open_existing(store, crate::store_arg::Access::Read)?;
     let headers = store.list()?;
     let mut exit = Exit::Success;
     let mut rows: Vec<Row> = Vec::with_capacity(headers.len());

@@ -13,6 +13,11 @@
 //! otherwise the command stops with exit 2 and lists the ids. A STORE that
 //! does not exist is an I/O error (exit 2): reading never creates a store.
 //!
+//! A command opens STORE for [`Access::Read`] unless it writes to it
+//! (`repair --write`, `fork`): a SQLite database is then opened read-only
+//! (`SqliteStore::open_read_only`), so reading changes no byte of it,
+//! creates no file beside it, and works where the user cannot write.
+//!
 //! Every command resolves its argument here, so they all accept the same
 //! forms and report the same errors.
 
@@ -25,7 +30,7 @@ use palimpsest_persistence_jsonl::name::file_name;
 use palimpsest_persistence_jsonl::{read_session_file, JsonlStore, SessionFile};
 use palimpsest_persistence_sqlite::SqliteStore;
 
-use crate::check::{self, Checked};
+use crate::check::{self, Checked, Finding, StoreFindings};
 use crate::error::{from_store, CliError, Exit};
 
 /// The `STORE [--session ID]` arguments every reading command takes.
@@ -50,6 +55,15 @@ pub(crate) enum Store {
     Sqlite(SqliteStore),
 }
 
+/// What a command does to the STORE it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// It only reads: a SQLite database is opened read-only.
+    Read,
+    /// It may append or add a session (`repair --write`, `fork`).
+    Write,
+}
+
 /// Whether `path` names a SQLite database: it has the SQLite header, or
 /// (for a file that does not exist yet) it ends in `.db`.
 pub(crate) fn looks_like_sqlite(path: &Path) -> bool {
@@ -57,8 +71,8 @@ pub(crate) fn looks_like_sqlite(path: &Path) -> bool {
 }
 
 impl Store {
-    /// Opens an existing STORE for reading.
-    pub(crate) fn open_existing(path: &Path) -> Result<Store, CliError> {
+    /// Opens an existing STORE, for reading only or also for writing.
+    pub(crate) fn open_existing(path: &Path, access: Access) -> Result<Store, CliError> {
         let shown = path.display().to_string();
         let meta =
             fs::metadata(path).map_err(|e| CliError::io(shown.clone(), format!("cannot read: {e}")))?;
@@ -66,7 +80,11 @@ impl Store {
             return JsonlStore::open(path).map(Store::Dir).map_err(|e| from_store(&e, &shown));
         }
         if meta.is_file() && looks_like_sqlite(path) {
-            return SqliteStore::open(path).map(Store::Sqlite).map_err(|e| from_store(&e, &shown));
+            let opened = match access {
+                Access::Read => SqliteStore::open_read_only(path),
+                Access::Write => SqliteStore::open(path),
+            };
+            return opened.map(Store::Sqlite).map_err(|e| from_store(&e, &shown));
         }
         Ok(Store::File(path.to_owned()))
     }
@@ -100,6 +118,21 @@ impl Store {
             Store::Dir(s) => s.list().map_err(|e| from_store(&e, &self.shown())),
             Store::Sqlite(s) => s.list().map_err(|e| from_store(&e, &self.shown())),
         }
+    }
+
+    /// Checks a SQLite store as a whole, beyond the session being read
+    /// (`SqliteStore::check_store`): every finding is a violation without a
+    /// seq, named by its stable code (`store-integrity`,
+    /// `store-orphan-events`, `store-seq-gap`). `None` for JSONL stores,
+    /// whose files hold one session each.
+    pub(crate) fn check_store(&self) -> Result<Option<StoreFindings>, CliError> {
+        let Store::Sqlite(s) = self else { return Ok(None) };
+        let found = s.check_store().map_err(|e| from_store(&e, &self.shown()))?;
+        let findings = found
+            .into_iter()
+            .map(|v| Finding { code: v.code.to_owned(), seq: None, line: None, detail: v.message })
+            .collect();
+        Ok(Some(StoreFindings { origin: self.shown(), findings }))
     }
 
     /// Picks the session of a store directory or database: `wanted`, or
@@ -331,10 +364,10 @@ impl Target {
     }
 }
 
-/// Opens STORE and picks the session: the one place every reading command
-/// resolves its argument.
-pub(crate) fn open(args: &StoreArgs) -> Result<Target, CliError> {
-    let store = Store::open_existing(&args.store)?;
+/// Opens STORE and picks the session: the one place every command that
+/// takes `STORE [--session ID]` resolves its argument.
+pub(crate) fn open(args: &StoreArgs, access: Access) -> Result<Target, CliError> {
+    let store = Store::open_existing(&args.store, access)?;
     let id = store.resolve(args.session.as_deref())?;
     Ok(Target { store, id, wanted: args.session.clone() })
 }
@@ -357,7 +390,7 @@ mod tests {
     fn a_missing_store_is_an_io_error_and_is_not_created() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let missing = dir.path().join("nope.db");
-        let e = Store::open_existing(&missing).map(|_| ()).unwrap_err();
+        let e = Store::open_existing(&missing, Access::Read).map(|_| ()).unwrap_err();
         assert_eq!((e.code.as_str(), e.exit), ("io", Exit::Usage));
         assert!(!missing.exists());
     }

@@ -254,6 +254,170 @@ fn repair_write_appends_to_a_session_in_any_store() {
     );
 }
 
+// ---------------------------------------------------------------- reading never writes
+
+/// Every file under `dir` (recursively) with its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    for entry in fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            for (name, bytes) in snapshot(&path) {
+                out.insert(
+                    format!("{}/{name}", path.file_name().unwrap_or_default().to_string_lossy()),
+                    bytes,
+                );
+            }
+        } else {
+            out.insert(
+                path.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+                fs::read(&path).expect("read"),
+            );
+        }
+    }
+    out
+}
+
+/// Every reading command, with the arguments it needs, on STORE.
+fn reading_commands(store: &str) -> Vec<Vec<String>> {
+    let cmds: [&[&str]; 14] = [
+        &["validate", store],
+        &["validate", "--json", store],
+        &["surface", store],
+        &["derive", store],
+        &["derive", "--provenance", store],
+        &["repair", store],
+        &["inspect", "--color", "never", store],
+        &["explain", store, "3"],
+        &["explain", "--json", store, "3"],
+        &["export", "--format", "markdown", store],
+        &["export", "--format", "json", "--view", "model", store],
+        &["export", "--format", "html", "-o", "../out/x.html", store],
+        &["sessions", store],
+        &["convert", store, "../out/copy"],
+    ];
+    cmds.iter().map(|c| c.iter().map(|a| (*a).to_owned()).collect()).collect()
+}
+
+#[test]
+fn reading_commands_change_no_byte_of_a_clean_sqlite_store_and_create_no_file() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    fs::create_dir(d.join("store")).expect("mkdir");
+    fs::create_dir(d.join("out")).expect("mkdir");
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "store/one.db"]));
+    let store = d.join("store");
+    let before = snapshot(&store);
+    assert_eq!(before.keys().collect::<Vec<_>>(), ["one.db"], "closed cleanly: no -wal, no -shm");
+    for args in reading_commands("one.db") {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(palimpsest(&store, &args));
+        assert_eq!(snapshot(&store), before, "{args:?} changed the store's directory");
+    }
+    assert!(d.join("out/x.html").exists() && d.join("out/copy/example-1.jsonl").exists());
+}
+
+#[test]
+fn a_zero_length_db_is_refused_by_every_reading_command_and_stays_empty() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    fs::create_dir(d.join("out")).expect("mkdir");
+    let store = d.join("store");
+    fs::create_dir(&store).expect("mkdir");
+    fs::write(store.join("x.db"), b"").expect("touch");
+    for args in reading_commands("x.db") {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = palimpsest(&store, &args);
+        assert_eq!(run.code, 1, "{args:?}: {run:?}");
+        assert_eq!(
+            run.stderr,
+            "error[schema-mismatch]: x.db: found x.db, an empty file (0 bytes): there is no store to read, \
+             and reading never initialises one, expected a Palimpsest SQLite store \
+             (application_id 0x50414C49 (\"PALI\"), user_version 2)\n",
+            "{args:?}"
+        );
+        assert_eq!(snapshot(&store), std::collections::BTreeMap::from([("x.db".to_owned(), Vec::new())]));
+    }
+}
+
+#[test]
+fn repair_write_and_fork_still_write_a_sqlite_store() {
+    let dir = scratch(&["ok/crash-open.jsonl"]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "crash-open.jsonl", "s.db"]));
+    let run = ok(palimpsest(d, &["repair", "--write", "s.db"]));
+    assert_ne!(run.json(), json!([]));
+    let run = ok(palimpsest(d, &["fork", "s.db", "--session", "crash-1", "--at", "3"]));
+    assert_eq!(run.stdout, "crash-1-fork-3\n");
+    let listed = ok(palimpsest(d, &["sessions", "s.db"])).stdout;
+    assert!(listed.contains("crash-1-fork-3"), "{listed}");
+}
+
+/// The reported case, through the CLI: store A holds session `s` with 64
+/// events; the `-wal` of store B, which holds a new session `t`, is copied
+/// next to A. SQLite applies B's pages over A's, so A lists `t` alone, valid
+/// and empty. `validate` used to say "valid: 0 events".
+#[test]
+fn validate_does_not_call_a_store_with_a_foreign_wal_valid() {
+    use palimpsest_core_session::Event;
+    use palimpsest_persistence::SessionStore;
+    use palimpsest_persistence_sqlite::SqliteStore;
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let events: Vec<Event> = (0..64)
+        .map(|i| {
+            Event::from_json(&format!(r#"{{"seq":{i},"time":{i},"type":"test/tick","data":{{"n":{i}}}}}"#))
+                .expect("an event")
+        })
+        .collect();
+    let a = SqliteStore::open(d.join("a.db")).expect("open a");
+    a.create(&SessionHeader::new("s", 0)).expect("create s");
+    a.append("s", &events).expect("append");
+    drop(a);
+    assert_eq!(
+        ok(palimpsest(d, &["validate", "a.db"])).stdout,
+        "a.db#s: valid: 64 events, 0 on the surface\n"
+    );
+
+    let b = SqliteStore::open(d.join("b.db")).expect("open b");
+    b.create(&SessionHeader::new("t", 0)).expect("create t");
+    fs::copy(d.join("b.db-wal"), d.join("a.db-wal")).expect("copy B's wal next to A");
+    drop(b);
+
+    let run = palimpsest(d, &["validate", "a.db"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.stdout, "a.db#t: invalid: 1 violation in 0 events\n");
+    assert_eq!(
+        run.stderr,
+        "error[store-orphan-events]: a.db: 64 event rows (seqs 0 to 63) belong to session \"s\", \
+         which has no sessions row: no command sees them\n"
+    );
+    let report = palimpsest(d, &["validate", "--json", "a.db"]).json();
+    assert_eq!(report["valid"], json!(false));
+    assert_eq!(report["violations"][0]["code"], json!("store-orphan-events"));
+    assert_eq!(report["violations"][0]["seq"], json!(null));
+}
+
+#[cfg(unix)]
+#[test]
+fn a_clean_sqlite_store_in_a_directory_that_cannot_be_written_is_read() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    fs::create_dir(d.join("store")).expect("mkdir");
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "store/one.db"]));
+    let store = d.join("store");
+    let before = snapshot(&store);
+    let chmod = |m| fs::set_permissions(&store, fs::Permissions::from_mode(m)).expect("chmod");
+    chmod(0o555);
+    let run = palimpsest(&store, &["validate", "one.db"]);
+    let after = snapshot(&store);
+    chmod(0o755);
+    assert_eq!(run.stdout, "one.db#example-1: valid: 27 events, 4 on the surface\n", "{run:?}");
+    assert_eq!(after, before, "no -wal or -shm was made (or, as a user who cannot write here, needed)");
+}
+
 // ---------------------------------------------------------------- sessions
 
 #[test]

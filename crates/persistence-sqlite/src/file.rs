@@ -25,8 +25,8 @@ pub(crate) fn has_sqlite_magic(path: &Path) -> bool {
     File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == SQLITE_MAGIC
 }
 
-/// The file beside the database with `suffix` appended (`-wal`, `-journal`).
-fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+/// The file beside the database with `suffix` appended (`-wal`, `-shm`, `-journal`).
+pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut name = OsString::from(path.as_os_str());
     name.push(suffix);
     PathBuf::from(name)
@@ -43,25 +43,52 @@ fn be_u32(bytes: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
-/// Checks the file at `path`, if there is one, before SQLite opens it.
+/// Why a file is being opened: a writer initialises a missing or empty
+/// file, a reader refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// [`SqliteStore::open`](crate::SqliteStore::open).
+    Write,
+    /// [`SqliteStore::open_read_only`](crate::SqliteStore::open_read_only).
+    Read,
+}
+
+/// What [`precheck`] found at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No file.
+    Missing,
+    /// A file of 0 bytes.
+    Empty,
+    /// A SQLite database whose header passed the checks.
+    Database {
+        /// Whether the header says WAL mode (file format versions 2 at
+        /// offsets 18 and 19), so that a reader needs a `-wal` and a `-shm`.
+        wal: bool,
+    },
+}
+
+/// Checks the file at `path`, if there is one, before SQLite opens it, and
+/// says what is there.
 ///
-/// * missing or empty: fine (a new store is initialised);
+/// * missing or empty: [`Found::Missing`] or [`Found::Empty`] (a writer
+///   initialises a new store, a reader refuses);
 /// * not starting with the SQLite magic: `schema-mismatch`;
 /// * shorter than the header, an impossible page size, or (when no WAL or
 ///   rollback journal stands beside it) a length that is not a whole number
 ///   of pages or is shorter than the page count the header records:
 ///   `corrupt`.
-pub(crate) fn precheck(path: &Path) -> Result<(), StoreError> {
+pub(crate) fn precheck(path: &Path, purpose: Purpose) -> Result<Found, StoreError> {
     let location = path.display().to_string();
     let mut file = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Missing),
         Err(e) => return Err(StoreError::io(format!("opening {location}"), e)),
     };
     let len =
         file.metadata().map_err(|e| StoreError::io(format!("reading the size of {location}"), e))?.len();
     if len == 0 {
-        return Ok(());
+        return Ok(Found::Empty);
     }
     let mut head = Vec::with_capacity(HEADER_LEN);
     (&mut file)
@@ -74,7 +101,7 @@ pub(crate) fn precheck(path: &Path) -> Result<(), StoreError> {
     if head[..magic_len] != SQLITE_MAGIC[..magic_len] {
         return Err(StoreError::SchemaMismatch {
             found: format!("{location}, which is not a SQLite database (it lacks the SQLite header)"),
-            expected: crate::schema::expected_store(),
+            expected: crate::schema::expected_store(purpose),
         });
     }
     if head.len() < HEADER_LEN {
@@ -87,8 +114,9 @@ pub(crate) fn precheck(path: &Path) -> Result<(), StoreError> {
         n if n >= 512 && n.is_power_of_two() => u64::from(n),
         n => return Err(corrupt(format!("the header records an impossible page size {n}"))),
     };
+    let found = Found::Database { wal: head[18] == 2 && head[19] == 2 };
     if has_live_sidecar(path) {
-        return Ok(());
+        return Ok(found);
     }
     if !len.is_multiple_of(page_size) {
         return Err(corrupt(format!(
@@ -104,5 +132,5 @@ pub(crate) fn precheck(path: &Path) -> Result<(), StoreError> {
             len / page_size
         )));
     }
-    Ok(())
+    Ok(found)
 }

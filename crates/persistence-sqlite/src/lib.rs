@@ -7,13 +7,17 @@
 //!
 #![doc = include_str!("../README.md")]
 
+mod audit;
 mod codec;
 mod file;
 mod options;
+mod read_only;
 mod schema;
 mod sqlerr;
 mod store;
 
+pub use audit::{StoreViolation, STORE_INTEGRITY, STORE_ORPHAN_EVENTS, STORE_SEQ_GAP};
 pub use options::{SqliteOptions, Synchronous};
+pub use read_only::ReadMode;
 pub use schema::{APPLICATION_ID, SCHEMA_SQL, SCHEMA_VERSION};
 pub use store::SqliteStore;

@@ -6,6 +6,7 @@ use std::fmt;
 use palimpsest_persistence::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::file::Purpose;
 use crate::sqlerr::sql_err;
 
 /// The schema version this build reads and writes, kept in `PRAGMA user_version`.
@@ -146,12 +147,16 @@ fn describe_application_id(id: i32) -> String {
 }
 
 /// What a Palimpsest store is, for the `expected` side of a refusal of a
-/// file that is not one at all.
-pub(crate) fn expected_store() -> String {
-    format!(
-        "a Palimpsest SQLite store ({}, user_version {SCHEMA_VERSION}) or an empty file",
+/// file that is not one at all: a writer also takes an empty file.
+pub(crate) fn expected_store(purpose: Purpose) -> String {
+    let store = format!(
+        "a Palimpsest SQLite store ({}, user_version {SCHEMA_VERSION})",
         describe_application_id(APPLICATION_ID)
-    )
+    );
+    match purpose {
+        Purpose::Write => format!("{store} or an empty file"),
+        Purpose::Read => store,
+    }
 }
 
 /// Reads the ids and the schema objects, and says whether the database is
@@ -272,6 +277,24 @@ fn check_table(conn: &Connection, expected: &Table, location: &str) -> Result<()
         });
     }
     Ok(())
+}
+
+/// Checks a database opened read-only, changing nothing: a store of this
+/// schema version passes; an empty database (no ids, no tables) is refused
+/// with `schema-mismatch`, as reading never initialises one; anything else
+/// as [`open_checked`] refuses it.
+pub(crate) fn check_read_only(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
+    let tx = conn.transaction().map_err(|e| sql_err(e, location, "reading the schema"))?;
+    match inspect(&tx, location)? {
+        DbState::Current => Ok(()),
+        DbState::Empty => Err(StoreError::SchemaMismatch {
+            found: format!(
+                "{location}, a SQLite database with no tables and no ids: there is no store to read, \
+                 and reading never initialises one"
+            ),
+            expected: expected_store(Purpose::Read),
+        }),
+    }
 }
 
 /// Checks an opened database and initialises it when it is empty: schema,

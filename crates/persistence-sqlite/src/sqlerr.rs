@@ -20,7 +20,7 @@ pub(crate) fn sql_err(e: rusqlite::Error, location: &str, context: impl fmt::Dis
         },
         Some(ErrorCode::NotADatabase) => StoreError::SchemaMismatch {
             found: format!("{location}, which SQLite cannot read as a database ({e})"),
-            expected: crate::schema::expected_store(),
+            expected: crate::schema::expected_store(crate::file::Purpose::Write),
         },
         _ => StoreError::Io { context: format!("{context} ({location})"), source: Box::new(e) },
     }

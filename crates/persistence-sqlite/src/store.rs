@@ -8,10 +8,13 @@ use palimpsest_core_session::{Event, LoadError, SessionHeader};
 use palimpsest_persistence::{check_continues, LoadReport, SessionStore, StoreError, StoredSession};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
+use crate::audit::{self, StoreViolation};
 use crate::codec::{self, EventRow};
+use crate::file::{self, Purpose};
 use crate::options::{SqliteOptions, Synchronous};
+use crate::read_only::{self, FileStamp, ReadMode, Reader};
+use crate::schema;
 use crate::sqlerr::{poisons, sql_err};
-use crate::{file, schema};
 
 const INSERT_EVENT: &str = "INSERT INTO events \
     (session_id, seq, time, type, data, source_event_seqs, surface_op) \
@@ -34,6 +37,10 @@ const LIST_SESSIONS: &str =
 /// transaction. One connection serves the whole store behind a mutex, so
 /// the store is `Send + Sync`; any number of stores, in any number of
 /// processes, may open the same file.
+///
+/// A store opened with [`SqliteStore::open_read_only`] reads the same way
+/// and refuses every write; opening and reading it change no byte of the
+/// database and create no file beside it (see [`ReadMode`]).
 #[derive(Debug)]
 pub struct SqliteStore {
     inner: Mutex<Inner>,
@@ -47,6 +54,18 @@ struct Inner {
     conn: Connection,
     /// Set by a failed write: what failed. Every later write is refused.
     poisoned: Option<String>,
+    /// For a store opened read-only: how `conn` reads (boxed: the stamp is
+    /// large and a writing store has none).
+    reader: Option<Box<ReadOnly>>,
+}
+
+/// How a read-only store's connection reads.
+#[derive(Debug)]
+struct ReadOnly {
+    mode: ReadMode,
+    /// For [`ReadMode::Immutable`]: the files as they were when the
+    /// connection opened.
+    stamp: Option<FileStamp>,
 }
 
 /// A failure inside a write transaction: a refusal decided by the store
@@ -98,7 +117,7 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref();
         let location = path.display().to_string();
-        file::precheck(path)?;
+        file::precheck(path, Purpose::Write)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -132,7 +151,72 @@ impl SqliteStore {
                 .map_err(|e| StoreError::io(format!("syncing the directory of {location}"), e))?;
         }
         tracing::debug!(location = %location, created, synchronous = ?options.synchronous, "opened SQLite store");
-        Ok(SqliteStore { inner: Mutex::new(Inner { conn, poisoned: None }), path, location, options })
+        Ok(SqliteStore {
+            inner: Mutex::new(Inner { conn, poisoned: None, reader: None }),
+            path,
+            location,
+            options,
+        })
+    }
+
+    /// Opens the store at `path` for reading only, with the default
+    /// [`SqliteOptions`]: what every reading command uses.
+    ///
+    /// Nothing is written: no schema, no journal mode, not a byte of the
+    /// file; no `-wal` or `-shm` file is created where none exists (with one
+    /// exception, see [`ReadMode::Shared`]). So a clean store can be read
+    /// where the reader cannot write (another user's directory, a read-only
+    /// mount). A missing file is `io`; an empty file or a database without
+    /// a schema is `schema-mismatch` (there is nothing to read, and reading
+    /// never initialises a store); everything [`SqliteStore::open`] refuses
+    /// is refused the same way. Where SQLite cannot read the file, the
+    /// `io` error says why and keeps SQLite's error as its source. Every
+    /// write ([`create`](SessionStore::create), [`append`](SessionStore::append),
+    /// [`delete`](SessionStore::delete), [`import`](SqliteStore::import)) is
+    /// refused with `io`; [`sync`](SessionStore::sync) has nothing to do.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_read_only_with(path, SqliteOptions::default())
+    }
+
+    /// Like [`SqliteStore::open_read_only`], with options (only
+    /// `busy_timeout` matters to a reader).
+    pub fn open_read_only_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref();
+        let location = path.display().to_string();
+        let Reader { conn, mode, stamp } = read_only::connect(path, &location, options.busy_timeout)?;
+        tracing::debug!(location = %location, mode = ?mode, "opened SQLite store read-only");
+        Ok(SqliteStore {
+            inner: Mutex::new(Inner {
+                conn,
+                poisoned: None,
+                reader: Some(Box::new(ReadOnly { mode, stamp })),
+            }),
+            path: Some(path.to_owned()),
+            location,
+            options,
+        })
+    }
+
+    /// How a store opened with [`SqliteStore::open_read_only`] reads its
+    /// file now (it may change from [`ReadMode::Immutable`] to
+    /// [`ReadMode::Shared`] when a writer comes along); `None` for a store
+    /// opened for writing.
+    pub fn read_mode(&self) -> Option<ReadMode> {
+        self.lock().reader.as_ref().map(|r| r.mode)
+    }
+
+    /// Checks the store as a whole, beyond any one session: SQLite's
+    /// `quick_check`, event rows that belong to no session
+    /// ([`STORE_ORPHAN_EVENTS`](crate::STORE_ORPHAN_EVENTS)), sessions whose
+    /// seqs do not run from 0 without a gap
+    /// ([`STORE_SEQ_GAP`](crate::STORE_SEQ_GAP)). One read transaction; it
+    /// reads every event row, so it costs a scan of the store. Findings are
+    /// data; `Err` only when the store cannot be read.
+    pub fn check_store(&self) -> Result<Vec<StoreViolation>, StoreError> {
+        self.read("checking the store", |tx| Ok(audit::check(tx)?))
     }
 
     /// The database file, or `None` for an in-memory store.
@@ -185,6 +269,9 @@ impl SqliteStore {
         if let Some(earlier) = &inner.poisoned {
             return Err(self.poisoned_error(earlier));
         }
+        if inner.reader.is_some() {
+            return Err(self.read_only_error(what));
+        }
         let result = inner
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -207,6 +294,16 @@ impl SqliteStore {
         }
     }
 
+    fn read_only_error(&self, what: &str) -> StoreError {
+        StoreError::Io {
+            context: format!("{} was opened read-only: {what} is refused", self.location),
+            source: Box::new(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "a store opened for reading never writes",
+            )),
+        }
+    }
+
     fn poisoned_error(&self, earlier: &str) -> StoreError {
         StoreError::Io {
             context: format!("{} refuses writes after an earlier write failed; reopen it", self.location),
@@ -215,21 +312,44 @@ impl SqliteStore {
     }
 
     /// Runs `f` in one read transaction (one snapshot).
+    ///
+    /// Under [`ReadMode::Immutable`] SQLite takes no lock and trusts the
+    /// file not to change, so the files are stamped afterwards: if a writer
+    /// touched them since the connection opened, the result (whatever it
+    /// was: SQLite may have read a page half old, half new) is thrown
+    /// away, a new connection is opened in the mode the files now call
+    /// for, and `f` runs again.
     fn read<T>(
         &self,
         what: &str,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, ReadError>,
+        mut f: impl FnMut(&Transaction<'_>) -> Result<T, ReadError>,
     ) -> Result<T, StoreError> {
         let mut inner = self.lock();
-        let result = inner.conn.transaction().map_err(ReadError::Sql).and_then(|tx| {
-            let value = f(&tx)?;
-            tx.commit()?;
-            Ok(value)
-        });
-        result.map_err(|e| match e {
-            ReadError::Store(e) => e,
-            ReadError::Sql(e) => sql_err(e, &self.location, what),
-        })
+        for _ in 0..read_only::ATTEMPTS {
+            let result = inner.conn.transaction().map_err(ReadError::Sql).and_then(|tx| {
+                let value = f(&tx)?;
+                tx.commit()?;
+                Ok(value)
+            });
+            let stamp = inner.reader.as_ref().and_then(|r| r.stamp.as_ref());
+            let changed = match (stamp, &self.path) {
+                (Some(stamp), Some(path)) => FileStamp::take(path) != *stamp,
+                _ => false,
+            };
+            if !changed {
+                return result.map_err(|e| match e {
+                    ReadError::Store(e) => e,
+                    ReadError::Sql(e) => sql_err(e, &self.location, what),
+                });
+            }
+            tracing::debug!(location = %self.location, "the file changed under an immutable read; reading again");
+            let path = self.path.as_deref().unwrap_or(Path::new(""));
+            let Reader { conn, mode, stamp } =
+                read_only::connect(path, &self.location, self.options.busy_timeout)?;
+            inner.conn = conn;
+            inner.reader = Some(Box::new(ReadOnly { mode, stamp }));
+        }
+        Err(read_only::changing(&self.location))
     }
 
     fn corrupt(&self, session_id: &str, index: Option<u64>, cause: LoadError) -> StoreError {
@@ -481,9 +601,9 @@ impl SessionStore for SqliteStore {
         if let Some(earlier) = &inner.poisoned {
             return Err(self.poisoned_error(earlier));
         }
-        // Under FULL every commit already fsynced the WAL; in memory there is
-        // nothing to sync.
-        if self.path.is_none() || self.options.synchronous == Synchronous::Full {
+        // Under FULL every commit already fsynced the WAL; in memory, or
+        // read-only, there is nothing to sync.
+        if self.path.is_none() || inner.reader.is_some() || self.options.synchronous == Synchronous::Full {
             return Ok(());
         }
         match self.checkpoint(&inner) {

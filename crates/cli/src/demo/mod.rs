@@ -210,7 +210,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     drop(agent);
 
     // Reopen the store from disk, as a new process would, and check it all.
-    let reopened = Store::open_existing(&options.store)?;
+    let reopened = Store::open_existing(&options.store, crate::store_arg::Access::Read)?;
     let checked = reopened.check(&id)?;
     if !options.quiet {
         writeln!(out, "\n── the full log beside the surface ──────────────────────────────")?;

@@ -401,7 +401,7 @@ pub(crate) fn export(
     output: Option<&Path>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args)?;
+    let (_, checked) = open_checked(args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
     let replaced = checked.replaced.clone();
     let session = readable_session(checked)?;

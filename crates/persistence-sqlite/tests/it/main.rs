@@ -7,5 +7,6 @@ mod contract;
 #[cfg(unix)]
 mod io_errors;
 mod processes;
+mod read_only;
 mod refusals;
 mod tamper;
