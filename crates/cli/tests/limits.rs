@@ -59,12 +59,17 @@ fn a_last_event_at_the_limit_without_its_newline_is_kept_repaired_and_converted(
 fn a_last_line_over_the_limit_is_event_too_large_for_every_command_and_never_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let before = file_with_last_line(dir.path(), MAX_EVENT_LINE_BYTES + 1);
-    for args in [&["validate", "big.jsonl"][..], &["repair", "big.jsonl"], &["repair", "--write", "big.jsonl"]] {
+    for args in
+        [&["validate", "big.jsonl"][..], &["repair", "big.jsonl"], &["repair", "--write", "big.jsonl"]]
+    {
         let run = palimpsest(dir.path(), args);
         assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains("event-too-large"), "{args:?}: {}", run.stderr);
     }
-    assert!(fs::read(dir.path().join("big.jsonl")).expect("read") == before, "a refused file is never written");
+    assert!(
+        fs::read(dir.path().join("big.jsonl")).expect("read") == before,
+        "a refused file is never written"
+    );
 }
 
 #[test]

@@ -30,6 +30,11 @@ pub const DEFAULT_MAX_TOOL_ARGUMENTS_BYTES: usize = 4 << 20;
 /// Default [`StreamCaps::max_response_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 << 20;
 
+// The margin of the module docs, held at build time: escaped six times
+// over, with a MiB for the envelope, a capped response fits in one event.
+const _: () =
+    assert!(DEFAULT_MAX_RESPONSE_BYTES * 6 + (1 << 20) <= palimpsest_core_session::MAX_EVENT_LINE_BYTES);
+
 /// How much one streamed response may carry. See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamCaps {

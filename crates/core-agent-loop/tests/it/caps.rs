@@ -114,8 +114,12 @@ async fn one_chunk_larger_than_the_cap_is_never_logged() {
 
 #[test]
 fn the_default_caps_keep_every_event_within_the_event_limit_with_margin() {
-    assert_eq!(StreamCaps::default().max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
-    assert!(DEFAULT_MAX_TOOL_ARGUMENTS_BYTES <= DEFAULT_MAX_RESPONSE_BYTES);
+    let caps = StreamCaps::default();
+    assert_eq!(
+        (caps.max_tool_arguments_bytes, caps.max_response_bytes),
+        (DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_RESPONSE_BYTES)
+    );
+    assert!(caps.max_tool_arguments_bytes <= caps.max_response_bytes);
     // A byte escapes to at most six (`\u0001`); leave room for the envelope.
-    assert!(DEFAULT_MAX_RESPONSE_BYTES * 6 + (1 << 20) <= MAX_EVENT_LINE_BYTES);
+    assert!(caps.max_response_bytes * 6 + (1 << 20) <= MAX_EVENT_LINE_BYTES);
 }
