@@ -24,6 +24,7 @@ use std::future::poll_fn;
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::caps::{StreamBudget, StreamCaps};
 use palimpsest_core_session::payload::{
     AssistantChunk, AssistantMessage, Block, ContextMessage, ErrorInfo, Message, Role, Source,
     SteeringMessage, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnEndReason, TurnStart, Usage,
@@ -64,6 +65,8 @@ pub struct AgentConfig {
     pub dev_mode: DevMode,
     /// When appends are synced. Default: at turn boundaries.
     pub durability: Durability,
+    /// Caps on one streamed response. Default: [`StreamCaps::default`].
+    pub stream_caps: StreamCaps,
 }
 
 impl Default for AgentConfig {
@@ -74,6 +77,7 @@ impl Default for AgentConfig {
             max_output_tokens: None,
             dev_mode: DevMode::from_env(),
             durability: Durability::TurnBoundary,
+            stream_caps: StreamCaps::default(),
         }
     }
 }
@@ -106,6 +110,12 @@ impl AgentConfig {
     /// Sets the durability policy.
     pub fn with_durability(mut self, durability: Durability) -> AgentConfig {
         self.durability = durability;
+        self
+    }
+
+    /// Sets the caps on a streamed response.
+    pub fn with_stream_caps(mut self, caps: StreamCaps) -> AgentConfig {
+        self.stream_caps = caps;
         self
     }
 }
@@ -652,6 +662,7 @@ impl AgentLoop {
         let request = self.core.request();
         let provider = Arc::clone(&self.core.provider);
         let mut assembler = Assembler::default();
+        let mut budget = StreamBudget::new(self.core.config.stream_caps);
         let mut chunk_seqs: Vec<u64> = Vec::new();
         let mut finish: Option<FinishReason> = None;
         let connected = tokio::select! {
@@ -670,6 +681,11 @@ impl AgentLoop {
                 match item {
                     None => break Stop::Done,
                     Some(Ok(StreamItem::Chunk(chunk))) => {
+                        // Measured before it is kept: past a cap, the
+                        // stream ends here and is dropped.
+                        if let Err(error) = budget.admit(&chunk) {
+                            break Stop::Failed(error);
+                        }
                         assembler.push(&chunk);
                         let mut batch = Batch::new(&self.core);
                         let seq = batch.log(&self.core, AssistantChunk { turn, step, chunk })?;

@@ -31,6 +31,7 @@
 //! | tool error / panic | error `tool/result` with the tool's name and code (`TOOL_PANICKED` for a panic); the turn goes on | — |
 //! | provider error before the stream | nothing more in the step | `error`, code from [`ProviderError::code`] |
 //! | provider error mid-stream | the chunks; the prefix as an `assistant/message` with `interrupted: true`; its calls get a `tool/call` and a `STREAM_FAILED` error result | `error` |
+//! | a streamed response or one call's arguments pass their cap ([`StreamCaps`]) | as a provider error mid-stream: the chunks before the one that passed it, the interrupted prefix, `STREAM_FAILED` results for its calls; the stream is dropped at once | `error`, code `RESPONSE_TOO_LARGE` or `TOOL_ARGUMENTS_TOO_LARGE` |
 //! | cancellation mid-stream | same, with `CANCELLED` error results | `aborted` (`reason: "cancelled"`) |
 //! | cancellation while tools run | finished calls keep their results; unfinished ones get `CANCELLED` error results | `aborted` |
 //! | output-token limit ([`FinishReason::MaxTokens`]) | the message; its calls get `OUTPUT_TRUNCATED` error results, none runs | `max-tokens` |
@@ -113,6 +114,7 @@
 
 mod agent;
 mod assemble;
+mod caps;
 mod clock;
 mod dev;
 mod error;
@@ -126,6 +128,7 @@ mod state;
 mod tool;
 
 pub use agent::{AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome};
+pub use caps::{StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES};
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use dev::DevMode;
 pub use error::LoopError;
@@ -158,6 +161,14 @@ pub mod codes {
     pub const STREAM_FAILED: &str = "STREAM_FAILED";
     /// `turn/end` error code: the turn reached [`AgentConfig::max_steps`](crate::AgentConfig::max_steps).
     pub const STEP_LIMIT: &str = "STEP_LIMIT";
+    /// `turn/end` error code: a streamed response passed
+    /// [`StreamCaps::max_response_bytes`](crate::StreamCaps::max_response_bytes);
+    /// the stream was ended there.
+    pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
+    /// `turn/end` error code: a streamed tool call's arguments passed
+    /// [`StreamCaps::max_tool_arguments_bytes`](crate::StreamCaps::max_tool_arguments_bytes);
+    /// the stream was ended there.
+    pub const TOOL_ARGUMENTS_TOO_LARGE: &str = "TOOL_ARGUMENTS_TOO_LARGE";
     /// `turn/end` error code: a plugin hook failed.
     pub const PLUGIN_FAILED: &str = "PLUGIN_FAILED";
     /// The `reason` of an `aborted` turn end written on cancellation.

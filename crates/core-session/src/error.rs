@@ -21,6 +21,19 @@ pub enum AppendError {
         /// What was wrong.
         detail: String,
     },
+    /// `event-too-large`: the event's line (its canonical JSON text) is longer
+    /// than [`MAX_EVENT_LINE_BYTES`](crate::MAX_EVENT_LINE_BYTES), or, read
+    /// from a file, the line is longer than the reader's cap. Checked before
+    /// anything else: such an event is never built, written or parsed.
+    #[error("event-too-large{}: the event is {len} bytes as a line, longer than the {limit}-byte limit", AtSeq(*seq))]
+    EventTooLarge {
+        /// The event's seq, when it could be read.
+        seq: Option<u64>,
+        /// The line's length in bytes, without its `\n`.
+        len: u64,
+        /// The limit it broke.
+        limit: u64,
+    },
     /// `surface-op-missing`: a surface-eligible event without `surfaceOp` (rule 1).
     #[error("surface-op-missing at seq {seq}: a `{event_type}` event must say how it joins the surface")]
     SurfaceOpMissing {
@@ -156,6 +169,7 @@ impl AppendError {
     pub fn code(&self) -> &str {
         match self {
             AppendError::EventMalformed { .. } => "event-malformed",
+            AppendError::EventTooLarge { .. } => "event-too-large",
             AppendError::SurfaceOpMissing { .. } => "surface-op-missing",
             AppendError::SurfaceOpForbidden { .. } => "surface-op-forbidden",
             AppendError::SourceSeqsForbidden { .. } => "source-seqs-forbidden",
@@ -177,7 +191,7 @@ impl AppendError {
     /// The seq of the refused event, when it could be read.
     pub fn seq(&self) -> Option<u64> {
         match self {
-            AppendError::EventMalformed { seq, .. } => *seq,
+            AppendError::EventMalformed { seq, .. } | AppendError::EventTooLarge { seq, .. } => *seq,
             AppendError::SurfaceOpMissing { seq, .. }
             | AppendError::SurfaceOpForbidden { seq, .. }
             | AppendError::SourceSeqsForbidden { seq, .. }

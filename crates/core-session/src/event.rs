@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::error::AppendError;
+use crate::limits::MAX_EVENT_LINE_BYTES;
 use crate::payload::{
     AssistantChunk, AssistantMessage, Block, ContextMessage, LogPayload, Message, Role, Source,
     SteeringMessage, StepEnd, StepStart, SurfacePayload, ToolCall, ToolResult, TurnEnd, TurnStart,
@@ -251,6 +252,9 @@ impl Event {
     /// from a file or built dynamically), checking section 1 and the
     /// context-free rules 1–4 of section 2.
     pub fn from_json(json: &str) -> Result<Event, AppendError> {
+        // The size first, before anything is parsed: a longer text is
+        // never read, as a JSONL reader never reads a longer line.
+        check_line_len(seq_prefix(json), json.len())?;
         // Most lines are canonical: read the envelope by hand, so that
         // `data` is parsed once (by the payload check) instead of twice.
         // Anything else, and any error, goes the general way, which judges
@@ -300,6 +304,13 @@ impl Event {
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
         let data = data.into().into_boxed_str();
+        // The size first, as for a line: the row's event, written as one.
+        let sources_len = source_event_seqs.map_or(0, |t| ",\"sourceEventSeqs\":".len() + t.len());
+        let op_len = surface_op.map_or(0, |t| ",\"surfaceOp\":".len() + t.len());
+        let type_len = quoted_len(event_type);
+        let len =
+            envelope_len(seq, time, type_len, data.len()).saturating_add(sources_len).saturating_add(op_len);
+        check_line_len(Some(seq), len)?;
         // Columns as this crate writes them: no envelope to parse, and the
         // payload parsed once. Anything else, and any error, goes the
         // general way, which judges and words it.
@@ -451,6 +462,20 @@ impl Event {
         )
     }
 
+    /// The length in bytes of the event's line: its canonical JSON text, as
+    /// [`Event::write_json`] writes it, without the `\n`. Never more than
+    /// [`MAX_EVENT_LINE_BYTES`]: no constructor builds a longer event.
+    pub fn line_len(&self) -> usize {
+        line_len(
+            self.seq,
+            self.time,
+            &self.event_type,
+            &self.data,
+            self.source_event_seqs.as_deref(),
+            self.surface_op,
+        )
+    }
+
     /// Writes the canonical JSON text (no trailing newline).
     pub fn to_json(&self) -> String {
         let mut out = Vec::with_capacity(self.data.len() + 64);
@@ -514,11 +539,15 @@ impl Event {
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Result<Event, AppendError> {
+        // The size first: a payload too large to write is not parsed.
+        let len = line_len(seq, time, &event_type, &data, source_event_seqs.as_deref(), surface_op);
+        check_line_len(Some(seq), len)?;
         check_payload(seq, &event_type, &data)?;
         Event::assemble(seq, time, event_type, data, source_event_seqs, surface_op)
     }
 
-    /// Checks rules 1, 2 and 4 on an event whose payload was checked.
+    /// Checks rules 1, 2 and 4 on an event whose payload was checked, and
+    /// (again, as every path ends here) the size of its line.
     fn assemble(
         seq: u64,
         time: u64,
@@ -528,8 +557,81 @@ impl Event {
         surface_op: Option<SurfaceOp>,
     ) -> Result<Event, AppendError> {
         check_metadata(seq, &event_type, source_event_seqs.as_deref(), surface_op)?;
+        let len = line_len(seq, time, &event_type, &data, source_event_seqs.as_deref(), surface_op);
+        check_line_len(Some(seq), len)?;
         Ok(Event { seq, time, event_type, data, source_event_seqs, surface_op })
     }
+}
+
+/// The one size rule of an event: its line is at most
+/// [`MAX_EVENT_LINE_BYTES`] long.
+fn check_line_len(seq: Option<u64>, len: usize) -> Result<(), AppendError> {
+    if len <= MAX_EVENT_LINE_BYTES {
+        return Ok(());
+    }
+    Err(AppendError::EventTooLarge { seq, len: len as u64, limit: MAX_EVENT_LINE_BYTES as u64 })
+}
+
+/// The length of the line [`Event::write_json`] writes for these parts.
+fn line_len(
+    seq: u64,
+    time: u64,
+    event_type: &EventType,
+    data: &str,
+    sources: Option<&[u64]>,
+    op: Option<SurfaceOp>,
+) -> usize {
+    let type_len = match event_type {
+        EventType::Plugin(name) => quoted_len(name),
+        core => core.as_str().len() + 2,
+    };
+    let mut len = envelope_len(seq, time, type_len, data.len());
+    if let Some(sources) = sources {
+        // `,"sourceEventSeqs":[` … `]`, the items separated by commas.
+        let items: usize = sources.iter().map(|&s| digits(s)).sum();
+        len += ",\"sourceEventSeqs\":[]".len() + items + sources.len().saturating_sub(1);
+    }
+    len += match op {
+        None => 0,
+        Some(SurfaceOp::Append) => ",\"surfaceOp\":\"append\"".len(),
+        Some(SurfaceOp::Replace { start, end }) => {
+            ",\"surfaceOp\":{\"op\":\"replace\",\"start\":,\"end\":}".len() + digits(start) + digits(end)
+        }
+    };
+    len
+}
+
+/// `{"seq":N,"time":N,"type":T,"data":D}` with a type of `type_len` bytes
+/// (quotes included) and data of `data_len` bytes.
+fn envelope_len(seq: u64, time: u64, type_len: usize, data_len: usize) -> usize {
+    let fixed = "{\"seq\":,\"time\":,\"type\":,\"data\":}".len();
+    (fixed + digits(seq) + digits(time) + type_len).saturating_add(data_len)
+}
+
+/// Decimal digits of `v`.
+fn digits(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// The length of `s` as serde_json writes it as a JSON string, quotes
+/// included: `"` and `\` and the control characters are escaped, as two
+/// bytes where JSON has a short form, else as `\u00XX`.
+fn quoted_len(s: &str) -> usize {
+    let escaped: usize = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum();
+    escaped + 2
+}
+
+/// The seq at the start of a canonical line (`{"seq":N…`), read without
+/// parsing the rest: what names an event too large to parse.
+pub(crate) fn seq_prefix(line: &str) -> Option<u64> {
+    line.strip_prefix("{\"seq\":").and_then(leading_u64).map(|(seq, _)| seq)
 }
 
 /// Rules 1, 2 and 4: the surface metadata an event of `event_type` may,

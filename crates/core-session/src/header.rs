@@ -5,6 +5,7 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
 
 use crate::error::LoadError;
+use crate::limits::MAX_HEADER_LINE_BYTES;
 use crate::unique_keys;
 
 /// The session format version this build reads and writes. Pinned at 0 while
@@ -37,6 +38,13 @@ impl SessionHeader {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    /// Checks that the header's line is at most [`MAX_HEADER_LINE_BYTES`]
+    /// long (`header-malformed` if not): what every store checks before it
+    /// writes a header, so that no reader refuses a header Palimpsest wrote.
+    pub fn check_size(&self) -> Result<(), LoadError> {
+        check_header_len(self.to_json().len())
+    }
+
     /// Reads a header line: `header-version-unsupported` for any version but
     /// [`SESSION_FORMAT_VERSION`], `header-malformed` for anything else wrong
     /// (a key named twice included, checked first).
@@ -57,6 +65,7 @@ impl SessionHeader {
             seed_length: Option<u64>,
         }
         let malformed = |detail: String| LoadError::HeaderMalformed { detail };
+        check_header_len(json.len())?;
         let value: serde_json::Value =
             serde_json::from_str(json).map_err(|e| malformed(format!("not JSON: {e}")))?;
         // Read into a map, a key named twice would count once: refuse it
@@ -89,6 +98,16 @@ impl SessionHeader {
             seed_length: w.seed_length,
         })
     }
+}
+
+/// The one size rule of a header line.
+fn check_header_len(len: usize) -> Result<(), LoadError> {
+    if len <= MAX_HEADER_LINE_BYTES {
+        return Ok(());
+    }
+    Err(LoadError::HeaderMalformed {
+        detail: format!("the header line is {len} bytes, longer than the {MAX_HEADER_LINE_BYTES}-byte limit"),
+    })
 }
 
 impl Serialize for SessionHeader {

@@ -24,27 +24,68 @@
 //! which any object names a key twice. A header naming a key twice is
 //! `header-malformed`.
 //!
+//! A line longer than the reader's cap (by default, and at most, the
+//! format's [`MAX_EVENT_LINE_BYTES`]) is `event-too-large` with its line
+//! number, before it is parsed, **with or without** its `\n`: no writer of
+//! this format writes such a line, so it is not the prefix of a torn write,
+//! and dropping it could throw away a whole event. A header line longer than
+//! [`MAX_HEADER_LINE_BYTES`](crate::MAX_HEADER_LINE_BYTES) is
+//! `header-malformed`.
+//!
 //! Unknown event types are plugin events: kept verbatim, never on the surface.
 
-use crate::error::LoadError;
-use crate::event::Event;
+use crate::error::{AppendError, LoadError};
+use crate::event::{seq_prefix, Event};
 use crate::header::SessionHeader;
+use crate::limits::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
 use crate::session::Session;
-
-/// Longest line accepted by default: 64 MiB.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 
 /// Reading limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadOptions {
-    /// A longer line fails with `log-corrupt` before it is parsed, which
-    /// bounds the memory a hostile file can make a reader use.
+    /// A longer line fails with `event-too-large` before it is parsed, which
+    /// bounds the memory a hostile file can make a reader use. The default,
+    /// [`MAX_EVENT_LINE_BYTES`], is what every writer holds events to; a
+    /// smaller cap reads less, a larger one cannot read more (a line over
+    /// [`MAX_EVENT_LINE_BYTES`] is refused once read).
     pub max_line_bytes: usize,
 }
 
 impl Default for ReadOptions {
     fn default() -> ReadOptions {
-        ReadOptions { max_line_bytes: DEFAULT_MAX_LINE_BYTES }
+        ReadOptions { max_line_bytes: MAX_EVENT_LINE_BYTES }
+    }
+}
+
+impl ReadOptions {
+    /// The error for line `line` of `len` bytes, over this cap: the same
+    /// code whether or not a `\n` ends it (see the module docs). `start`
+    /// is the line's first bytes, from which its seq is named when they
+    /// are a canonical event's.
+    pub fn overlong_line(&self, line: u64, len: u64, start: &[u8]) -> LoadError {
+        let start = &start[..start.len().min(32)];
+        // The prefix may end inside a character; the seq is ASCII anyway.
+        let text = match std::str::from_utf8(start) {
+            Ok(text) => text,
+            Err(e) => std::str::from_utf8(&start[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        let limit = self.max_line_bytes.min(MAX_EVENT_LINE_BYTES) as u64;
+        LoadError::Rule { line, error: AppendError::EventTooLarge { seq: seq_prefix(text), len, limit } }
+    }
+
+    /// The longest header line this reader reads: its cap, and never more
+    /// than [`MAX_HEADER_LINE_BYTES`].
+    pub fn max_header_bytes(&self) -> usize {
+        self.max_line_bytes.min(MAX_HEADER_LINE_BYTES)
+    }
+
+    /// The error for a header line of `len` bytes, over
+    /// [`max_header_bytes`](ReadOptions::max_header_bytes): `header-malformed`.
+    pub fn overlong_header(&self, len: u64) -> LoadError {
+        let limit = self.max_header_bytes();
+        LoadError::HeaderMalformed {
+            detail: format!("the header line is {len} bytes, longer than the {limit}-byte limit"),
+        }
     }
 }
 
@@ -120,10 +161,8 @@ fn header_of(line: &[u8], options: ReadOptions) -> Result<SessionHeader, LoadErr
     if line.is_empty() {
         return Err(LoadError::HeaderMalformed { detail: "the file has no header line".into() });
     }
-    if line.len() > options.max_line_bytes {
-        return Err(LoadError::HeaderMalformed {
-            detail: format!("the header line is longer than {} bytes", options.max_line_bytes),
-        });
+    if line.len() > options.max_header_bytes() {
+        return Err(options.overlong_header(line.len() as u64));
     }
     let text = std::str::from_utf8(line)
         .map_err(|e| LoadError::HeaderMalformed { detail: format!("the header is not UTF-8: {e}") })?;
@@ -275,6 +314,32 @@ impl JsonlDecoder {
         Ok(whole.len())
     }
 
+    /// The 1-based number of the next line to decode (1 before the header).
+    pub fn next_line(&self) -> u64 {
+        self.lines + 1
+    }
+
+    /// The longest line the next line may be: the header's limit before the
+    /// header is read, else the reader's cap.
+    pub fn next_line_cap(&self) -> usize {
+        match self.header {
+            None => self.options.max_header_bytes(),
+            Some(_) => self.options.max_line_bytes,
+        }
+    }
+
+    /// The error for the next line when it is `len` bytes long, over
+    /// [`next_line_cap`](JsonlDecoder::next_line_cap), and begins with
+    /// `start`: what [`feed`](JsonlDecoder::feed) or
+    /// [`finish`](JsonlDecoder::finish) would say once they had it all, so
+    /// that a reader can refuse the line without holding it whole.
+    pub fn overlong(&self, len: u64, start: &[u8]) -> LoadError {
+        match self.header {
+            None => self.options.overlong_header(len),
+            Some(_) => self.options.overlong_line(self.next_line(), len, start),
+        }
+    }
+
     /// Ends the file: `rest` is what the last [`feed`](JsonlDecoder::feed)
     /// did not use (a last line without its `\n`, or nothing). A rest that
     /// is not JSON is a torn write, dropped and reported.
@@ -414,11 +479,8 @@ impl Iterator for JsonlReader<'_> {
         let line = self.line;
         let corrupt = |detail: String| LoadError::LogCorrupt { line, detail };
         let result = if raw.len() > self.options.max_line_bytes {
-            Err(corrupt(format!(
-                "line is {} bytes, longer than the {}-byte limit",
-                raw.len(),
-                self.options.max_line_bytes
-            )))
+            // Not torn even when unterminated: see the module docs.
+            Err(self.options.overlong_line(line, raw.len() as u64, raw))
         } else {
             // Slicing at line ends is slicing at character boundaries.
             let text = match self.text {
@@ -457,7 +519,11 @@ fn decode_line(text: &str, line: u64) -> Result<Event, LoadError> {
     }
     Event::from_json(text).map_err(|error| {
         // A line that is not JSON at all is corruption; JSON that is not a
-        // valid event is a rule violation.
+        // valid event is a rule violation. A line too large to read is
+        // never parsed (a reader without a cap of its own meets it here).
+        if let AppendError::EventTooLarge { .. } = error {
+            return LoadError::Rule { line, error };
+        }
         match serde_json::from_str::<serde::de::IgnoredAny>(text) {
             Err(e) => LoadError::LogCorrupt { line, detail: format!("not JSON: {e}") },
             Ok(_) => LoadError::Rule { line, error },

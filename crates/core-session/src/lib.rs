@@ -30,6 +30,7 @@
 //! | compaction and pruning plans | [`rewrite`] |
 //! | forking at an event, explaining an event | [`fork`], [`explain`] |
 //! | 6 header and JSONL files | [`header`], [`jsonl`] |
+//! | the size of an event and of a header, for every reader and writer | [`limits`] |
 //!
 //! # Example
 //!
@@ -56,6 +57,7 @@ pub mod explain;
 pub mod fork;
 pub mod header;
 pub mod jsonl;
+pub mod limits;
 pub mod payload;
 pub mod repair;
 pub mod rewrite;
@@ -69,5 +71,6 @@ pub use derive::DerivedMessage;
 pub use error::{AppendError, LoadError};
 pub use event::{Event, EventType, SurfaceIntent, SurfaceOp};
 pub use header::{SessionHeader, SESSION_FORMAT_VERSION};
+pub use limits::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
 pub use session::{AppendGuard, BatchError, GuardViolation, Session, SessionView};
 pub use surface::{SurfaceManager, SurfaceStep};

@@ -123,7 +123,7 @@ fn the_line_size_cap_bounds_memory() {
     let err =
         JsonlLog::parse_with(format!("{HEADER}\n{long}\n").as_bytes(), ReadOptions { max_line_bytes: 1000 })
             .unwrap_err();
-    assert_eq!((err.code(), err.line()), ("log-corrupt", Some(2)));
+    assert_eq!((err.code(), err.line(), err.seq()), ("event-too-large", Some(2), Some(0)));
 }
 
 #[test]

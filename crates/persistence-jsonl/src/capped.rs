@@ -6,13 +6,13 @@
 //! the caller gets back anyway); of the over-long line itself at most one
 //! read chunk beyond the cap is ever in memory. The outcome is exactly what
 //! [`JsonlLog::parse_with`] says about the same bytes with the same cap:
-//! an earlier bad line is reported first, a terminated over-long line is
-//! `log-corrupt` at its line (`header-malformed` on line 1), and an
-//! unterminated over-long last line is a torn tail.
+//! an earlier bad line is reported first, and an over-long line is
+//! `event-too-large` at its line, terminated or not (`header-malformed` on
+//! line 1, whose cap is the header's).
 
 use std::io::{self, Read};
 
-use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions, TornTail};
+use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions};
 use palimpsest_core_session::LoadError;
 
 /// Bytes read per `read` call.
@@ -31,38 +31,28 @@ pub(crate) struct Capped {
 }
 
 /// A line longer than the cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Overlong {
     /// Its 1-based line number.
     pub(crate) line: u64,
-    /// Its byte offset.
-    pub(crate) offset: u64,
     /// Its length, without the `\n`.
     pub(crate) len: u64,
-    /// Whether a `\n` ends it (if not, it is the file's last line).
-    pub(crate) terminated: bool,
+    /// Its first bytes (up to [`START`]), which name its seq.
+    pub(crate) start: Vec<u8>,
 }
 
-impl Overlong {
-    /// What [`JsonlLog::parse_with`] reports for an over-long header line.
-    pub(crate) fn header_error(cap: usize) -> LoadError {
-        LoadError::HeaderMalformed { detail: format!("the header line is longer than {cap} bytes") }
-    }
+/// Bytes kept of an over-long line: enough for `{"seq":` and a seq.
+const START: usize = 32;
 
+impl Overlong {
     /// What [`JsonlLog::parse_with`] makes of this line once every line
-    /// before it was read: `log-corrupt` when a `\n` ends it, else (the
-    /// file's last line) a torn tail.
-    pub(crate) fn after_the_lines_before(&self, cap: usize) -> Result<TornTail, LoadError> {
+    /// before it was read: `event-too-large` at its line, with or without
+    /// its `\n` (`header-malformed` on line 1).
+    pub(crate) fn error(&self, options: ReadOptions) -> LoadError {
         if self.line == 1 {
-            return Err(Overlong::header_error(cap));
+            return options.overlong_header(self.len);
         }
-        if self.terminated {
-            return Err(LoadError::LogCorrupt {
-                line: self.line,
-                detail: format!("line is {} bytes, longer than the {cap}-byte limit", self.len),
-            });
-        }
-        Ok(TornTail { line: self.line, offset: self.offset, len: self.len })
+        options.overlong_line(self.line, self.len, &self.start)
     }
 }
 
@@ -70,7 +60,8 @@ impl Overlong {
 /// `options.max_line_bytes` (and nothing after it: from there on bytes are
 /// only counted, up to the end of that line).
 pub(crate) fn read_capped(mut source: impl Read, options: ReadOptions) -> io::Result<Capped> {
-    let cap = options.max_line_bytes;
+    // The header (line 1) has its own, smaller cap.
+    let mut cap = options.max_header_bytes();
     let mut chunk = vec![0u8; CHUNK];
     let mut bytes = Vec::new();
     // Where the current line starts in `bytes`, and its 1-based number.
@@ -84,26 +75,25 @@ pub(crate) fn read_capped(mut source: impl Read, options: ReadOptions) -> io::Re
         file_len += n as u64;
         let mut rest = &chunk[..n];
         loop {
-            let (piece, newline) = match rest.iter().position(|&b| b == b'\n') {
+            let (piece, newline) = match memchr::memchr(b'\n', rest) {
                 Some(i) => (&rest[..i], true),
                 None => (rest, false),
             };
             let len = bytes.len() - line_start + piece.len();
             if len > cap {
                 // Over the cap: keep nothing more; count to the line's end.
+                let mut start = bytes[line_start..].to_vec();
+                start.extend_from_slice(&piece[..piece.len().min(START)]);
+                start.truncate(START);
                 bytes.truncate(line_start);
-                let offset = line_start as u64;
-                let (len, terminated, read) = if newline {
-                    (len as u64, true, 0)
+                let (len, read) = if newline {
+                    (len as u64, 0)
                 } else {
-                    skip_line(&mut source, &mut chunk, len as u64)?
+                    let (len, _, read) = skip_line(&mut source, &mut chunk, len as u64)?;
+                    (len, read)
                 };
                 file_len += read;
-                return Ok(Capped {
-                    bytes,
-                    file_len,
-                    overlong: Some(Overlong { line, offset, len, terminated }),
-                });
+                return Ok(Capped { bytes, file_len, overlong: Some(Overlong { line, len, start }) });
             }
             bytes.extend_from_slice(piece);
             if !newline {
@@ -112,9 +102,17 @@ pub(crate) fn read_capped(mut source: impl Read, options: ReadOptions) -> io::Re
             bytes.push(b'\n');
             line_start = bytes.len();
             line += 1;
+            cap = options.max_line_bytes;
             rest = &rest[piece.len() + 1..];
         }
     }
+}
+
+/// Reads on to the end of the current line, counting: returns how many
+/// bytes are left of it (its `\n` excluded). What follows is not read.
+pub(crate) fn count_to_line_end(source: &mut impl Read) -> io::Result<u64> {
+    let mut chunk = vec![0u8; CHUNK];
+    skip_line(source, &mut chunk, 0).map(|(len, _, _)| len)
 }
 
 /// Reads on to the end of the current line, counting: returns the line's
@@ -147,13 +145,12 @@ fn read_some(source: &mut impl Read, chunk: &mut [u8]) -> io::Result<usize> {
 /// Parses what [`read_capped`] read, as [`JsonlLog::parse_with`] would
 /// parse the whole file.
 pub(crate) fn parse_capped(capped: &Capped, options: ReadOptions) -> Result<JsonlLog, LoadError> {
-    let cap = options.max_line_bytes;
-    match capped.overlong {
-        Some(overlong) if overlong.line == 1 => Err(Overlong::header_error(cap)),
+    match &capped.overlong {
+        Some(overlong) if overlong.line == 1 => Err(overlong.error(options)),
         Some(overlong) => {
-            let mut log = JsonlLog::parse_with(&capped.bytes, options)?;
-            log.torn_tail = Some(overlong.after_the_lines_before(cap)?);
-            Ok(log)
+            // The lines before it are read first: an earlier error wins.
+            JsonlLog::parse_with(&capped.bytes, options)?;
+            Err(overlong.error(options))
         }
         None => JsonlLog::parse_with(&capped.bytes, options),
     }
@@ -228,8 +225,8 @@ mod tests {
         assert_eq!(capped.bytes.len(), HEADER.len() + 1, "nothing of the long line is kept");
         // A Vec at most doubles past what it held: twice (cap + a chunk).
         assert!(capped.bytes.capacity() <= 2 * ((1 << 20) + CHUNK), "{} bytes held", capped.bytes.capacity());
-        let overlong = capped.overlong.map(|o| (o.line, o.terminated));
-        assert_eq!(overlong, Some((2, false)));
+        let overlong = capped.overlong.map(|o| (o.line, o.len));
+        assert_eq!(overlong, Some((2, capped.file_len - HEADER.len() as u64 - 1)));
         assert!(capped.file_len >= 100 << 20, "every byte was counted: {}", capped.file_len);
     }
 }

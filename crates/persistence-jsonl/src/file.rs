@@ -9,16 +9,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use palimpsest_core_session::jsonl::{
     header_line, write_events, JsonlDecoder, JsonlLog, JsonlReader, ReadOptions, TornTail,
 };
-use palimpsest_core_session::{AppendError, Event, LoadError, SessionHeader, SESSION_FORMAT_VERSION};
-use palimpsest_persistence::{check_continues, LoadReport, StoreError, StoredSession};
+use palimpsest_core_session::{
+    AppendError, Event, LoadError, SessionHeader, MAX_EVENT_LINE_BYTES, SESSION_FORMAT_VERSION,
+};
+use palimpsest_persistence::{check_continues, check_header, LoadReport, StoreError, StoredSession};
 
 use crate::capped;
 
-/// The default: no line cap, so a reader reads any line a writer could
-/// have written. Readers that take files from elsewhere set a cap with
-/// [`SessionFile::with_read_options`], [`read_session_file_with`] or
-/// `JsonlStore::with_read_options`.
-pub(crate) const UNCAPPED: ReadOptions = ReadOptions { max_line_bytes: usize::MAX };
+/// Whether reads under `options` take the fast paths, which read the
+/// file in large pieces: for a cap of at least the format's limit (the
+/// default, [`ReadOptions::default`], is exactly that), where a piece is
+/// small beside the longest line. A smaller cap reads through
+/// [`capped`], which never holds more than the cap and one read chunk of a
+/// line. Either way a line over the cap is refused with `event-too-large`
+/// before it is held whole.
+pub(crate) fn reads_in_pieces(options: ReadOptions) -> bool {
+    options.max_line_bytes >= MAX_EVENT_LINE_BYTES
+}
 
 /// What is known about the file's end, kept so an append never re-reads it.
 #[derive(Debug)]
@@ -150,6 +157,7 @@ impl SessionFile {
     /// file systems without hard links it is created in place.
     pub fn create(path: impl AsRef<Path>, header: &SessionHeader) -> Result<SessionFile, StoreError> {
         let path = path.as_ref();
+        check_header(header)?;
         let line = header_line(header);
         let dir = parent_of(path);
         let (tmp, file) = create_temp(dir)?;
@@ -189,7 +197,7 @@ impl SessionFile {
             dirty: true,
             dir_unsynced: true,
             deleted: false,
-            read: UNCAPPED,
+            read: ReadOptions::default(),
             #[cfg(test)]
             fault: None,
         })
@@ -219,7 +227,7 @@ impl SessionFile {
                     dirty: false,
                     dir_unsynced: false,
                     deleted: false,
-                    read: UNCAPPED,
+                    read: ReadOptions::default(),
                     #[cfg(test)]
                     fault: None,
                 });
@@ -239,10 +247,11 @@ impl SessionFile {
     /// Sets the line cap of every later read of this file (by
     /// [`load`](SessionFile::load) and by the first append). A line longer
     /// than `options.max_line_bytes` is never held in memory: the load fails
-    /// with `corrupt` (`log-corrupt` at its line, or `header-malformed` on
-    /// line 1), or, for an unterminated last line, drops it as a torn tail,
-    /// exactly as [`JsonlLog::parse_with`] judges the same bytes. Default:
-    /// no cap.
+    /// with `corrupt` (`event-too-large` at its line, terminated or not, or
+    /// `header-malformed` on line 1), exactly as [`JsonlLog::parse_with`]
+    /// judges the same bytes. Default: [`ReadOptions::default`], the
+    /// format's own limit, which every writer holds events to; a larger cap
+    /// reads no more.
     pub fn with_read_options(mut self, options: ReadOptions) -> SessionFile {
         self.read = options;
         self
@@ -258,10 +267,10 @@ impl SessionFile {
     /// well-formed; the rules relating them (contiguity included) are for
     /// [`Session::from_log`](palimpsest_core_session::Session::from_log).
     pub fn load(&mut self) -> Result<StoredSession, StoreError> {
-        let (log, file_len) = if self.read == UNCAPPED {
+        let (log, file_len) = if reads_in_pieces(self.read) {
             let context = || format!("read {}", shown(&self.path));
             self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
-            read_in_pieces(&self.file, &self.path, |e| io_err(context(), e))?
+            read_in_pieces(&self.file, &self.path, self.read, |e| io_err(context(), e))?
         } else {
             let capped = self.read_all_capped()?;
             let log = capped::parse_capped(&capped, self.read).map_err(|e| load_error(&self.path, e))?;
@@ -383,7 +392,7 @@ impl SessionFile {
 
     /// Reads the file through, keeping no events: what an append needs.
     fn scan(&mut self) -> Result<Tail, StoreError> {
-        let (bytes, file_len, overlong) = if self.read == UNCAPPED {
+        let (bytes, file_len, overlong) = if reads_in_pieces(self.read) {
             let bytes = self.read_all()?;
             let len = bytes.len() as u64;
             (bytes, len, None)
@@ -392,8 +401,8 @@ impl SessionFile {
             (capped.bytes, capped.file_len, capped.overlong)
         };
         let corrupt = |e| load_error(&self.path, e);
-        if overlong.is_some_and(|o| o.line == 1) {
-            return Err(corrupt(capped::Overlong::header_error(self.read.max_line_bytes)));
+        if let Some(o) = overlong.as_ref().filter(|o| o.line == 1) {
+            return Err(corrupt(o.error(self.read)));
         }
         let mut reader = JsonlReader::new(&bytes, self.read).map_err(corrupt)?;
         let mut next_seq = Ok(0);
@@ -409,10 +418,11 @@ impl SessionFile {
                 }
             }
         }
-        let torn = match overlong {
-            Some(o) => Some(o.after_the_lines_before(self.read.max_line_bytes).map_err(corrupt)?),
-            None => reader.torn_tail(),
-        };
+        if let Some(o) = overlong {
+            // Every line before it was read: it is the first error.
+            return Err(corrupt(o.error(self.read)));
+        }
+        let torn = reader.torn_tail();
         Ok(Tail {
             id: reader.header().id.clone(),
             next_seq,
@@ -558,7 +568,7 @@ fn create_in_place(path: &Path, header: &SessionHeader, line: &[u8]) -> Result<F
 /// appending): header, events and a torn tail, as
 /// [`SessionFile::load`] does. `not-found` names the path.
 pub fn read_session_file(path: &Path) -> Result<StoredSession, StoreError> {
-    read_session_file_with(path, UNCAPPED)
+    read_session_file_with(path, ReadOptions::default())
 }
 
 /// [`read_session_file`] with a line cap: a line longer than
@@ -569,9 +579,9 @@ pub fn read_session_file_with(path: &Path, options: ReadOptions) -> Result<Store
         io::ErrorKind::NotFound => not_found(path),
         _ => io_err(format!("read {}", shown(path)), e),
     };
-    let log = if options == UNCAPPED {
+    let log = if reads_in_pieces(options) {
         let file = File::open(path).map_err(read_err)?;
-        read_in_pieces(file, path, read_err)?.0
+        read_in_pieces(file, path, options, read_err)?.0
     } else {
         let capped = File::open(path).and_then(|f| capped::read_capped(f, options)).map_err(read_err)?;
         capped::parse_capped(&capped, options).map_err(|e| load_error(path, e))?
@@ -590,15 +600,20 @@ const PIECE_BYTES: usize = 8 << 20;
 /// [`JsonlDecoder`], a piece at a time: the file is decoded as it is read
 /// and never held whole, so a load needs the session's memory plus one
 /// piece, not the file's size again. Returns the log and the bytes read.
+///
+/// A line longer than `options.max_line_bytes` is refused as soon as a
+/// piece shows it is: it is counted to its end, never held whole.
 fn read_in_pieces(
     mut file: impl Read,
     path: &Path,
+    options: ReadOptions,
     read_err: impl Fn(io::Error) -> StoreError,
 ) -> Result<(JsonlLog, u64), StoreError> {
-    let mut decoder = JsonlDecoder::new(UNCAPPED);
+    let mut decoder = JsonlDecoder::new(options);
     let (mut pending, mut len) = (Vec::with_capacity(PIECE_BYTES), 0u64);
     loop {
-        // A line longer than a piece makes `pending` grow until it ends.
+        // A line longer than a piece makes `pending` grow until it ends,
+        // or until it is over the cap.
         let read = file.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending).map_err(&read_err)?;
         if read == 0 {
             break;
@@ -606,6 +621,11 @@ fn read_in_pieces(
         len += read as u64;
         let used = decoder.feed(&pending).map_err(|e| load_error(path, e))?;
         pending.drain(..used);
+        if pending.len() > decoder.next_line_cap() {
+            let rest = capped::count_to_line_end(&mut file).map_err(&read_err)?;
+            let error = decoder.overlong(pending.len() as u64 + rest, &pending);
+            return Err(load_error(path, error));
+        }
     }
     let log = decoder.finish(&pending).map_err(|e| load_error(path, e))?;
     Ok((log, len))
@@ -623,7 +643,7 @@ pub(crate) fn read_header(path: &Path, options: ReadOptions) -> Result<Option<Se
     };
     let mut line = Vec::new();
     // One byte past the cap is enough to tell that the header is too long.
-    let limit = u64::try_from(options.max_line_bytes).unwrap_or(u64::MAX).saturating_add(1);
+    let limit = u64::try_from(options.max_header_bytes()).unwrap_or(u64::MAX).saturating_add(1);
     io::BufReader::new(file)
         .take(limit)
         .read_until(b'\n', &mut line)

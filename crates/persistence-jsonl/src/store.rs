@@ -11,7 +11,7 @@ use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
 
 use palimpsest_core_session::jsonl::ReadOptions;
 
-use crate::file::{read_header, read_session_file_with, sync_dir, SessionFile, UNCAPPED};
+use crate::file::{read_header, read_session_file_with, sync_dir, SessionFile};
 use crate::name::{file_name, session_id, SUFFIX};
 
 type Handle = Arc<Mutex<SessionFile>>;
@@ -52,14 +52,15 @@ impl JsonlStore {
                 io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
             ));
         }
-        Ok(JsonlStore { dir: dir.to_owned(), open: Mutex::default(), read: UNCAPPED })
+        Ok(JsonlStore { dir: dir.to_owned(), open: Mutex::default(), read: ReadOptions::default() })
     }
 
     /// Sets the line cap of every read of a session file: loads, the first
     /// append to a session (which reads its file), and the header lines
     /// `list` reads. A line longer than `options.max_line_bytes` is never
     /// held in memory; see [`SessionFile::with_read_options`] for what it
-    /// makes of the load. Default: no cap (any line a writer wrote is read).
+    /// makes of the load. Default: [`ReadOptions::default`], the format's
+    /// own limit, so every line any writer of the format wrote is read.
     ///
     /// ```
     /// use palimpsest_core_session::jsonl::ReadOptions;

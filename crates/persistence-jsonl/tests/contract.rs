@@ -39,6 +39,13 @@ impl StoreFactory for JsonlFactory {
 
 palimpsest_persistence::store_contract_tests!(JsonlFactory::new());
 
+/// One size limit for writers and readers: over it nothing is written, at
+/// it everything reads back (issue 15).
+#[test]
+fn size_limits_hold_for_writers_and_readers() {
+    palimpsest_persistence::testkit::size_limits_hold_for_writers_and_readers(&JsonlFactory::new());
+}
+
 /// Whatever ids the kit's odd-id check accepted, nothing was written outside
 /// the store directory, and the directory holds only session files.
 #[test]

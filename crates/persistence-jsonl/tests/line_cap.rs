@@ -1,7 +1,8 @@
 //! The line cap (`with_read_options`, `read_session_file_with`): a line over
-//! the cap is refused with its line number, or dropped as a torn tail when
-//! it is the unterminated last line, through every read path of the store;
-//! and a capped store still passes the whole contract kit.
+//! the cap is refused with `event-too-large` and its line number, with or
+//! without its `\n`, through every read path of the store, and nothing is
+//! written; the default cap is the format's own limit; and a capped store
+//! still passes the whole contract kit.
 
 use std::io::Write;
 use std::path::Path;
@@ -48,7 +49,7 @@ fn session(dir: &Path) -> std::path::PathBuf {
 }
 
 #[test]
-fn a_terminated_line_over_the_cap_is_log_corrupt_at_its_line_everywhere() {
+fn a_terminated_line_over_the_cap_is_event_too_large_at_its_line_everywhere() {
     let dir = tempdir();
     let path = session(dir.path());
     let long = format!("{}\n", tick(2, 10_000).to_json());
@@ -57,42 +58,67 @@ fn a_terminated_line_over_the_cap_is_log_corrupt_at_its_line_everywhere() {
     let before = std::fs::read(&path).unwrap_or_default();
 
     let (code, contract, message) = refusal(read_session_file_with(&path, CAP));
-    assert_eq!((code.as_str(), contract.as_deref()), ("corrupt", Some("log-corrupt")));
+    assert_eq!((code.as_str(), contract.as_deref()), ("corrupt", Some("event-too-large")));
     assert!(message.contains(":4:") && message.contains("longer than the 4096-byte limit"), "{message}");
     // The same verdict through the store: load, append (which reads first), and a held file.
     let store = capped_store(dir.path());
-    assert_eq!(refusal(store.load("s")).1.as_deref(), Some("log-corrupt"));
-    assert_eq!(refusal(store.append("s", &[tick(4, 1)])).1.as_deref(), Some("log-corrupt"));
-    assert_eq!(refusal(store.load("s")).1.as_deref(), Some("log-corrupt"));
+    assert_eq!(refusal(store.load("s")).1.as_deref(), Some("event-too-large"));
+    assert_eq!(refusal(store.append("s", &[tick(4, 1)])).1.as_deref(), Some("event-too-large"));
+    assert_eq!(refusal(store.load("s")).1.as_deref(), Some("event-too-large"));
     drop(store);
     let file = SessionFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(refusal(file.with_read_options(CAP).load()).1.as_deref(), Some("log-corrupt"));
+    assert_eq!(refusal(file.with_read_options(CAP).load()).1.as_deref(), Some("event-too-large"));
     assert_eq!(std::fs::read(&path).unwrap_or_default(), before, "a refused file is never written");
     // Uncapped, the same file reads whole.
     assert_eq!(read_session_file(&path).map(|s| s.events.len()).ok(), Some(4));
 }
 
 #[test]
-fn an_unterminated_last_line_over_the_cap_is_a_torn_tail_cut_off_by_the_next_append() {
+fn an_unterminated_last_line_over_the_cap_is_refused_not_dropped() {
+    // No writer of the format writes a line over the limit, so such a line
+    // is not the prefix of a torn write: dropping it (and cutting it off at
+    // the next append) could throw away a whole event.
+    for last in ["x".repeat(100_000), tick(2, 100_000).to_json()] {
+        let dir = tempdir();
+        let path = session(dir.path());
+        append_raw(&path, last.as_bytes());
+        let before = std::fs::read(&path).unwrap_or_default();
+        let (code, contract, message) = refusal(read_session_file_with(&path, CAP));
+        assert_eq!((code.as_str(), contract.as_deref()), ("corrupt", Some("event-too-large")), "{message}");
+        assert!(message.contains(":4:") && message.contains(&format!("{} bytes", last.len())), "{message}");
+        // What core-session says about the same bytes, in memory.
+        let parsed = JsonlLog::parse_with(&before, CAP).map(|_| ()).unwrap_err();
+        assert_eq!((parsed.code(), parsed.line()), ("event-too-large", Some(4)));
+        let store = capped_store(dir.path());
+        assert_eq!(refusal(store.append("s", &[tick(2, 10)])).1.as_deref(), Some("event-too-large"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), before, "a refused file is never written");
+    }
+}
+
+#[test]
+fn the_default_cap_is_the_format_limit_and_refuses_a_longer_line_unread() {
+    use palimpsest_core_session::MAX_EVENT_LINE_BYTES;
+    assert_eq!(ReadOptions::default().max_line_bytes, MAX_EVENT_LINE_BYTES);
     let dir = tempdir();
-    let path = session(dir.path());
-    let torn = "x".repeat(100_000);
-    append_raw(&path, torn.as_bytes());
-    let clean_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or_default() - torn.len() as u64;
-
-    let stored = read_session_file_with(&path, CAP).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(stored.events, [tick(0, 10), tick(1, 10)]);
-    let t = stored.report.torn_tail.unwrap_or_else(|| panic!("no torn tail reported"));
-    assert_eq!((t.line, t.offset, t.len), (4, clean_len, torn.len() as u64));
-    // What core-session says about the same bytes, in memory.
-    let bytes = std::fs::read(&path).unwrap_or_default();
-    let parsed = JsonlLog::parse_with(&bytes, CAP).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((parsed.events, parsed.torn_tail), (stored.events, stored.report.torn_tail));
-
-    let store = capped_store(dir.path());
-    store.append("s", &[tick(2, 10)]).unwrap_or_else(|e| panic!("append over a long torn tail: {e}"));
-    let reloaded = read_session_file(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((reloaded.events.len(), reloaded.report.torn_tail), (3, None));
+    assert_eq!(JsonlStore::open(dir.path()).map(|s| s.read_options()).ok(), Some(ReadOptions::default()));
+    // A line one byte over the limit, written by hand, with and without its `\n`.
+    let over = palimpsest_persistence::testkit::event_of_line_len(2, MAX_EVENT_LINE_BYTES);
+    let mut line = over.to_json().into_bytes();
+    line.insert(line.len() - 2, b'a');
+    for end in [&b"\n"[..], b""] {
+        let dir = tempdir();
+        let path = session(dir.path());
+        append_raw(&path, &line);
+        append_raw(&path, end);
+        let before = std::fs::read(&path).unwrap_or_default();
+        let (code, contract, message) = refusal(read_session_file(&path));
+        assert_eq!((code.as_str(), contract.as_deref()), ("corrupt", Some("event-too-large")), "{message}");
+        assert!(message.contains(":4:") && message.contains("seq 2"), "{message}");
+        let store = JsonlStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(refusal(store.load("s")).1.as_deref(), Some("event-too-large"));
+        assert_eq!(refusal(store.append("s", &[tick(2, 10)])).1.as_deref(), Some("event-too-large"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), before, "a refused file is never written");
+    }
 }
 
 #[test]

@@ -5,7 +5,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
-use palimpsest_persistence::{check_continues, LoadReport, SessionStore, StoreError, StoredSession};
+use palimpsest_persistence::{
+    check_continues, check_header, LoadReport, SessionStore, StoreError, StoredSession,
+};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::audit::{self, StoreViolation};
@@ -462,7 +464,10 @@ fn header_from_row(id: &str, row: &rusqlite::Row<'_>, first: usize) -> Result<Se
             seed_length: seed.map(codec::from_sql_int),
         })
     };
-    read().map_err(|e| LoadError::HeaderMalformed { detail: e.to_string() })
+    let header = read().map_err(|e| LoadError::HeaderMalformed { detail: e.to_string() })?;
+    // The limit every reader holds a header line to, as written to JSONL.
+    header.check_size()?;
+    Ok(header)
 }
 
 /// Sets the journal mode to WAL (a no-op once the file is in WAL mode: the
@@ -507,6 +512,7 @@ fn sync_parent_dir(_path: &Path) -> std::io::Result<()> {
 
 impl SessionStore for SqliteStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        check_header(header)?;
         self.write("creating a session", |tx| insert_session(tx, header))?;
         tracing::debug!(session_id = %header.id, "created session");
         Ok(())

@@ -69,6 +69,17 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// `invalid-header`: a header the format refuses (its line is longer than
+    /// [`MAX_HEADER_LINE_BYTES`](palimpsest_core_session::MAX_HEADER_LINE_BYTES)),
+    /// so no reader could read it back. Nothing was written.
+    #[error("invalid-header: session {session_id:?}: {cause}")]
+    InvalidHeader {
+        /// The header's session id.
+        session_id: String,
+        /// Why, with its contract code (`header-malformed`).
+        #[source]
+        cause: palimpsest_core_session::LoadError,
+    },
     /// `io`: the medium failed. After a write error a backend refuses further
     /// writes (it cannot know what reached the disk); reopen it.
     #[error("io: {context}")]
@@ -83,7 +94,8 @@ pub enum StoreError {
 
 impl StoreError {
     /// The stable code: `not-found`, `already-exists`, `conflict`, `corrupt`,
-    /// `version-unsupported`, `schema-mismatch`, `locked`, `invalid-id` or `io`.
+    /// `version-unsupported`, `schema-mismatch`, `locked`, `invalid-id`,
+    /// `invalid-header` or `io`.
     pub fn code(&self) -> &'static str {
         match self {
             StoreError::NotFound { .. } => "not-found",
@@ -94,6 +106,7 @@ impl StoreError {
             StoreError::SchemaMismatch { .. } => "schema-mismatch",
             StoreError::Locked { .. } => "locked",
             StoreError::InvalidId { .. } => "invalid-id",
+            StoreError::InvalidHeader { .. } => "invalid-header",
             StoreError::Io { .. } => "io",
         }
     }
@@ -103,7 +116,9 @@ impl StoreError {
     /// `event-malformed`, ...), when there is one.
     pub fn contract_code(&self) -> Option<&str> {
         match self {
-            StoreError::Corrupt { cause: Some(c), .. } => Some(c.code()),
+            StoreError::Corrupt { cause: Some(c), .. } | StoreError::InvalidHeader { cause: c, .. } => {
+                Some(c.code())
+            }
             StoreError::VersionUnsupported { .. } => Some("header-version-unsupported"),
             _ => None,
         }

@@ -30,4 +30,4 @@ pub mod testkit;
 pub use durable::{Durability, DurableError, DurableSession};
 pub use error::StoreError;
 pub use memory::MemoryStore;
-pub use store::{check_continues, LoadReport, SessionStore, StoredSession};
+pub use store::{check_continues, check_header, LoadReport, SessionStore, StoredSession};

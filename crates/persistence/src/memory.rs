@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use palimpsest_core_session::{Event, SessionHeader};
 
 use crate::error::StoreError;
-use crate::store::{check_continues, LoadReport, SessionStore, StoredSession};
+use crate::store::{check_continues, check_header, LoadReport, SessionStore, StoredSession};
 
 /// Sessions in memory, lost when dropped.
 #[derive(Debug, Default)]
@@ -25,6 +25,7 @@ impl MemoryStore {
 
 impl SessionStore for MemoryStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        check_header(header)?;
         let mut map = self.lock();
         if map.contains_key(&header.id) {
             return Err(StoreError::AlreadyExists { session_id: header.id.clone() });

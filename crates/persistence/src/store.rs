@@ -94,6 +94,14 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
 }
 
+/// Checks that `header` can be written: its line is within the format's
+/// limit, so every reader reads it back. Every backend runs it in
+/// [`create`](SessionStore::create) before writing anything. (Events need no
+/// such check: an [`Event`] longer than its limit cannot be built.)
+pub fn check_header(header: &SessionHeader) -> Result<(), StoreError> {
+    header.check_size().map_err(|cause| StoreError::InvalidHeader { session_id: header.id.clone(), cause })
+}
+
 /// Checks that `events` continue a log of `stored_len` events; the shared
 /// contiguity check every backend runs before writing.
 pub fn check_continues(session_id: &str, stored_len: u64, events: &[Event]) -> Result<(), StoreError> {

@@ -701,8 +701,8 @@ pub fn unicode_and_escapes_round_trip(factory: &dyn StoreFactory) {
     }
 }
 
-/// Multi-megabyte payloads (a 4 MiB tool result, a 2 MB plugin array, a
-/// 1 MiB header `cwd`) round-trip, in one batch with small events around them.
+/// Multi-megabyte payloads (a 4 MiB tool result, a 2 MB plugin array) and
+/// a header `cwd` as long as the header's limit allows round-trip, in one batch with small events around them.
 pub fn very_large_payloads_round_trip(factory: &dyn StoreFactory) {
     let chunk = "line of tool output with \"quotes\", a tab\t, unicode ü🦀 and a newline\n";
     let mut big_text = String::with_capacity(4 << 20);
@@ -736,7 +736,10 @@ pub fn very_large_payloads_round_trip(factory: &dyn StoreFactory) {
         tick(4),
     ];
     assert!(events[2].to_json().len() > 4 << 20 && events[3].to_json().len() > 1_500_000);
-    let h = SessionHeader { cwd: Some("d".repeat(1 << 20)), ..header("kit-large") };
+    // The longest header the format allows.
+    let fixed = header("kit-large").to_json().len() + r#","cwd":"""#.len();
+    let cwd = "d".repeat(palimpsest_core_session::MAX_HEADER_LINE_BYTES - fixed);
+    let h = SessionHeader { cwd: Some(cwd), ..header("kit-large") };
     let store = factory.open();
     create(&*store, &h);
     append(&*store, &h.id, &events[..4]);
@@ -1311,4 +1314,62 @@ pub fn durable_refused_append_writes_nothing(factory: &dyn StoreFactory) {
     drop(store);
     let store = factory.open();
     assert_stored(&*store, &h, &sample, "the durable session after reopen");
+}
+
+// ---------------------------------------------------------------------------
+// Size limits (not in `CHECKS`: a store read under a smaller line cap, as
+// a hardened reader may be, cannot hold an event at the format's limit)
+// ---------------------------------------------------------------------------
+
+/// A plugin event at `seq` whose line is exactly `len` bytes.
+pub fn event_of_line_len(seq: u64, len: usize) -> Event {
+    let empty = format!(r#"{{"seq":{seq},"time":{T0},"type":"kit/big","data":""}}"#);
+    let pad = len.checked_sub(empty.len()).unwrap_or_else(|| panic!("no event is {len} bytes"));
+    ev(&format!(r#"{{"seq":{seq},"time":{T0},"type":"kit/big","data":"{}"}}"#, "a".repeat(pad)))
+}
+
+/// One size limit for writers and readers (issue 15): a header over
+/// [`MAX_HEADER_LINE_BYTES`](palimpsest_core_session::MAX_HEADER_LINE_BYTES)
+/// is refused on create with `invalid-header` (contract code
+/// `header-malformed`) and nothing is stored, one at the limit is stored
+/// and read back; an event whose line is exactly
+/// [`MAX_EVENT_LINE_BYTES`](palimpsest_core_session::MAX_EVENT_LINE_BYTES)
+/// is stored and read back byte for byte (after reopening too), and one a
+/// byte longer is refused (`event-too-large`) by [`DurableSession`] before
+/// the store sees it, the store unchanged.
+pub fn size_limits_hold_for_writers_and_readers(factory: &dyn StoreFactory) {
+    use palimpsest_core_session::payload::PluginEvent;
+    use palimpsest_core_session::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
+
+    let store = shared(factory);
+    let mut big = header("kit-big-header");
+    let fixed = big.to_json().len() + r#","cwd":"""#.len();
+    big.cwd = Some("c".repeat(MAX_HEADER_LINE_BYTES - fixed + 1));
+    let e = must_fail(store.create(&big), "invalid-header", "create with a header over the limit");
+    assert_eq!(e.contract_code(), Some("header-malformed"), "{e}");
+    must_fail(store.load(&big.id), "not-found", "load after a refused create");
+    assert!(must(store.list(), "list").is_empty(), "a refused create listed a session");
+    big.cwd = Some("c".repeat(MAX_HEADER_LINE_BYTES - fixed));
+    create(&*store, &big);
+    assert_stored(&*store, &big, &[], "a header at the limit");
+
+    let h = header("kit-big-event");
+    let mut session = DurableSession::create(store.clone(), h.clone(), Durability::EveryAppend)
+        .unwrap_or_else(|e| panic!("DurableSession::create: [{}] {e}", e.code()));
+    let at_limit = event_of_line_len(0, MAX_EVENT_LINE_BYTES);
+    assert_eq!(at_limit.line_len(), MAX_EVENT_LINE_BYTES);
+    if let Err(e) = session.append(at_limit.clone()) {
+        panic!("an event at the limit was refused: [{}] {e}", e.code());
+    }
+    let data = serde_json::Value::String("a".repeat(MAX_EVENT_LINE_BYTES));
+    match session.append_log(T0, PluginEvent { event_type: "kit/big".into(), data }) {
+        Ok(_) => panic!("an event over the limit was appended"),
+        Err(e) => assert_eq!((e.code(), e.to_string().contains("limit")), ("event-too-large", true), "{e}"),
+    }
+    assert_eq!(session.session().events().len(), 1, "a refused append changed memory");
+    drop(session);
+    assert_stored(&*store, &h, std::slice::from_ref(&at_limit), "an event at the limit");
+    drop(store);
+    let store = factory.open();
+    assert_stored(&*store, &h, std::slice::from_ref(&at_limit), "an event at the limit, reopened");
 }

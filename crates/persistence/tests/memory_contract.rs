@@ -4,3 +4,10 @@
 use palimpsest_persistence::testkit::MemoryFactory;
 
 palimpsest_persistence::store_contract_tests!(MemoryFactory::default());
+
+/// One size limit for writers and readers: over it nothing is written, at
+/// it everything reads back (issue 15).
+#[test]
+fn size_limits_hold_for_writers_and_readers() {
+    palimpsest_persistence::testkit::size_limits_hold_for_writers_and_readers(&MemoryFactory::default());
+}

@@ -34,6 +34,13 @@ impl StoreFactory for SqliteFactory {
 
 palimpsest_persistence::store_contract_tests!(SqliteFactory::new());
 
+/// One size limit for writers and readers: over it nothing is written, at
+/// it everything reads back (issue 15).
+#[test]
+fn size_limits_hold_for_writers_and_readers() {
+    palimpsest_persistence::testkit::size_limits_hold_for_writers_and_readers(&SqliteFactory::new());
+}
+
 /// The same checks against an in-memory store (one shared store, since an
 /// in-memory database cannot be reopened).
 mod in_memory {

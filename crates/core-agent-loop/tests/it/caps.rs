@@ -1,0 +1,125 @@
+//! Stream caps: a streamed tool call's arguments and a whole streamed
+//! response each have a cap; passing it ends the stream at once (a stream
+//! that would hang after the chunk that passed it is never read again),
+//! with an error recorded in a valid, resumable log.
+
+use std::sync::Arc;
+
+use palimpsest_core_agent_loop::{
+    codes, AgentConfig, DevMode, ScriptedProvider, ScriptedResponse, StreamCaps, TurnInput,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
+};
+use palimpsest_core_session::payload::{AssistantChunk, ToolResult, TurnEndReason};
+use palimpsest_core_session::{EventType, Session, MAX_EVENT_LINE_BYTES};
+
+use crate::common::*;
+
+const CAPS: StreamCaps = StreamCaps { max_tool_arguments_bytes: 100, max_response_bytes: 250 };
+
+fn config() -> AgentConfig {
+    AgentConfig::default().with_dev_mode(DevMode::On).with_stream_caps(CAPS)
+}
+
+fn error_code(reason: &TurnEndReason) -> Option<&str> {
+    match reason {
+        TurnEndReason::Error { error } => Some(&error.code),
+        _ => None,
+    }
+}
+
+/// The bytes of every logged chunk's deltas.
+fn logged_chunk_bytes(session: &Session) -> usize {
+    session
+        .events()
+        .iter()
+        .filter(|e| *e.event_type() == EventType::AssistantChunk)
+        .filter_map(|e| e.data_as::<AssistantChunk>().ok())
+        .map(|c| serde_json::to_value(&c.chunk).map_or(0, |v| v.to_string().len()))
+        .sum()
+}
+
+#[tokio::test]
+async fn tool_arguments_past_their_cap_end_the_stream_with_an_error_and_the_session_goes_on() {
+    check("caps_tool_arguments", async |backend: &Backend| {
+        // Ten deltas of 30 bytes: the fourth would pass 100. The stream then
+        // hangs: reading on would never end the turn.
+        let deltas = ["{\"a\":\"aaaaaaaaaaaaaaaaaaaaaaa\"}"; 10];
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::new().text(0, "Writing.").tool_call(1, "call-1", "write", &deltas).hang(),
+            ScriptedResponse::reply("Smaller this time."),
+        ]));
+        let mut agent = builder(&provider).config(config()).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("Write a lot.")).await.expect("turn");
+        assert_eq!(
+            error_code(&outcome.reason),
+            Some(codes::TOOL_ARGUMENTS_TOO_LARGE),
+            "{:?}",
+            outcome.reason
+        );
+        let session = agent.session();
+        // The text chunk and three argument deltas were logged, nothing after.
+        let chunks = types(session).iter().filter(|t| *t == "assistant/chunk").count();
+        assert_eq!(chunks, 4);
+        let result = session
+            .events()
+            .iter()
+            .filter(|e| *e.event_type() == EventType::ToolResult)
+            .find_map(|e| e.data_as::<ToolResult>().ok())
+            .expect("the cut call has a result");
+        assert_eq!(result.error.map(|e| e.code).as_deref(), Some(codes::STREAM_FAILED));
+        // Valid and resumable: the next turn runs.
+        let next = agent.run_turn(TurnInput::text("Try again.")).await.expect("turn 2");
+        assert_eq!(next.reason, TurnEndReason::Completed);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_response_past_its_cap_ends_the_stream_with_an_error() {
+    check("caps_response", async |backend: &Backend| {
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::new()
+                .reasoning(0, &"r".repeat(100))
+                .text(1, &"t".repeat(100))
+                .text(1, &"t".repeat(100))
+                .hang(),
+            ScriptedResponse::reply("Short."),
+        ]));
+        let mut agent = builder(&provider).config(config()).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("Say a lot.")).await.expect("turn");
+        assert_eq!(error_code(&outcome.reason), Some(codes::RESPONSE_TOO_LARGE), "{:?}", outcome.reason);
+        let message = outcome.message.expect("the delivered prefix is the message");
+        let text: usize = serde_json::to_value(&message.content).map_or(0, |v| v.to_string().len());
+        assert!(text < 300, "only the chunks under the cap were kept: {text}");
+        assert!(logged_chunk_bytes(agent.session()) < 400);
+        let next = agent.run_turn(TurnInput::text("Again.")).await.expect("turn 2");
+        assert_eq!(next.reason, TurnEndReason::Completed);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn one_chunk_larger_than_the_cap_is_never_logged() {
+    let backend = &backends()[0];
+    let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::new()
+        .tool_call(0, "call-1", "write", &[&"x".repeat(1000)])
+        .hang()]));
+    let mut agent = builder(&provider).config(config()).create(backend.store(), SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("One huge delta.")).await.expect("turn");
+    assert_eq!(error_code(&outcome.reason), Some(codes::TOOL_ARGUMENTS_TOO_LARGE));
+    assert_eq!(outcome.message, None, "nothing was delivered, so no message");
+    assert_eq!(logged_chunk_bytes(agent.session()), 0);
+    reload(&backend.store());
+}
+
+#[test]
+fn the_default_caps_keep_every_event_within_the_event_limit_with_margin() {
+    let caps = StreamCaps::default();
+    assert_eq!(
+        (caps.max_tool_arguments_bytes, caps.max_response_bytes),
+        (DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_RESPONSE_BYTES)
+    );
+    assert!(caps.max_tool_arguments_bytes <= caps.max_response_bytes);
+    // A byte escapes to at most six (`\u0001`); leave room for the envelope.
+    assert!(caps.max_response_bytes * 6 + (1 << 20) <= MAX_EVENT_LINE_BYTES);
+}
