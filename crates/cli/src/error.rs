@@ -74,7 +74,8 @@ impl CliError {
 /// contract's where there is one (`log-corrupt`, `header-version-unsupported`,
 /// ...), else the store's (`locked`, `conflict`, `schema-mismatch`, ...).
 /// Unreadable media and unknown sessions or ids are exit 2; everything else
-/// (invalid data, a refused write) is exit 1.
+/// (invalid data, a refused write, a lock held by another process) is exit 1.
+/// The message is the error's whole chain, so an `io` error says why.
 pub(crate) fn from_store(error: &StoreError, location: &str) -> CliError {
     if let StoreError::Corrupt { location: at, cause: Some(cause), .. } = error {
         let finding = crate::check::Finding::from_load(cause);
@@ -82,46 +83,115 @@ pub(crate) fn from_store(error: &StoreError, location: &str) -> CliError {
         return CliError::refused(finding.code.clone(), at, finding.seq_detail());
     }
     let code = error.contract_code().unwrap_or(error.code()).to_owned();
-    let text = error.to_string();
-    let mut message =
-        text.strip_prefix(error.code()).map_or(text.as_str(), |t| t.trim_start_matches(": ")).to_owned();
-    // Why, from below: SQLite's or the system's reason, each text once.
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
     let exit = match error.code() {
         "io" | "not-found" | "invalid-id" => Exit::Usage,
         _ => Exit::Invalid,
     };
-    CliError { code, location: location.to_owned(), message, exit }
+    CliError { code, location: location.to_owned(), message: chain(error, Some(error.code())), exit }
+}
+
+/// Every message of `error`'s chain, outermost first and root cause last,
+/// joined by `: `. Each error of the chain tells its own part only (a
+/// wrapper shows its source or returns it from `source()`, never both), so
+/// each cause appears once. A leading `<strip>: ` (the code, already shown
+/// as `error[<code>]`) is dropped from each part.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static), strip: Option<&str>) -> String {
+    let mut parts = Vec::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = part(&e.to_string(), strip);
+        // A context that already quotes its cause (SQLite's reason folded
+        // into the context text) does not get it a second time.
+        if !parts.iter().any(|p: &String| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
+fn part(text: &str, strip: Option<&str>) -> String {
+    strip
+        .and_then(|code| text.strip_prefix(code))
+        .and_then(|rest| rest.strip_prefix(": "))
+        .unwrap_or(text)
+        .to_owned()
+}
+
+/// The code and exit status a typed error in a chain gives, if it is one
+/// the CLI knows.
+fn classify(e: &(dyn std::error::Error + 'static)) -> Option<(String, Exit)> {
+    use palimpsest_core_agent_loop::LoopError;
+    use palimpsest_core_session::{AppendError, LoadError};
+    use palimpsest_persistence::DurableError;
+    // Wrappers box their sources (errors are the cold path): a boxed error
+    // is a link of its own type in the chain.
+    let store = e.downcast_ref::<StoreError>().or_else(|| e.downcast_ref::<Box<StoreError>>().map(|b| &**b));
+    if let Some(store) = store {
+        let c = from_store(store, "");
+        return Some((c.code, c.exit));
+    }
+    let durable =
+        e.downcast_ref::<DurableError>().or_else(|| e.downcast_ref::<Box<DurableError>>().map(|b| &**b));
+    if let Some(DurableError::Refused(a)) = durable {
+        return Some((a.code().to_owned(), Exit::Invalid));
+    }
+    if let Some(l @ LoopError::PluginAppendForbidden { .. }) = e.downcast_ref::<LoopError>() {
+        return Some((l.code().to_owned(), Exit::Invalid));
+    }
+    if let Some(a) = e.downcast_ref::<AppendError>() {
+        return Some((a.code().to_owned(), Exit::Invalid));
+    }
+    if let Some(l) = e.downcast_ref::<LoadError>() {
+        return Some((l.code().to_owned(), Exit::Invalid));
+    }
+    None
+}
+
+/// Any error as the CLI reports it: the code and exit status of the
+/// outermost typed error in its chain (`io`, exit 2, when there is none),
+/// and the whole chain once as the message.
+pub(crate) fn from_chain(error: &(dyn std::error::Error + 'static), location: &str) -> CliError {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some((code, exit)) = classify(e) {
+            let message = chain(error, Some(&code));
+            return CliError { code, location: location.to_owned(), message, exit };
+        }
+        next = e.source();
+    }
+    CliError::io(location, chain(error, None))
 }
 
 impl fmt::Display for CliError {
-    /// `error[<code>]: <location>: <message>`, one line.
+    /// `error[<code>]: <location>: <message>`, one line, long values clipped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "error[{}]: ", self.code)?;
         if !self.location.is_empty() {
             write!(f, "{}: ", self.location)?;
         }
-        f.write_str(&one_line(&self.message))
+        f.write_str(&clip_values(&one_line(&self.message)))
     }
 }
 
 impl std::error::Error for CliError {}
 
-/// Renders any error of a command as its one stderr line and exit status.
+/// Renders any error of a command as its one stderr line and exit status:
+/// a [`CliError`] in the chain as it is (after the contexts around it),
+/// else [`from_chain`].
 pub(crate) fn describe(error: &anyhow::Error) -> (String, Exit) {
-    if let Some(e) = error.downcast_ref::<CliError>() {
-        return (e.to_string(), e.exit);
+    let links: Vec<&(dyn std::error::Error + 'static)> = error.chain().collect();
+    if let Some(at) = links.iter().position(|e| e.is::<CliError>()) {
+        if let Some(e) = links[at].downcast_ref::<CliError>() {
+            let mut e = e.clone();
+            let contexts: Vec<String> = links[..at].iter().map(ToString::to_string).collect();
+            if !contexts.is_empty() {
+                e.message = format!("{}: {}", contexts.join(": "), e.message);
+            }
+            return (e.to_string(), e.exit);
+        }
     }
-    // Not one of ours: an I/O-class failure with the whole context chain.
-    let e = CliError::io("", format!("{error:#}"));
+    let e = from_chain(error.as_ref(), "");
     (e.to_string(), e.exit)
 }
 
@@ -132,6 +202,56 @@ pub(crate) fn one_line(text: &str) -> String {
     } else {
         text.to_owned()
     }
+}
+
+/// How many characters of an echoed value an error shows.
+pub(crate) const CLIP_CHARS: usize = 200;
+
+/// Clips the values an error echoes (a quoted `"..."` or `` `...` `` run,
+/// or any run without spaces) to [`CLIP_CHARS`] characters, followed by
+/// `…` and the value's full size in bytes: a 50 MB malformed value costs
+/// a line, not 50 MB of stderr.
+pub(crate) fn clip_values(text: &str) -> String {
+    if text.len() <= CLIP_CHARS {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len().min(4 * CLIP_CHARS));
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (value_len, quote) = match rest.chars().next() {
+            Some(q @ ('"' | '`')) => (quoted_len(rest, q), Some(q)),
+            Some(c) if c.is_whitespace() => (c.len_utf8(), None),
+            _ => (rest.find(char::is_whitespace).unwrap_or(rest.len()), None),
+        };
+        let value = &rest[..value_len];
+        if value.chars().count() > CLIP_CHARS + 2 {
+            let kept: String = value.chars().take(CLIP_CHARS).collect();
+            out.push_str(&kept);
+            out.push('…');
+            if let Some(q) = quote {
+                out.push(q);
+            }
+            out.push_str(&format!(" ({} bytes)", value.len()));
+        } else {
+            out.push_str(value);
+        }
+        rest = &rest[value_len..];
+    }
+    out
+}
+
+/// The length of a quoted run at the start of `text` (quotes included,
+/// backslash escapes skipped); the rest of the text when it never closes.
+fn quoted_len(text: &str, quote: char) -> usize {
+    let mut escaped = false;
+    for (i, c) in text.char_indices().skip(1) {
+        match c {
+            '\\' if quote == '"' && !escaped => escaped = true,
+            c if c == quote && !escaped => return i + c.len_utf8(),
+            _ => escaped = false,
+        }
+    }
+    text.len()
 }
 
 #[cfg(test)]
@@ -157,7 +277,10 @@ mod tests {
     fn store_errors_keep_their_code_and_map_to_an_exit() {
         let locked = StoreError::Locked { what: "session file a.jsonl".into() };
         let e = from_store(&locked, "a.jsonl");
-        assert_eq!(e.to_string(), "error[locked]: a.jsonl: session file a.jsonl is held by another writer");
+        assert_eq!(
+            e.to_string(),
+            "error[locked]: a.jsonl: another process (or another open handle) holds session file a.jsonl for writing"
+        );
         assert_eq!(e.exit, Exit::Invalid);
         let missing = StoreError::NotFound { session_id: "s9".into() };
         assert_eq!(from_store(&missing, "x.db").exit, Exit::Usage);
@@ -176,6 +299,86 @@ mod tests {
         );
         let said = StoreError::io("opening x.db: disk full", std::io::Error::other("disk full"));
         assert_eq!(from_store(&said, "x.db").message, "opening x.db: disk full", "not repeated");
+    }
+
+    #[test]
+    fn a_store_chain_is_printed_once_with_its_root_cause_last() {
+        let full = StoreError::io("appending to a.jsonl", std::io::Error::other("No space left on device"));
+        let e = from_store(&full, "a.jsonl");
+        assert_eq!(e.to_string(), "error[io]: a.jsonl: appending to a.jsonl: No space left on device");
+        let wrapped = anyhow::Error::new(full).context("turn 6 failed");
+        assert_eq!(
+            describe(&wrapped).0,
+            "error[io]: turn 6 failed: appending to a.jsonl: No space left on device"
+        );
+    }
+
+    /// Walks a chain, asserting no error repeats its source's message.
+    fn each_cause_once(error: &(dyn std::error::Error + 'static)) {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            if let Some(source) = e.source() {
+                let (outer, inner) = (e.to_string(), source.to_string());
+                assert!(!outer.contains(&inner), "{outer:?} repeats its source {inner:?}");
+            }
+            next = e.source();
+        }
+    }
+
+    #[test]
+    fn no_wrapper_shows_its_source_twice() {
+        use palimpsest_core_agent_loop::LoopError;
+        use palimpsest_core_session::{AppendError, BatchError, LoadError};
+        use palimpsest_persistence::DurableError;
+        let rule = || AppendError::SeqNotContiguous { seq: 5, expected: 4 };
+        let load = LoadError::Rule { line: 6, error: rule() };
+        let corrupt = || StoreError::Corrupt {
+            location: "a.jsonl:6".into(),
+            detail: load.to_string(),
+            cause: Some(load.clone()),
+        };
+        let io = || StoreError::io("appending to a.jsonl", std::io::Error::other("No space left on device"));
+        let write = DurableError::Write { seqs: 4..6, source: Box::new(io()) };
+        let session = LoopError::Session { session_id: "s".into(), source: Box::new(write) };
+        let chained = anyhow::Error::new(session).context("turn 6 failed");
+        assert_eq!(
+            describe(&chained).0,
+            "error[io]: turn 6 failed: session \"s\": writing seqs 4..=5 to the store failed; whether the \
+             store holds them is unknown until the session is reopened; the session in memory is unchanged: \
+             appending to a.jsonl: No space left on device"
+        );
+        let errors: Vec<Box<dyn std::error::Error + Send + Sync>> = vec![
+            Box::new(load.clone()),
+            Box::new(corrupt()),
+            Box::new(DurableError::Store(corrupt())),
+            Box::new(DurableError::Refused(rule())),
+            Box::new(LoopError::Session {
+                session_id: "s".into(),
+                source: Box::new(DurableError::Store(io())),
+            }),
+            Box::new(BatchError::Write(io())),
+            Box::new(BatchError::<StoreError>::Refused(rule())),
+        ];
+        for e in &errors {
+            each_cause_once(e.as_ref());
+        }
+        each_cause_once(chained.as_ref());
+    }
+
+    #[test]
+    fn long_values_are_clipped_with_their_size() {
+        let big = "x".repeat(50_000);
+        let line = clip_values(&format!("bad `data`: invalid type: string \"{big}\", expected u64"));
+        assert_eq!(
+            line,
+            format!(
+                "bad `data`: invalid type: string \"{}…\" (50002 bytes), expected u64",
+                "x".repeat(CLIP_CHARS - 1)
+            )
+        );
+        assert_eq!(clip_values("short \"values\" stay"), "short \"values\" stay");
+        let bare = clip_values(&format!("found {big} at the end"));
+        assert!(bare.ends_with("… (50000 bytes) at the end") && bare.len() < 400, "{bare}");
     }
 
     #[test]

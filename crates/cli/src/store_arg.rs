@@ -230,7 +230,16 @@ impl Store {
             Store::Dir(s) => s.append(id, events).and_then(|()| s.sync(id)),
             Store::Sqlite(s) => s.append(id, events).and_then(|()| s.sync(id)),
         };
-        result.map_err(|e| from_store(&e, &origin))
+        result.map_err(|e| {
+            let mut error = from_store(&e, &origin);
+            if !e.wrote_nothing() {
+                // The file or database may hold all, part or none of them.
+                let first = events.first().map_or(0, Event::seq);
+                let seqs = first..first + events.len() as u64;
+                error.message = format!("{}: {}", e.write_outcome(&seqs), error.message);
+            }
+            error
+        })
     }
 
     /// Whether a session `id` exists here, or (for a bare file) whether the

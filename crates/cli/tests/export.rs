@@ -63,11 +63,26 @@ fn markdown_of_the_rich_session() {
 
 #[test]
 fn markdown_never_lets_message_text_become_html() {
-    let run = ok(palimpsest(&data("test_data/export"), &["export", "rich.jsonl", "--format", "markdown"]));
-    let unescaped = run.stdout.replace("\\<", "");
-    assert!(!unescaped.contains("<script") && !unescaped.contains("<img"), "raw markup reached the Markdown");
-    assert!(run.stdout.contains(r#"\<script>alert("pwned")\</script>"#), "{}", run.stdout);
-    assert!(run.stdout.contains("`product.html.bak`"), "code spans are kept as they are");
+    for view in ["transcript", "model"] {
+        let run = ok(palimpsest(
+            &data("test_data/export"),
+            &["export", "rich.jsonl", "--format", "markdown", "--view", view],
+        ));
+        // Rendered by a CommonMark implementation, with and without GFM.
+        for options in [pulldown_cmark::Options::empty(), pulldown_cmark::Options::all()] {
+            for event in pulldown_cmark::Parser::new_ext(&run.stdout, options) {
+                assert!(
+                    !matches!(event, pulldown_cmark::Event::Html(_) | pulldown_cmark::Event::InlineHtml(_)),
+                    "{event:?} in\n{}",
+                    run.stdout
+                );
+            }
+        }
+        if view == "transcript" {
+            assert!(run.stdout.contains(r#"\<script\>alert("pwned")\</script\>"#), "{}", run.stdout);
+        }
+        assert!(run.stdout.contains("`product.html.bak`"), "code spans are kept as they are");
+    }
 }
 
 #[test]

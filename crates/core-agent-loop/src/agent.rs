@@ -968,8 +968,9 @@ impl AgentLoop {
                 Some(Ok(())) => {}
                 Some(Err(PluginError::Loop(e))) if e.is_store_failure() => return Err(e),
                 Some(Err(e)) => {
-                    tracing::warn!(plugin = %name, code = e.code(), error = %e, "plugin failed");
-                    let message = format!("plugin {name:?} failed: {e}");
+                    let why = crate::error::chain(&e);
+                    tracing::warn!(plugin = %name, code = e.code(), error = %why, "plugin failed");
+                    let message = format!("plugin {name:?} failed: {why}");
                     return Ok(Some(error_reason(codes::PLUGIN_FAILED, message)));
                 }
             }

@@ -16,7 +16,7 @@ use palimpsest_persistence::DurableError;
 #[non_exhaustive]
 pub enum LoopError {
     /// The session refused an append or the store failed.
-    #[error("session {session_id:?}: {source}")]
+    #[error("session {session_id:?}")]
     Session {
         /// The session.
         session_id: String,
@@ -49,6 +49,20 @@ impl LoopError {
     /// True when the store failed (as opposed to an append being refused):
     /// nothing more can be written until the store is reopened.
     pub fn is_store_failure(&self) -> bool {
-        matches!(self, LoopError::Session { source, .. } if matches!(**source, DurableError::Store(_)))
+        matches!(self, LoopError::Session { source, .. } if source.store_error().is_some())
     }
+}
+
+/// Every message of `error`'s chain, outermost first and root cause last,
+/// joined by `: `: how a failure is written into the log or a trace, with
+/// each cause once (a wrapper's `Display` does not repeat its source).
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
 }

@@ -52,7 +52,7 @@ impl LoopCore {
         match self.session.append_batch(events) {
             Ok(range) => Ok(range),
             Err(e) => {
-                tracing::warn!(session_id = %self.session_id(), code = e.code(), error = %e, "append failed");
+                tracing::warn!(session_id = %self.session_id(), code = e.code(), error = %crate::error::chain(&e), "append failed");
                 Err(self.error(e))
             }
         }

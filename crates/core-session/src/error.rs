@@ -260,8 +260,8 @@ pub enum LoadError {
     Rule {
         /// 1-based line number of the event.
         line: u64,
-        /// The rule it broke.
-        #[source]
+        /// The rule it broke (told by `Display`, so not returned by
+        /// `source()`: a printed chain names it once).
         error: AppendError,
     },
 }

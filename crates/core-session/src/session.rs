@@ -78,6 +78,9 @@ pub trait AppendGuard: Send + Sync + fmt::Debug {
 }
 
 /// A batch write to the store failed; the session was rolled back.
+///
+/// `Display` tells the inner error, so `source()` does not return it too
+/// (a printed chain names each cause once).
 #[derive(Debug)]
 pub enum BatchError<E> {
     /// An event was refused; nothing was written.
@@ -90,19 +93,12 @@ impl<E: fmt::Display> fmt::Display for BatchError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BatchError::Refused(e) => write!(f, "refused: {e}"),
-            BatchError::Write(e) => write!(f, "write failed, nothing committed: {e}"),
+            BatchError::Write(e) => write!(f, "write failed, the session in memory is unchanged: {e}"),
         }
     }
 }
 
-impl<E: std::error::Error + 'static> std::error::Error for BatchError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            BatchError::Refused(e) => Some(e),
-            BatchError::Write(e) => Some(e),
-        }
-    }
-}
+impl<E: std::error::Error + 'static> std::error::Error for BatchError<E> {}
 
 /// A session: header, append-only log, and the surface kept in step with it.
 ///

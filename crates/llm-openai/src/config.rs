@@ -48,7 +48,7 @@ pub enum ConfigError {
     },
     /// `CONFIG_HTTP_CLIENT`: the HTTP client could not be built (its TLS
     /// setup failed).
-    #[error("cannot build the HTTP client: {source}")]
+    #[error("cannot build the HTTP client")]
     HttpClient {
         /// The client's error.
         #[source]

@@ -34,9 +34,23 @@ pub enum DurableError {
     /// The event was refused by the session's rules; nothing was written.
     #[error(transparent)]
     Refused(#[from] AppendError),
-    /// The store failed; memory is unchanged (the append did not happen).
-    #[error("store write failed, nothing committed in memory: {0}")]
+    /// The store failed while opening, creating or syncing the session.
+    /// The message claims nothing more: the cause is the `source()`.
+    #[error("the store failed")]
     Store(#[from] StoreError),
+    /// Writing appended events to the store failed. Memory is unchanged
+    /// (the session does not hold them). Whether the store holds them
+    /// depends on the cause ([`StoreError::wrote_nothing`]): a refusal wrote
+    /// nothing; after an `io` failure the store may hold all, part or none
+    /// of them, and reopening the session shows which.
+    #[error("{}; the session in memory is unchanged", source.write_outcome(seqs))]
+    Write {
+        /// The seqs of the batch.
+        seqs: std::ops::Range<u64>,
+        /// Why the store failed (boxed: errors are the cold path).
+        #[source]
+        source: Box<StoreError>,
+    },
 }
 
 impl DurableError {
@@ -45,10 +59,23 @@ impl DurableError {
         match self {
             DurableError::Refused(e) => e.code(),
             DurableError::Store(e) => e.code(),
+            DurableError::Write { source, .. } => source.code(),
+        }
+    }
+
+    /// The store's error, when the store failed (rather than the session's
+    /// rules refusing an event).
+    pub fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            DurableError::Refused(_) => None,
+            DurableError::Store(e) => Some(e),
+            DurableError::Write { source, .. } => Some(source),
         }
     }
 }
 
+/// Without the seqs of the batch: a failed write is a plain
+/// [`DurableError::Store`], which claims nothing about the outcome.
 impl From<BatchError<StoreError>> for DurableError {
     fn from(e: BatchError<StoreError>) -> DurableError {
         match e {
@@ -163,6 +190,8 @@ impl DurableSession {
     pub fn append_batch(&mut self, events: Vec<Event>) -> Result<std::ops::Range<u64>, DurableError> {
         let (store, durability) = (&self.store, self.durability);
         let id = self.session.id().to_owned();
+        let first = self.session.next_seq();
+        let seqs = first..first.saturating_add(events.len() as u64);
         let range = self.session.append_batch_with(events, |batch| {
             store.append(&id, batch)?;
             let ends_turn = batch.iter().any(|e| *e.event_type() == EventType::TurnEnd);
@@ -171,8 +200,12 @@ impl DurableSession {
                 Durability::TurnBoundary if ends_turn => store.sync(&id),
                 _ => Ok(()),
             }
-        })?;
-        Ok(range)
+        });
+        match range {
+            Ok(range) => Ok(range),
+            Err(BatchError::Refused(e)) => Err(DurableError::Refused(e)),
+            Err(BatchError::Write(source)) => Err(DurableError::Write { seqs, source: Box::new(source) }),
+        }
     }
 
     /// Makes everything appended so far durable.
@@ -183,5 +216,82 @@ impl DurableSession {
     /// Consumes the wrapper, returning the session.
     pub fn into_session(self) -> Session {
         self.session
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use palimpsest_core_session::payload::TurnStart;
+
+    use super::*;
+    use crate::MemoryStore;
+
+    /// A store whose appends fail: with `io` after writing the batch (as a
+    /// sync failing after the bytes landed), or with `locked` before.
+    #[derive(Debug, Default)]
+    struct Failing {
+        inner: MemoryStore,
+        io: bool,
+    }
+
+    impl SessionStore for Failing {
+        fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+            self.inner.create(header)
+        }
+        fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+            if self.io {
+                self.inner.append(session_id, events)?;
+                Err(StoreError::io("syncing", std::io::Error::other("No space left on device")))
+            } else {
+                Err(StoreError::Locked { what: "the session".into() })
+            }
+        }
+        fn load(&self, session_id: &str) -> Result<crate::StoredSession, StoreError> {
+            self.inner.load(session_id)
+        }
+        fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+            self.inner.list()
+        }
+        fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+            self.inner.delete(session_id)
+        }
+        fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+            self.inner.sync(session_id)
+        }
+    }
+
+    fn failed_append(io: bool) -> (DurableError, Arc<Failing>) {
+        let store = Arc::new(Failing { io, ..Failing::default() });
+        let dyn_store: Arc<dyn SessionStore> = store.clone();
+        let mut s = DurableSession::create(dyn_store, SessionHeader::new("s1", 0), Durability::Os)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = s.append_log(1, TurnStart { turn: 1 }).err().unwrap_or_else(|| panic!("the append fails"));
+        assert!(s.session().events().is_empty(), "memory is unchanged");
+        (err, store)
+    }
+
+    #[test]
+    fn a_failed_io_write_says_the_outcome_is_unknown_and_it_was() {
+        let (err, store) = failed_append(true);
+        assert_eq!(
+            err.to_string(),
+            "writing seq 0 to the store failed; whether the store holds it is unknown until the \
+             session is reopened; the session in memory is unchanged"
+        );
+        assert_eq!(err.source().map(ToString::to_string).as_deref(), Some("io: syncing"));
+        assert_eq!(store.inner.load("s1").map(|s| s.events.len()).ok(), Some(1), "the store does hold it");
+    }
+
+    #[test]
+    fn a_refused_write_says_nothing_was_written() {
+        let (err, store) = failed_append(false);
+        assert_eq!(
+            err.to_string(),
+            "the store refused seq 0; nothing was written; the session in memory is unchanged"
+        );
+        assert_eq!(err.code(), "locked");
+        assert_eq!(store.inner.load("s1").map(|s| s.events.len()).ok(), Some(0));
     }
 }

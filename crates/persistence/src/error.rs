@@ -30,15 +30,16 @@ pub enum StoreError {
         found: u64,
     },
     /// `corrupt`: stored data cannot be read; `location` says where (a file
-    /// and line, a table and row).
+    /// and line, a table and row). `detail` already tells the cause, so it
+    /// is not also the error's `source()` (the chain names it once).
     #[error("corrupt: {location}: {detail}")]
     Corrupt {
         /// Where: e.g. `sessions/abc.jsonl:12`.
         location: String,
         /// What was wrong, with the contract code where there is one.
         detail: String,
-        /// The contract-level cause, when the format was broken.
-        #[source]
+        /// The contract-level cause, when the format was broken (told by
+        /// `detail`, so not returned by `source()`).
         cause: Option<palimpsest_core_session::LoadError>,
     },
     /// `version-unsupported`: stored data of a format version this build does not read.
@@ -57,8 +58,9 @@ pub enum StoreError {
         /// What this build expects.
         expected: String,
     },
-    /// `locked`: another writer holds the session or store.
-    #[error("locked: {what} is held by another writer")]
+    /// `locked`: another writer holds the session or store (another
+    /// process, or another handle in this one). Nothing was changed.
+    #[error("locked: another process (or another open handle) holds {what} for writing")]
     Locked {
         /// What is locked.
         what: String,
@@ -121,6 +123,37 @@ impl StoreError {
             }
             StoreError::VersionUnsupported { .. } => Some("header-version-unsupported"),
             _ => None,
+        }
+    }
+
+    /// Whether the failed operation certainly changed nothing in the store:
+    /// a refusal (`not-found`, `already-exists`, `conflict`, `locked`,
+    /// `invalid-id`, `version-unsupported`, `schema-mismatch`) is decided
+    /// before anything is written. After `io` or `corrupt` during a write,
+    /// all, part or none of it may have reached the medium: only reopening
+    /// tells.
+    pub fn wrote_nothing(&self) -> bool {
+        !matches!(self, StoreError::Io { .. } | StoreError::Corrupt { .. })
+    }
+
+    /// What a write of `seqs` that failed with this error is known to have
+    /// done, and no more: "the store refused seq 4; nothing was written",
+    /// or, when [`StoreError::wrote_nothing`] cannot be said, that whether
+    /// the store holds them is unknown until the session is reopened. The
+    /// one wording every writer uses, so no message claims an outcome that
+    /// did not happen.
+    pub fn write_outcome(&self, seqs: &std::ops::Range<u64>) -> String {
+        let (which, them) = match seqs.end.saturating_sub(seqs.start) {
+            0 | 1 => (format!("seq {}", seqs.start), "it"),
+            _ => (format!("seqs {}..={}", seqs.start, seqs.end - 1), "them"),
+        };
+        if self.wrote_nothing() {
+            format!("the store refused {which}; nothing was written")
+        } else {
+            format!(
+                "writing {which} to the store failed; whether the store holds {them} is unknown \
+                 until the session is reopened"
+            )
         }
     }
 

@@ -3,31 +3,31 @@
 //! +0.010s`), tool arguments and results in fenced code blocks, reasoning
 //! as a quote, images inline as data URLs, and replaces as quoted markers.
 //!
-//! Message text is Markdown already (models write it), so it is kept as it
-//! is, except that a `<` outside code is written `\<`: a renderer shows it
-//! as text and never as HTML, so a message cannot inject markup.
-//! Fences are made longer than any backtick run inside them.
+//! Nothing a user, a model or a tool wrote is written here as it is: every
+//! piece goes through one of the escaping functions of [`super::md`]
+//! (inline text, code span, fenced block, link destination, message text
+//! parsed and written back), so a renderer with HTML enabled never finds a
+//! tag or a `javascript:` link in the export.
 
 use std::fmt::Write as _;
 
 use palimpsest_core_session::payload::Block;
 
+use super::md::{code, line, Md};
 use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
 use crate::inspect::{count, join, reason, usage};
 use crate::timefmt;
 
 /// The whole document.
 pub(crate) fn render(doc: &Doc<'_>) -> String {
-    let mut o = String::new();
+    let mut o = Md::new();
     header(doc, &mut o);
     for item in &doc.items {
         match item {
-            Item::TurnStart { turn, .. } => {
-                let _ = writeln!(o, "## Turn {turn}\n");
-            }
+            Item::TurnStart { turn, .. } => o.paragraph(&format!("## Turn {turn}")),
             Item::TurnEnd { turn, reason: r, seq, .. } => {
                 if !matches!(r, palimpsest_core_session::payload::TurnEndReason::Completed) {
-                    let _ = writeln!(o, "*Turn {turn} ended (seq {seq}): {}.*\n", escape_inline(&reason(r)));
+                    o.paragraph(&format!("*Turn {turn} ended (seq {seq}): {}.*", line(&reason(r))));
                 }
             }
             Item::Message(m) => match (&m.replaces, doc.view) {
@@ -37,14 +37,14 @@ pub(crate) fn render(doc: &Doc<'_>) -> String {
         }
     }
     if doc.items.is_empty() {
-        o.push_str("*No messages.*\n");
+        o.paragraph("*No messages.*");
     }
-    o
+    o.finish()
 }
 
-fn header(doc: &Doc<'_>, o: &mut String) {
+fn header(doc: &Doc<'_>, o: &mut Md) {
     let h = doc.session.header();
-    let _ = writeln!(o, "# Session {}\n", escape_inline(&h.id));
+    o.paragraph(&format!("# Session {}", line(&h.id)));
     let what = match doc.view {
         ExportView::Transcript => {
             "transcript — every message as it was appended, in log order; \
@@ -52,29 +52,28 @@ fn header(doc: &Doc<'_>, o: &mut String) {
         }
         ExportView::Model => "model — what the model sees now: the surface, in order, with provenance",
     };
-    let _ = writeln!(o, "- **View:** {what}");
-    let _ = writeln!(o, "- **Created:** {}", timefmt::utc(h.created_at));
+    let mut list = format!("- **View:** {what}\n- **Created:** {}", timefmt::utc(h.created_at));
     if let Some(parent) = &h.parent_session {
         let at = h.seed_length.map(|n| format!(" after seq {}", n.saturating_sub(1))).unwrap_or_default();
-        let _ = writeln!(o, "- **Forked from:** {}{at}", escape_inline(parent));
+        let _ = write!(list, "\n- **Forked from:** {}{at}", line(parent));
     }
     if let Some(cwd) = &h.cwd {
-        let _ = writeln!(o, "- **Working directory:** `{}`", cwd.replace('`', "'"));
+        let _ = write!(list, "\n- **Working directory:** {}", code(cwd));
     }
     let events = doc.session.events().len();
-    let _ = writeln!(
-        o,
-        "- **Log:** {}, {}; the model sees {} now (surface: {})",
+    let _ = write!(
+        list,
+        "\n- **Log:** {}, {}; the model sees {} now (surface: {})",
         count(events, "event"),
         count(doc.turns, "turn"),
         count(doc.derived, "message"),
         if doc.session.surface().is_empty() { "empty".to_owned() } else { join(doc.session.surface()) }
     );
-    o.push('\n');
+    o.paragraph(&list);
 }
 
 /// The bold header line and body of one message.
-fn message(doc: &Doc<'_>, m: &Msg<'_>, o: &mut String) {
+fn message(doc: &Doc<'_>, m: &Msg<'_>, o: &mut Md) {
     let mut head = match (doc.view, m.position) {
         (ExportView::Model, Some(p)) => format!("**{}. {}**", p + 1, m.role_label()),
         _ => format!("**{}**", m.role_label()),
@@ -83,15 +82,15 @@ fn message(doc: &Doc<'_>, m: &Msg<'_>, o: &mut String) {
     if let Some(call) = m.call_id() {
         match doc.tool_name(call) {
             Some(name) => {
-                let _ = write!(head, " · `{name}` `{call}`");
+                let _ = write!(head, " · {} {}", code(name), code(call));
             }
             None => {
-                let _ = write!(head, " · `{call}`");
+                let _ = write!(head, " · {}", code(call));
             }
         }
     }
     if let Some(source) = m.source_label() {
-        let _ = write!(head, " · {}", escape_inline(&source));
+        let _ = write!(head, " · {}", line(&source));
     }
     if let Some(u) = &m.usage {
         let _ = write!(head, " · {} tokens", usage(u));
@@ -100,7 +99,7 @@ fn message(doc: &Doc<'_>, m: &Msg<'_>, o: &mut String) {
         head.push_str(" · interrupted");
     }
     if let Some(e) = &m.tool_error {
-        let _ = write!(head, " · error `{}` `{}`", e.name, e.code);
+        let _ = write!(head, " · error {} {}", code(&e.name), code(&e.code));
     }
     match doc.view {
         ExportView::Transcript => {
@@ -110,7 +109,7 @@ fn message(doc: &Doc<'_>, m: &Msg<'_>, o: &mut String) {
         }
         ExportView::Model => provenance(m, &mut head),
     }
-    let _ = writeln!(o, "{head}\n");
+    o.paragraph(&head);
     blocks(&m.message.content, o);
 }
 
@@ -133,55 +132,45 @@ fn provenance(m: &Msg<'_>, head: &mut String) {
 }
 
 /// A replace in the transcript: the marker, then what replaced, quoted.
-fn marker(doc: &Doc<'_>, m: &Msg<'_>, line: &str, o: &mut String) {
-    let _ = writeln!(o, "> **— {line} —**");
-    let mut body = String::new();
-    blocks(&m.message.content, &mut body);
-    let source = m.source_label().map(|s| format!(" from {}", escape_inline(&s))).unwrap_or_default();
+fn marker(doc: &Doc<'_>, m: &Msg<'_>, marker_line: &str, o: &mut Md) {
+    o.quote();
+    o.paragraph(&format!("**— {} —**", line(marker_line)));
+    let source = m.source_label().map(|s| format!(" from {}", line(&s))).unwrap_or_default();
     let instead = match m.shadowed_by {
         Some(by) => format!("What the model saw instead{source}, until seq {by} replaced it too"),
         None => format!("What the model sees instead{source}"),
     };
-    let _ = writeln!(o, ">\n> *{instead} ({}):*\n>", doc.offset(m.time));
-    for l in body.trim_end().lines() {
-        if l.is_empty() {
-            o.push_str(">\n");
-        } else {
-            let _ = writeln!(o, "> {l}");
-        }
-    }
-    o.push('\n');
+    o.paragraph(&format!("*{instead} ({}):*", doc.offset(m.time)));
+    blocks(&m.message.content, o);
+    o.end_quote();
 }
 
-fn blocks(content: &[Block], o: &mut String) {
+fn blocks(content: &[Block], o: &mut Md) {
     if content.is_empty() {
-        o.push_str("*(no content)*\n\n");
+        o.paragraph("*(no content)*");
     }
     for b in content {
         match b {
-            Block::Text { text } => {
-                let _ = writeln!(o, "{}\n", escape_text(text.trim_end()));
-            }
+            Block::Text { text } => o.message(text.trim_end()),
             Block::Reasoning { text, .. } => {
-                o.push_str("> *Reasoning:*\n>\n");
-                for l in escape_text(text.trim_end()).lines() {
-                    let _ = writeln!(o, ">{}{l}", if l.is_empty() { "" } else { " " });
-                }
-                o.push('\n');
+                o.quote();
+                o.paragraph("*Reasoning:*");
+                o.message(text.trim_end());
+                o.end_quote();
             }
             Block::ToolCall { id, name, arguments } => {
-                let _ = writeln!(o, "Tool call `{}` · `{}`\n", name.replace('`', "'"), id.replace('`', "'"));
+                o.paragraph(&format!("Tool call {} · {}", code(name), code(id)));
                 let args = pretty_arguments(arguments);
                 let lang = if args.trim_start().starts_with(['{', '[']) { "json" } else { "text" };
-                fenced(&args, lang, o);
+                o.fenced(&args, lang);
             }
             Block::ToolResult { is_error, content, .. } => {
                 if *is_error {
-                    o.push_str("*The tool failed:*\n\n");
+                    o.paragraph("*The tool failed:*");
                 }
                 let text = result_text(content);
                 if !text.is_empty() || content.iter().all(|b| !matches!(b, Block::Image { .. })) {
-                    fenced(&text, "text", o);
+                    o.fenced(&text, "text");
                 }
                 for inner in content {
                     if let Block::Image { .. } = inner {
@@ -191,14 +180,15 @@ fn blocks(content: &[Block], o: &mut String) {
             }
             Block::Image { media_type, data } => {
                 if super::html::safe_image(media_type, data) {
-                    let _ =
-                        writeln!(o, "![image ({media_type})](data:{media_type};base64,{})\n", compact(data));
+                    // `safe_image` allows only `image/[a-z0-9+.-]+` and base64
+                    // characters: nothing here needs escaping.
+                    o.paragraph(&format!(
+                        "![image ({})](data:{media_type};base64,{})",
+                        line(media_type),
+                        compact(data)
+                    ));
                 } else {
-                    let _ = writeln!(
-                        o,
-                        "*[an image of type `{}` that is not shown]*\n",
-                        media_type.replace('`', "'")
-                    );
+                    o.paragraph(&format!("*\\[an image of type {} that is not shown\\]*", code(media_type)));
                 }
             }
         }
@@ -210,110 +200,207 @@ fn compact(data: &str) -> String {
     data.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
-/// A fenced block longer than any backtick run inside it.
-fn fenced(text: &str, lang: &str, o: &mut String) {
-    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let fence = "`".repeat((longest + 1).max(3));
-    let body = text.trim_end_matches('\n');
-    let _ = writeln!(o, "{fence}{lang}\n{body}\n{fence}\n");
-}
-
-/// Message text as Markdown, with every `<` outside code escaped, so a
-/// renderer never takes it for HTML. Fenced blocks (```` ``` ```` or `~~~`)
-/// and inline code spans are left alone: their content is shown literally.
-pub(crate) fn escape_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut fence: Option<String> = None;
-    for (i, line) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        let trimmed = line.trim_start_matches(' ');
-        let indent = line.len() - trimmed.len();
-        let opener: String = trimmed.chars().take_while(|&c| c == '`' || c == '~').collect();
-        let is_fence =
-            indent < 4 && opener.len() >= 3 && opener.chars().all(|c| c == opener.as_bytes()[0] as char);
-        match &fence {
-            Some(open) => {
-                out.push_str(line);
-                if is_fence && opener.starts_with(open.as_str()) && trimmed[opener.len()..].trim().is_empty()
-                {
-                    fence = None;
-                }
-            }
-            None if is_fence => {
-                out.push_str(line);
-                fence = Some(opener);
-            }
-            None => out.push_str(&escape_line(line)),
-        }
-    }
-    out
-}
-
-/// One line outside fences: `<` escaped except inside code spans.
-fn escape_line(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let chars: Vec<char> = line.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        if chars[i] == '`' {
-            let run = chars[i..].iter().take_while(|&&c| c == '`').count();
-            // The span closes at the next run of exactly the same length.
-            let mut j = i + run;
-            let mut close = None;
-            while j < chars.len() {
-                if chars[j] == '`' {
-                    let r = chars[j..].iter().take_while(|&&c| c == '`').count();
-                    if r == run {
-                        close = Some(j + r);
-                        break;
-                    }
-                    j += r;
-                } else {
-                    j += 1;
-                }
-            }
-            let end = close.unwrap_or(i + run);
-            out.extend(&chars[i..end]);
-            i = end;
-            continue;
-        }
-        if chars[i] == '<' {
-            out.push('\\');
-        }
-        out.push(chars[i]);
-        i += 1;
-    }
-    out
-}
-
-/// Text inside a header line: one line, `<` escaped.
-fn escape_inline(text: &str) -> String {
-    escape_line(&text.replace(['\n', '\r'], " "))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::md::{destination, Md};
     use super::*;
 
+    fn message(text: &str) -> String {
+        let mut o = Md::new();
+        o.message(text);
+        o.finish()
+    }
+
     #[test]
-    fn angle_brackets_are_escaped_outside_code_only() {
-        assert_eq!(escape_text("<script>alert(1)</script>"), "\\<script>alert(1)\\</script>");
-        assert_eq!(escape_text("a `<b>` c <d>"), "a `<b>` c \\<d>");
-        assert_eq!(escape_text("``x ` <y>`` <z>"), "``x ` <y>`` \\<z>");
-        assert_eq!(escape_text("```html\n<p>\n```\n<p>"), "```html\n<p>\n```\n\\<p>");
-        assert_eq!(escape_text("~~~~\n<p>\n~~~\n<q>\n~~~~\n<r>"), "~~~~\n<p>\n~~~\n<q>\n~~~~\n\\<r>");
-        assert_eq!(escape_text("an `unclosed <span>"), "an `unclosed \\<span>");
+    fn angle_brackets_in_text_are_escaped_and_code_is_kept() {
+        // An HTML block is shown as its source.
+        assert_eq!(message("<script>alert(1)</script>"), "```html\n<script>alert(1)</script>\n```\n");
+        assert_eq!(message("a <script>b"), "a \\<script\\>b\n");
+        assert_eq!(message("a `<b>` c <d>"), "a `<b>` c \\<d\\>\n");
+        assert_eq!(message("```html\n<p>\n```"), "```html\n<p>\n```\n");
+    }
+
+    #[test]
+    fn the_known_escapes_stay_closed() {
+        // A backslash before a backtick: not a code span, so the tag is text.
+        assert_eq!(message("\\`<img src=x onerror=alert(1)>`"), "\\`\\<img src=x onerror=alert(1)\\>\\`\n");
+        // A fence whose info string holds a backtick is no fence.
+        assert!(!message("```a`b\n<img src=x>\n```").contains("\n<img"));
+        // Names and media types are code spans on one line.
+        assert_eq!(code("a\n\n<img>"), "`a  <img>`");
+        assert_eq!(code("x`y"), "``x`y``");
+        assert_eq!(code("`"), "`` ` ``");
+        assert_eq!(line("a\n# <b>"), "a \\# \\<b\\>");
+    }
+
+    #[test]
+    fn links_keep_only_allowed_schemes() {
+        assert_eq!(message("[a](https://x.org/p?q=1&r=2)"), "[a](https://x.org/p?q=1\\&r=2)\n");
+        assert_eq!(message("[a](javascript:alert(1))"), "a (`javascript:alert(1)`)\n");
+        assert_eq!(message("[a](JaVa&#9;ScRiPt&#58;x)"), "a (`JaVa\tScRiPt:x`)\n");
+        assert_eq!(message("<javascript:alert(1)>"), "javascript:alert(1) (`javascript:alert(1)`)\n");
+        assert_eq!(message("![cat](https://x.org/c.png)"), "[image: cat](https://x.org/c.png)\n");
+        assert_eq!(destination("data:text/html,x"), None);
+        assert_eq!(destination("vbscript:x"), None);
+        assert_eq!(destination(" a b"), Some("%20a%20b".to_owned()));
+        assert_eq!(destination("rel/path#x"), Some("rel/path#x".to_owned()));
+    }
+
+    #[test]
+    fn structure_survives_the_round_trip() {
+        assert_eq!(message("# T\n\n- a\n- b *c*\n\n> q\n\n1. x"), "# T\n\n- a\n\n- b *c*\n\n> q\n\n1. x\n");
+        assert_eq!(message("3) x\n4) y"), "3. x\n\n4. y\n");
+        assert_eq!(message("a\n-b"), "a\n\\-b\n");
     }
 
     #[test]
     fn fences_outgrow_the_backticks_inside() {
-        let mut o = String::new();
-        fenced("a ```` b", "text", &mut o);
-        assert_eq!(o, "`````text\na ```` b\n`````\n\n");
-        let mut o = String::new();
-        fenced("plain\n", "json", &mut o);
-        assert_eq!(o, "```json\nplain\n```\n\n");
+        let mut o = Md::new();
+        o.fenced("a ```` b", "text");
+        assert_eq!(o.finish(), "`````text\na ```` b\n`````\n");
+        let mut o = Md::new();
+        o.fenced("plain\n", "json");
+        assert_eq!(o.finish(), "```json\nplain\n```\n");
+    }
+
+    /// A session whose every user-, model- and tool-controlled string is
+    /// one of `h` (cycled), exported in both views.
+    fn exports(h: &[String]) -> Vec<String> {
+        use serde_json::json;
+        let s = |i: usize| h[i % h.len()].clone();
+        let call = s(4);
+        let lines = [
+            json!({"type":"session","version":0,"id":"hostile","createdAt":1_767_225_600_000_u64,
+                   "cwd":s(0),"parentSession":s(1),"seedLength":1}),
+            json!({"seq":0,"time":1,"type":"turn/start","data":{"turn":1}}),
+            json!({"seq":1,"time":2,"type":"user/message","data":{"turn":1,"message":{"id":"u","role":"user",
+                "content":[{"type":"text","text":s(2)},{"type":"image","mediaType":s(3),"data":s(5)},
+                           {"type":"image","mediaType":"image/png","data":"aGk="}],
+                "source":{"kind":"user"}}},"surfaceOp":"append"}),
+            json!({"seq":2,"time":3,"type":"step/start","data":{"turn":1,"step":1}}),
+            json!({"seq":3,"time":4,"type":"assistant/message","data":{"turn":1,"step":1,"message":{"id":"a",
+                "role":"assistant","content":[{"type":"text","text":s(6)},{"type":"reasoning","text":s(7)},
+                {"type":"tool-call","id":call,"name":s(8),"arguments":s(9)}],
+                "source":{"kind":"model","provider":s(10),"model":s(11)}}},"surfaceOp":"append"}),
+            json!({"seq":4,"time":5,"type":"tool/call","data":{"turn":1,"step":1,"callId":call,"name":s(8),
+                "arguments":s(9)}}),
+            json!({"seq":5,"time":6,"type":"tool/result","data":{"turn":1,"step":1,"message":{"id":"r",
+                "role":"user","content":[{"type":"tool-result","toolCallId":call,"isError":true,
+                "content":[{"type":"text","text":s(12)},{"type":"image","mediaType":s(13),"data":s(14)}]}],
+                "source":{"kind":"tool","callId":call}},
+                "error":{"name":s(15),"code":s(16),"message":s(17)}},"sourceEventSeqs":[4],"surfaceOp":"append"}),
+            json!({"seq":6,"time":7,"type":"tool/result","data":{"turn":1,"step":1,"message":{"id":"p",
+                "role":"user","content":[{"type":"tool-result","toolCallId":call,"isError":false,
+                "content":[{"type":"text","text":s(18)}]}],"source":{"kind":"tool","callId":call}}},
+                "sourceEventSeqs":[5],"surfaceOp":{"op":"replace","start":5,"end":5}}),
+            json!({"seq":7,"time":8,"type":"step/end","data":{"turn":1,"step":1}}),
+            json!({"seq":8,"time":9,"type":"turn/end","data":{"turn":1,"reason":{"kind":"error",
+                "error":{"message":s(19),"code":s(20)}}}}),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let checked = crate::check::check_jsonl(text.as_bytes(), "x".into());
+        let replaced = checked.replaced.clone();
+        let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}: {text}"));
+        [ExportView::Transcript, ExportView::Model]
+            .into_iter()
+            .map(|view| render(&super::super::build(&session, &replaced, view)))
+            .collect()
+    }
+
+    /// What a CommonMark renderer finds in `markdown` that it would turn
+    /// into live HTML or a dangerous link, read with and without the GFM
+    /// extensions. Empty when the export is safe.
+    fn live_html(markdown: &str) -> Vec<String> {
+        use pulldown_cmark::{Event, Options, Parser, Tag};
+        let mut found = Vec::new();
+        for options in [Options::empty(), Options::all()] {
+            for event in Parser::new_ext(markdown, options) {
+                match event {
+                    Event::Html(h) | Event::InlineHtml(h) => found.push(format!("HTML {h:?}")),
+                    Event::Start(Tag::Link { dest_url, .. }) => {
+                        let seen: String = dest_url
+                            .chars()
+                            .filter(|c| !c.is_ascii_whitespace() && !c.is_ascii_control())
+                            .collect::<String>()
+                            .to_ascii_lowercase();
+                        let head = seen.split(['/', '?', '#']).next().unwrap_or_default().to_owned();
+                        if head.contains(':')
+                            && !["http:", "https:", "mailto:"].iter().any(|p| head.starts_with(p))
+                        {
+                            found.push(format!("link {dest_url:?}"));
+                        }
+                    }
+                    Event::Start(Tag::Image { dest_url, .. }) => {
+                        // Only our own inlined images: a plain type and base64.
+                        let ok = dest_url
+                            .strip_prefix("data:image/")
+                            .and_then(|r| r.split_once(";base64,"))
+                            .is_some_and(|(sub, data)| {
+                                !sub.is_empty()
+                                    && sub.bytes().all(|b| {
+                                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b)
+                                    })
+                                    && data.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+                            });
+                        if !ok {
+                            found.push(format!("image {dest_url:?}"));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        found
+    }
+
+    /// Text rich in what Markdown and HTML are made of.
+    fn hostile() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            4 => proptest::sample::select(
+                "<>&`\"'\\\n[]()!:*_#-+=.|~ 1aZ\t\r".chars().collect::<Vec<_>>()
+            ).prop_map(String::from),
+            1 => proptest::sample::select(vec![
+                "<img src=x onerror=alert(1)>", "<script>alert(1)</script>", "<a href=\"javascript:x\">",
+                "javascript:alert(1)", "JaVaScRiPt:", "data:text/html,<b>", "vbscript:msgbox", "&#58;", "&lt;",
+                "```", "~~~", "    ", "> ", "- ", "1. ", "[x](", "](javascript:alert(1))", "![i](",
+                "<javascript:alert(1)>", "<!--", "-->", "<![CDATA[", "<?php", "<div>", "\n\n", "`` ` ``",
+                "\\`", "```a`b\n", "image/png", "image/png\n\n<img src=x onerror=alert(1)>",
+            ]).prop_map(String::from),
+        ];
+        proptest::collection::vec(piece, 0..24).prop_map(|v| v.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+        #[test]
+        fn no_hostile_text_becomes_html_or_a_dangerous_link(
+            h in proptest::collection::vec(hostile(), 21)
+        ) {
+            for md in exports(&h) {
+                let found = live_html(&md);
+                proptest::prop_assert!(found.is_empty(), "{found:?} in:\n{md}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_reported_escapes_render_as_text() {
+        let h: Vec<String> = [
+            "\\`<img src=x onerror=alert(1)>`",
+            "```a`b\n<img src=x onerror=alert(1)>\n```",
+            "read\n\n<img src=x onerror=alert(1)>",
+            "image/png\n\n<img src=x onerror=alert(1)>",
+            "[click](javascript:alert(1))",
+            "<javascript:alert(1)>",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        for md in exports(&h) {
+            assert_eq!(live_html(&md), Vec::<String>::new(), "{md}");
+            assert!(md.contains("onerror"), "the text is still shown: {md}");
+        }
     }
 }

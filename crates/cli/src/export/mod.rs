@@ -20,6 +20,7 @@
 pub(crate) mod html;
 pub(crate) mod json;
 pub(crate) mod markdown;
+mod md;
 
 use std::collections::HashMap;
 use std::fs;

@@ -34,10 +34,9 @@ use palimpsest_core_agent_loop::{
 };
 use palimpsest_core_session::payload::TurnEndReason;
 use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider};
-use palimpsest_persistence::DurableError;
 use tokio::sync::mpsc;
 
-use crate::error::{from_store, CliError, Exit};
+use crate::error::{CliError, Exit};
 use crate::open_store::{open_store, store_kind};
 use crate::output;
 use echo::{Echo, EchoPlugin};
@@ -137,7 +136,7 @@ pub(crate) const ABANDONED_TOOL_GRACE: std::time::Duration = std::time::Duration
 /// A configuration the provider refuses: the command line's fault (exit 2).
 fn config_error(e: ConfigError) -> anyhow::Error {
     match e {
-        ConfigError::HttpClient { .. } => CliError::io("", e.to_string()).into(),
+        ConfigError::HttpClient { .. } => CliError::io("", crate::error::chain(&e, None)).into(),
         e => CliError::usage(e.to_string()).into(),
     }
 }
@@ -237,14 +236,10 @@ fn new_session_id() -> String {
 }
 
 /// A loop failure as the CLI reports it: a store failure keeps the store's
-/// code and exit; a refused append is exit 1 with its code.
+/// code and exit; a refused append is exit 1 with its code. The message is
+/// the whole chain, once.
 fn loop_error(e: LoopError, location: &str) -> anyhow::Error {
-    if let LoopError::Session { source, .. } = &e {
-        if let DurableError::Store(store) = &**source {
-            return from_store(store, location).into();
-        }
-    }
-    CliError::refused(e.code().to_owned(), location, e.to_string()).into()
+    crate::error::from_chain(&e, location).into()
 }
 
 /// How a turn went, for the exit code.
