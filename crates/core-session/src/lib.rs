@@ -64,7 +64,7 @@ mod shape;
 pub mod surface;
 mod tagged;
 
-pub use derive::DerivedMessage;
+pub use derive::{DerivedMessage, DerivedRequest};
 pub use error::{AppendError, LoadError};
 pub use event::{Event, EventType, SurfaceIntent, SurfaceOp};
 pub use header::{SessionHeader, SESSION_FORMAT_VERSION};
