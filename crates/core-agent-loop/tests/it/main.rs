@@ -9,3 +9,4 @@ mod plugins;
 mod resume;
 mod rewrite_plugins;
 mod scenarios;
+mod settings;
