@@ -14,6 +14,7 @@ use palimpsest_core_session::payload::Block;
 
 use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
 use crate::inspect::{count, join, reason, usage};
+use crate::settings_view;
 use crate::timefmt;
 
 /// The whole document.
@@ -29,6 +30,15 @@ pub(crate) fn render(doc: &Doc<'_>) -> String {
                 if !matches!(r, palimpsest_core_session::payload::TurnEndReason::Completed) {
                     let _ = writeln!(o, "*Turn {turn} ended (seq {seq}): {}.*\n", escape_inline(&reason(r)));
                 }
+            }
+            Item::Settings { seq, time, settings, changes, .. } => {
+                let changed = if changes.is_empty() { "nothing".to_owned() } else { changes.join(", ") };
+                let _ = writeln!(
+                    o,
+                    "*Settings (seq {seq}, {}; changes {changed}): {}.*\n",
+                    doc.offset(*time),
+                    escape_inline(&settings_view::line(settings))
+                );
             }
             Item::Message(m) => match (&m.replaces, doc.view) {
                 (Some(r), ExportView::Transcript) => marker(doc, m, &doc.marker(m, r), &mut o),
@@ -60,6 +70,9 @@ fn header(doc: &Doc<'_>, o: &mut String) {
     }
     if let Some(cwd) = &h.cwd {
         let _ = writeln!(o, "- **Working directory:** `{}`", cwd.replace('`', "'"));
+    }
+    if let Some((seq, settings, _)) = &doc.settings {
+        let _ = writeln!(o, "- **Settings:** {} (seq {seq})", escape_inline(&settings_view::line(settings)));
     }
     let events = doc.session.events().len();
     let _ = writeln!(
