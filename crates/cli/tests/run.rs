@@ -769,3 +769,35 @@ fn secrets_never_enter_a_store() {
         }
     }
 }
+
+#[test]
+fn a_resumed_session_offers_the_tools_of_its_logged_tools_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("work")).unwrap();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s", "--tools", "work", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+    let logged = settings_events(&dir.path().join("s"));
+    let tools_dir = logged[0]["data"]["settings"]["toolsDir"].as_str().unwrap_or_default().to_owned();
+    assert!(Path::new(&tools_dir).is_absolute() && tools_dir.ends_with("work"), "{tools_dir}");
+
+    let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "Again?"]);
+    assert_eq!(second.code, Some(0), "{second:?}");
+    let offered = |i: usize| server.requests()[i]["tools"].as_array().map_or(0, Vec::len);
+    assert_eq!((offered(0), offered(1)), (4, 4), "the same tools, from the logged directory");
+    assert_eq!(settings_events(&dir.path().join("s")).len(), 1);
+
+    // The directory is gone: a warning, and new settings that offer no tools.
+    std::fs::remove_dir(dir.path().join("work")).unwrap();
+    let third = run(dir.path(), &["run", "--store", "s", "--session", &id, "Still there?"]);
+    assert_eq!(third.code, Some(0), "{third:?}");
+    assert!(third.stderr.contains("is gone; this run offers no tools"), "{third:?}");
+    assert!(server.requests()[2].get("tools").is_none());
+    let logged = settings_events(&dir.path().join("s"));
+    assert_eq!(logged.len(), 2);
+    assert_eq!(logged[1]["data"]["settings"]["tools"], json!([]));
+    assert!(logged[1]["data"]["settings"].get("toolsDir").is_none());
+    assert_valid(dir.path(), "s", &id);
+}
