@@ -149,11 +149,21 @@ struct WithProvenance<'a> {
     message: &'a RawValue,
 }
 
-/// `palimpsest derive STORE [--provenance]`: the derived messages, each
-/// exactly as logged.
-pub(crate) fn derive(args: &StoreArgs, provenance: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+/// `palimpsest derive STORE [--provenance | --request]`: the derived
+/// messages, each exactly as logged; or the derived request (contract
+/// section 3) on one line, exactly as core-session writes it.
+pub(crate) fn derive(
+    args: &StoreArgs,
+    provenance: bool,
+    request: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
     let (_, checked) = open_checked(args, Access::Read)?;
     let session = readable_session(checked)?;
+    if request {
+        writeln!(out, "{}", session.derive_request().to_json())?;
+        return Ok(Exit::Success);
+    }
     let messages = session.derive_messages();
     if provenance {
         let items = messages.iter().map(|m| {

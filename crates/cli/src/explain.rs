@@ -32,12 +32,14 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use palimpsest_core_session::explain::{explain as explain_event, shadow_map, Explanation, Provenance};
+use palimpsest_core_session::payload::Settings;
 use palimpsest_core_session::{Session, SurfaceOp};
 use serde::Serialize;
 
 use crate::cmd::{open_checked, readable_session};
 use crate::error::{CliError, Exit};
 use crate::inspect::{count, join, summarize};
+use crate::settings_view;
 use crate::store_arg::StoreArgs;
 use crate::timefmt;
 
@@ -94,6 +96,33 @@ fn shadow_chain(session: &Session, seq: u64) -> Vec<u64> {
     chain
 }
 
+/// Where the settings of the `session/settings` at `seq` stand: what they
+/// replaced and changed, and whether they are still in effect.
+fn settings_history(session: &Session, seq: u64, settings: &Settings) -> String {
+    let events = session.events();
+    let before = usize::try_from(seq).map_or(&events[..0], |i| &events[..i.min(events.len())]);
+    let previous = before.iter().rev().find_map(|e| settings_view::of_event(e).map(|s| (e.seq(), s)));
+    let mut text = match &previous {
+        Some((p, old)) => {
+            let changed = settings_view::changes(old, settings);
+            if changed.is_empty() {
+                format!("replace those of {p}, unchanged")
+            } else {
+                format!("replace those of {p}, changing {}", changed.join(", "))
+            }
+        }
+        None => "the session's first settings".to_owned(),
+    };
+    let next = events.iter().skip(before.len() + 1).find(|e| settings_view::of_event(e).is_some());
+    match next {
+        None => text.push_str("; in effect now: the next request is made with them"),
+        Some(next) => {
+            let _ = write!(text, "; replaced by those of {}", next.seq());
+        }
+    }
+    text
+}
+
 /// The text report.
 fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
     let mut o = String::new();
@@ -124,6 +153,12 @@ fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
             (None, _) => "outside any turn".to_owned(),
         }
     );
+
+    if let Some(settings) = settings_view::of_event(event) {
+        label(&mut o, "settings");
+        o.push_str(&settings_history(session, e.seq, &settings));
+        o.push('\n');
+    }
 
     label(&mut o, "surface");
     match (e.surface_position, e.surface_op) {

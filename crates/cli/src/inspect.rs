@@ -2,13 +2,15 @@
 //!
 //! Three parts:
 //!
-//! * a **header block**: id, creation time, lineage, size, the surface,
-//!   every replace and what it shadowed, token usage, and the state (valid
+//! * a **header block**: id, creation time, lineage, size, the settings in
+//!   effect, the surface, every replace and what it shadowed, token usage,
+//!   and the state (valid
 //!   or not, an open turn that `repair` would close, a dropped torn tail);
 //! * the **timeline**: one line per event with its seq, its time relative
 //!   to the first event, a surface marker (`●` on the surface, `○` shadowed,
 //!   with the replace that shadowed it), its type indented by turn and step,
-//!   a short summary, and its provenance (`← cites 3-5`). Structural
+//!   a short summary, and its provenance (`← cites 3-5`); a
+//!   `session/settings` also says which settings it changed. Structural
 //!   violations are shown under the event that broke them, and the first
 //!   rule violation where checking stopped;
 //! * a **footer**: the final surface, message by message, which is exactly
@@ -27,6 +29,7 @@ use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
 use serde::Deserialize;
 
 use crate::check::{Checked, Finding};
+use crate::settings_view;
 use crate::timefmt;
 
 /// Longest text snippet, in characters.
@@ -76,6 +79,7 @@ impl Style {
             EventType::AssistantChunk => "2;32",
             EventType::ToolCall => "35",
             EventType::ToolResult => "1;35",
+            EventType::SessionSettings => "1;34",
             _ => "34",
         };
         self.paint(code, t)
@@ -185,6 +189,18 @@ impl<'a> View<'a> {
                 o.push('\n');
             }
             _ => o.push_str("none\n"),
+        }
+
+        if let Some(seq) = self.session.settings_seq() {
+            label(o, "settings");
+            let changes =
+                self.events().iter().filter(|e| *e.event_type() == EventType::SessionSettings).count();
+            let _ = writeln!(
+                o,
+                "{} (seq {seq}, {})",
+                settings_view::line(&self.session.settings()),
+                count(changes, "settings event")
+            );
         }
 
         label(o, "surface");
@@ -302,6 +318,7 @@ impl<'a> View<'a> {
             .unwrap_or(0)
             .min(36);
         let _ = writeln!(o, "{}", st.dim(&format!("{:>seq_w$}  {:>time_w$}    event", "seq", "time")));
+        let mut settings: Option<palimpsest_core_session::payload::Settings> = None;
         for ((event, depth), time) in events.iter().zip(&depths).zip(&times) {
             let seq = event.seq();
             let shadowed = self.shadowed_by.get(&seq).copied();
@@ -316,6 +333,20 @@ impl<'a> View<'a> {
             let pad = type_w.saturating_sub(2 * depth + ty.chars().count());
             let mut summary = summarize(event);
             let mut notes = Vec::new();
+            if let Some(next) = settings_view::of_event(event) {
+                notes.push(match &settings {
+                    None => "first settings".to_owned(),
+                    Some(before) => {
+                        let changed = settings_view::changes(before, &next);
+                        if changed.is_empty() {
+                            "no change".to_owned()
+                        } else {
+                            format!("changes {}", changed.join(", "))
+                        }
+                    }
+                });
+                settings = Some(next);
+            }
             if let Some(SurfaceOp::Replace { start, end }) = event.surface_op() {
                 notes.push(if start == end {
                     format!("⟲ replaces {start}")
@@ -484,6 +515,7 @@ pub(crate) fn summarize(event: &Event) -> String {
                 s
             })
             .ok(),
+        EventType::SessionSettings => settings_view::of_event(event).map(|s| settings_view::line(&s)),
         _ => None,
     }
     .unwrap_or_else(raw)

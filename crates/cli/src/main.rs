@@ -29,6 +29,7 @@ mod open_store;
 mod output;
 mod run;
 mod sessions;
+mod settings_view;
 mod store_arg;
 mod timefmt;
 mod tools;
@@ -69,12 +70,19 @@ enum Command {
         target: StoreArgs,
     },
     /// Print the derived messages (the next model request) as a JSON array.
+    ///
+    /// With --request, the whole request instead: `{"settings": S, "messages": M}`,
+    /// S the settings of the last `session/settings` event (`{}` before any),
+    /// on one line, the same bytes on every replay.
     Derive {
         #[command(flatten)]
         target: StoreArgs,
         /// Print `{"seq", "sourceEventSeqs", "message"}` objects instead of bare messages.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "request")]
         provenance: bool,
+        /// Print the derived request `{"settings", "messages"}` instead of the messages.
+        #[arg(long)]
+        request: bool,
     },
     /// Print the events that close an interrupted turn, as a JSON array.
     ///
@@ -267,7 +275,7 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match command {
         Command::Validate { target, json } => cmd::validate(&target, json, out),
         Command::Surface { target } => cmd::surface(&target, out),
-        Command::Derive { target, provenance } => cmd::derive(&target, provenance, out),
+        Command::Derive { target, provenance, request } => cmd::derive(&target, provenance, request, out),
         Command::Repair { target, write } => cmd::repair(&target, write, out),
         Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
         Command::Sessions { store, tree } => sessions::sessions(&store, tree, out),

@@ -93,6 +93,51 @@ fn derive_provenance_names_seq_and_sources() {
     insta::assert_snapshot!("derive_provenance_example", run.stdout);
 }
 
+#[test]
+fn derive_request_prints_the_last_settings_and_the_messages_byte_for_byte() {
+    let args = ["derive", "--request", "ok/settings.jsonl"];
+    let run = palimpsest(&args);
+    assert_eq!(run.code, 0, "{run:?}");
+    let request = run.json();
+    let keys: Vec<&String> = request.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    assert_eq!(keys, ["messages", "settings"], "exactly these two keys");
+    assert!(run.stdout.starts_with(r#"{"settings":{"systemPrompt":"#), "settings first: {}", run.stdout);
+    assert_eq!(request["settings"]["model"], json!("m-2"), "the last settings, whole");
+    assert_eq!(request["settings"]["seed"], json!(7), "unknown keys are kept");
+    assert_eq!(request["messages"], palimpsest(&["derive", "ok/settings.jsonl"]).json());
+    // Replaying the log derives the same bytes; the settings as logged.
+    assert_eq!(palimpsest(&args).stdout, run.stdout);
+    let log = fs::read_to_string(test_data().join("ok/settings.jsonl")).expect("the fixture");
+    let settings = log.lines().nth(9).and_then(|l| l.split(r#""settings":"#).nth(1)).unwrap_or_default();
+    assert!(
+        run.stdout.starts_with(&format!(r#"{{"settings":{}"#, settings.trim_end_matches("}}"))),
+        "{}",
+        run.stdout
+    );
+    insta::assert_snapshot!("derive_request_settings", run.stdout);
+
+    // Before any session/settings the settings are {}.
+    let none = palimpsest(&["derive", "--request", EXAMPLE]);
+    assert_eq!(none.code, 0);
+    assert!(none.stdout.starts_with(r#"{"settings":{},"messages":[{"id":"sum1""#), "{}", none.stdout);
+    // --request and --provenance do not mix.
+    assert_eq!(palimpsest(&["derive", "--request", "--provenance", EXAMPLE]).code, 2);
+}
+
+#[test]
+fn validate_reports_settings_inside_a_step() {
+    let f = "err/invariant-settings-inside-step.jsonl";
+    let run = palimpsest(&["validate", "--json", f]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(
+        run.json()["violations"],
+        json!([{"code": "settings-inside-step", "seq": 11,
+                "message": "session/settings while turn 2 step 1 is open; settings change between model requests"}])
+    );
+    let human = palimpsest(&["validate", f]);
+    assert!(human.stderr.starts_with(&format!("error[settings-inside-step]: {f}:13: seq 11: ")), "{human:?}");
+}
+
 // ---------------------------------------------------------------- section-2 codes
 
 /// Each `err/<code>.jsonl` breaks one rule: the code, the seq and the line.
@@ -469,6 +514,7 @@ fn inspect_shows_the_timeline() {
         ("inspect_torn_tail", "ok/torn-tail.jsonl", 0),
         ("inspect_header_only", "ok/header-only.jsonl", 0),
         ("inspect_forked", "ok/forked.jsonl", 0),
+        ("inspect_settings", "ok/settings.jsonl", 0),
         ("inspect_invalid", "err/replace-reversed.jsonl", 1),
         ("inspect_invariant", "err/invariant-then-rule.jsonl", 1),
         ("inspect_bad_header", "err/version-1.jsonl", 1),

@@ -54,8 +54,28 @@ fn snapshot_fixture(dir: &Path, file: &str, name: &str) {
 }
 
 #[test]
+fn explain_says_what_settings_replaced_changed_and_whether_they_hold() {
+    let first = ok(palimpsest(&cli_data(), &["explain", "settings.jsonl", "0"])).stdout;
+    assert!(first.contains("  settings  the session's first settings; replaced by those of 8\n"), "{first}");
+    assert!(first.contains("never on the surface: session/settings events never join it"), "{first}");
+    let last = ok(palimpsest(&cli_data(), &["explain", "settings.jsonl", "8"])).stdout;
+    assert!(
+        last.contains(
+            "  settings  replace those of 0, changing systemPrompt, model, params, seed; in effect now: the next request is made with them\n"
+        ),
+        "{last}"
+    );
+}
+
+#[test]
 fn explain_the_cli_fixtures() {
-    for file in ["compaction-and-prune.jsonl", "crash-open.jsonl", "forked.jsonl", "torn-tail.jsonl"] {
+    for file in [
+        "compaction-and-prune.jsonl",
+        "crash-open.jsonl",
+        "forked.jsonl",
+        "torn-tail.jsonl",
+        "settings.jsonl",
+    ] {
         let name = format!("cli_{}", file.trim_end_matches(".jsonl"));
         snapshot_fixture(&cli_data(), file, &name);
     }

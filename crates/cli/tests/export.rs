@@ -33,7 +33,13 @@ fn snapshot_markdown(dir: &Path, file: &str, name: &str) {
 
 #[test]
 fn markdown_of_the_cli_fixtures() {
-    for file in ["compaction-and-prune.jsonl", "crash-open.jsonl", "forked.jsonl", "header-only.jsonl"] {
+    for file in [
+        "compaction-and-prune.jsonl",
+        "crash-open.jsonl",
+        "forked.jsonl",
+        "header-only.jsonl",
+        "settings.jsonl",
+    ] {
         snapshot_markdown(
             &data("test_data/ok"),
             file,
@@ -86,6 +92,31 @@ fn markdown_never_lets_message_text_become_html() {
 }
 
 #[test]
+fn every_export_shows_the_settings_and_their_changes() {
+    let dir = data("test_data/ok");
+    let run = ok(palimpsest(&dir, &["export", "settings.jsonl", "--format", "json"]));
+    let doc: Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(doc["session"]["settingsSeq"], json!(8));
+    assert_eq!(doc["session"]["settings"]["model"], json!("m-2"));
+    let settings: Vec<&Value> =
+        doc["items"].as_array().into_iter().flatten().filter(|i| i["kind"] == "settings").collect();
+    assert_eq!(settings.len(), 2);
+    assert_eq!(settings[1]["seq"], json!(8));
+    assert_eq!(settings[1]["changes"], json!(["systemPrompt", "model", "params", "seed"]));
+    assert_eq!(settings[1]["settings"]["params"], json!({"temperature": 0.2}));
+    // The model view has no settings items: it is the surface.
+    let model = ok(palimpsest(&dir, &["export", "settings.jsonl", "--format", "json", "--view", "model"]));
+    assert!(!model.stdout.contains(r#""kind": "settings""#));
+
+    let html = ok(palimpsest(&dir, &["export", "settings.jsonl", "--format", "html"])).stdout;
+    assert!(html.contains("<dt>Settings</dt><dd>model m-2 · "), "the header states the settings in effect");
+    assert!(
+        html.contains("<p class=\"ended settings\" id=\"seq-8\">Settings (seq 8, +0.080s; changes systemPrompt, model, params, seed): model m-2"),
+        "{html}"
+    );
+}
+
+#[test]
 fn json_has_the_documented_shape() {
     let dir = data("test_data/ok");
     let run = ok(palimpsest(
@@ -103,7 +134,8 @@ fn json_has_the_documented_shape() {
     assert_eq!(
         doc["session"],
         json!({"id": "example-1", "createdAt": 1767225600000_u64, "cwd": null, "parentSession": null,
-               "seedLength": null, "events": 27, "turns": 2, "surface": [20, 15, 17, 24]})
+               "seedLength": null, "events": 27, "turns": 2, "surface": [20, 15, 17, 24],
+               "settings": {}, "settingsSeq": null})
     );
     let items = doc["items"].as_array().expect("items");
     let kinds: Vec<&str> = items.iter().map(|i| i["kind"].as_str().unwrap_or("?")).collect();

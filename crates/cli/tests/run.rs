@@ -335,9 +335,9 @@ fn one_shot_streams_the_answer_to_stdout_as_it_arrives_and_stores_a_valid_sessio
     assert!(run.stderr.contains(&format!("continue it with --session {id}")), "{}", run.stderr);
     assert!(dir.path().join("palimpsest.db").is_file());
     let report = assert_valid(dir.path(), "palimpsest.db", &id);
-    // turn/start, user/message, step/start, 3 text chunks, a usage chunk,
-    // assistant/message, step/end, turn/end
-    assert_eq!(report["events"], 10, "{report}");
+    // session/settings, turn/start, user/message, step/start, 3 text
+    // chunks, a usage chunk, assistant/message, step/end, turn/end
+    assert_eq!(report["events"], 11, "{report}");
 
     // What the server was asked: the model, streaming, the prompt, no tools.
     let requests = server.requests();
@@ -358,6 +358,10 @@ fn redact(log: &mut [Value]) {
                 for (key, value) in map.iter_mut() {
                     match (key.as_str(), &*value) {
                         ("time" | "createdAt", Value::Number(_)) => *value = json!("<time>"),
+                        ("toolsDir", Value::String(_)) => *value = json!("<tools dir>"),
+                        ("provider", Value::String(s)) if s.starts_with("http://127.0.0.1:") => {
+                            *value = json!("<server>")
+                        }
                         ("id", Value::String(s)) if s.starts_with("msg-") => {
                             let n = ids.iter().position(|i| i == s).unwrap_or_else(|| {
                                 ids.push(s.clone());
@@ -445,7 +449,7 @@ fn session_resumes_a_stored_session_and_closes_an_interrupted_turn_first() {
     assert_eq!(second.code, Some(0), "{second:?}");
     assert_eq!(second.stdout, "Two.\n");
     assert!(
-        second.stderr.contains(&format!("note: resuming session {id} in s: 8 events, 1 turn(s)")),
+        second.stderr.contains(&format!("note: resuming session {id} in s: 9 events, 1 turn(s)")),
         "{second:?}"
     );
     assert!(!second.stderr.contains("note: new session"), "{second:?}");
@@ -516,7 +520,10 @@ fn without_a_prompt_each_stdin_line_is_a_turn_until_exit_or_eof() {
     assert_eq!(requests.len(), 2, "blank lines are not turns");
     assert_eq!(requests[1]["messages"].as_array().map(Vec::len), Some(3));
     let report = assert_valid(dir.path(), "s.db", &run.session_id());
-    assert_eq!(report["events"], 17, "two turns of 9 and 8 events (text and usage chunks): {report}");
+    assert_eq!(
+        report["events"], 18,
+        "the settings, then two turns of 9 and 8 events (text and usage chunks): {report}"
+    );
 
     // `/exit` ends the session: the line after it is never sent.
     let server = Server::start(vec![text_reply(&["Hi."]), text_reply(&["Never."])]);
@@ -663,4 +670,187 @@ fn tools_refuse_a_fifo_and_a_dangling_link_out_without_hanging_and_the_log_stays
     );
     assert_eq!(results[1].0, "INVALID_ARGUMENTS");
     assert!(results[1].1.as_str().unwrap().starts_with("notes.txt is a symbolic link"), "{}", results[1].1);
+}
+
+/// The `session/settings` events of a JSONL store's one session.
+fn settings_events(store: &Path) -> Vec<Value> {
+    jsonl_log(store).into_iter().filter(|e| e["type"] == "session/settings").collect()
+}
+
+#[test]
+fn a_resumed_session_keeps_its_logged_settings_without_flags() {
+    // The example: `--system` once, then `--session ID` without it.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["Arr."]), text_reply(&["Arr again."])]);
+    let base = server.base_url();
+    let first = run(
+        dir.path(),
+        &model_args(
+            &base,
+            &["--store", "s", "--system", "You are a pirate.", "--context-budget", "5000", "Hi"],
+        ),
+    );
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+    let logged = settings_events(&dir.path().join("s"));
+    assert_eq!(logged.len(), 1);
+    assert_eq!(logged[0]["seq"], 0, "the settings come first");
+    assert_eq!(
+        logged[0]["data"],
+        json!({"settings": {"systemPrompt": "You are a pirate.", "model": "m", "provider": base,
+                            "tools": [], "contextBudget": 5000}})
+    );
+
+    // No --system, --model or --base-url, no OPENAI_* variables: the log has them.
+    let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "Again?"]);
+    assert_eq!(second.code, Some(0), "{second:?}");
+    assert_eq!(second.stdout, "Arr again.\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!(
+            request["messages"][0],
+            json!({"role": "system", "content": "You are a pirate."}),
+            "{request}"
+        );
+        assert_eq!(request["model"], "m");
+    }
+    assert_eq!(settings_events(&dir.path().join("s")).len(), 1, "nothing changed, nothing logged");
+    assert!(!second.stderr.contains("settings changed"), "{second:?}");
+
+    // The derived request is the log's: settings and messages.
+    let derived = run(dir.path(), &["derive", "--request", "s", "--session", &id]);
+    assert_eq!(derived.code, Some(0), "{derived:?}");
+    let derived: Value = serde_json::from_str(&derived.stdout).unwrap();
+    assert_eq!(derived["settings"], logged[0]["data"]["settings"]);
+    assert_eq!(derived["messages"].as_array().map(Vec::len), Some(4));
+    assert_valid(dir.path(), "s", &id);
+}
+
+#[test]
+fn a_flag_that_overrides_a_logged_setting_logs_new_settings_before_the_next_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["Arr."]), text_reply(&["Aye."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s", "--system", "You are a pirate.", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+
+    let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "--model", "m2", "Again?"]);
+    assert_eq!(second.code, Some(0), "{second:?}");
+    assert!(second.stderr.contains("note: settings changed: model m2 · "), "{second:?}");
+    let asked = &server.requests()[1];
+    assert_eq!(asked["model"], "m2");
+    assert_eq!(asked["messages"][0], json!({"role": "system", "content": "You are a pirate."}));
+
+    let log = jsonl_log(&dir.path().join("s"));
+    let settings: Vec<&Value> = log.iter().filter(|e| e["type"] == "session/settings").collect();
+    assert_eq!(settings.len(), 2);
+    let at = settings[1]["seq"].as_u64().unwrap() as usize;
+    // Between the first turn's end and the second turn's start: outside any step.
+    assert_eq!(
+        (log[at]["type"].as_str(), log[at + 1]["type"].as_str()),
+        (Some("turn/end"), Some("session/settings"))
+    );
+    assert_eq!(log[at + 2]["type"], "turn/start");
+    assert_eq!(settings[1]["data"]["settings"]["model"], "m2");
+    assert_eq!(settings[1]["data"]["settings"]["systemPrompt"], "You are a pirate.", "stated whole");
+    assert_valid(dir.path(), "s", &id);
+}
+
+/// Every file under `root`, recursively.
+fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn secrets_never_enter_a_store() {
+    for store in ["sessions", "s.db"] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."])]);
+        // A password in the URL, a key in its query string, an API key.
+        let base = format!("http://user:hunter2pw@{}/v1?key=querysecret2", server.addr);
+        let args =
+            ["run", "--base-url", &base, "--model", "m", "--api-key", "sk-apikeysecret", "--store", store];
+        let first = run(dir.path(), &[&args[..], &["Hi"]].concat());
+        assert_eq!(first.code, Some(0), "{store}: {first:?}");
+        let id = first.session_id();
+        // Resumed with the URL from the environment: its secrets still reach the server, not the log.
+        let second = command(dir.path(), &["run", "--store", store, "--session", &id, "Again?"])
+            .env("OPENAI_BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-apikeysecret")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run palimpsest");
+        let second = Run::from(second);
+        assert_eq!(second.code, Some(0), "{store}: {second:?}");
+        assert_eq!(server.requests().len(), 2);
+
+        let derived = run(dir.path(), &["derive", "--request", store, "--session", &id]);
+        let derived: Value = serde_json::from_str(&derived.stdout).unwrap();
+        assert_eq!(derived["settings"]["provider"], format!("http://{}/v1", server.addr), "{derived}");
+
+        let files = files_under(dir.path());
+        assert!(!files.is_empty());
+        for file in files {
+            let bytes = std::fs::read(&file).unwrap();
+            for secret in ["hunter2pw", "querysecret2", "sk-apikeysecret", "user:"] {
+                assert!(
+                    !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                    "{secret} is in {}",
+                    file.display()
+                );
+            }
+        }
+        for secret in ["hunter2pw", "querysecret2", "sk-apikeysecret"] {
+            assert!(
+                !first.stderr.contains(secret) && !second.stderr.contains(secret),
+                "{first:?} {second:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_resumed_session_offers_the_tools_of_its_logged_tools_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("work")).unwrap();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s", "--tools", "work", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+    let logged = settings_events(&dir.path().join("s"));
+    let tools_dir = logged[0]["data"]["settings"]["toolsDir"].as_str().unwrap_or_default().to_owned();
+    assert!(Path::new(&tools_dir).is_absolute() && tools_dir.ends_with("work"), "{tools_dir}");
+
+    let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "Again?"]);
+    assert_eq!(second.code, Some(0), "{second:?}");
+    let offered = |i: usize| server.requests()[i]["tools"].as_array().map_or(0, Vec::len);
+    assert_eq!((offered(0), offered(1)), (4, 4), "the same tools, from the logged directory");
+    assert_eq!(settings_events(&dir.path().join("s")).len(), 1);
+
+    // The directory is gone: a warning, and new settings that offer no tools.
+    std::fs::remove_dir(dir.path().join("work")).unwrap();
+    let third = run(dir.path(), &["run", "--store", "s", "--session", &id, "Still there?"]);
+    assert_eq!(third.code, Some(0), "{third:?}");
+    assert!(third.stderr.contains("is gone; this run offers no tools"), "{third:?}");
+    assert!(server.requests()[2].get("tools").is_none());
+    let logged = settings_events(&dir.path().join("s"));
+    assert_eq!(logged.len(), 2);
+    assert_eq!(logged[1]["data"]["settings"]["tools"], json!([]));
+    assert!(logged[1]["data"]["settings"].get("toolsDir").is_none());
+    assert_valid(dir.path(), "s", &id);
 }

@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use crate::caps::{StreamBudget, StreamCaps};
 use palimpsest_core_session::payload::{
-    AssistantChunk, AssistantMessage, Block, ContextMessage, ErrorInfo, Message, Role, Source,
-    SteeringMessage, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnEndReason, TurnStart, Usage,
-    UserMessage,
+    AssistantChunk, AssistantMessage, Block, ContextMessage, ErrorInfo, Message, Role, SessionSettings,
+    Settings, Source, SteeringMessage, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnEndReason,
+    TurnStart, Usage, UserMessage,
 };
 use palimpsest_core_session::{repair, Event, EventType, Session, SessionHeader, SurfaceIntent};
 use palimpsest_persistence::{Durability, DurableSession, LoadReport, SessionStore};
@@ -181,6 +181,7 @@ pub struct OpenReport {
 /// clock and ids, then create or open a session.
 pub struct AgentLoopBuilder {
     provider: Arc<dyn Provider>,
+    settings: Option<Settings>,
     tools: ToolRegistry,
     plugins: Vec<Box<dyn Plugin>>,
     config: AgentConfig,
@@ -209,6 +210,18 @@ impl AgentLoopBuilder {
     /// Adds a boxed plugin.
     pub fn boxed_plugin(mut self, plugin: Box<dyn Plugin>) -> AgentLoopBuilder {
         self.plugins.push(plugin);
+        self
+    }
+
+    /// The settings this loop makes its requests with (contract section
+    /// 1.3). They are logged as a `session/settings` event when the session
+    /// is created, and when an opened session's effective settings differ
+    /// (after any repair, before the next turn). Without them, the loop
+    /// logs no settings and an opened session keeps its logged ones.
+    ///
+    /// Never put a secret here: the settings are written to the log.
+    pub fn settings(mut self, settings: Settings) -> AgentLoopBuilder {
+        self.settings = Some(settings);
         self
     }
 
@@ -252,7 +265,12 @@ impl AgentLoopBuilder {
         if let Some(guard) = dev_guard(self.config.dev_mode) {
             session.set_guard(Some(guard));
         }
-        Ok(self.build(session))
+        let settings = self.settings.clone();
+        let mut agent = self.build(session);
+        if let Some(settings) = settings {
+            agent.set_settings(settings)?;
+        }
+        Ok(agent)
     }
 
     /// Opens stored session `session_id`, checking every rule on the way
@@ -269,8 +287,12 @@ impl AgentLoopBuilder {
             DurableSession::open_guarded(store, session_id, self.config.durability, guard).map_err(
                 |source| LoopError::Session { session_id: session_id.to_owned(), source: Box::new(source) },
             )?;
+        let settings = self.settings.clone();
         let mut agent = self.build(session);
         let repaired = agent.repair_open_turn()?;
+        if let Some(settings) = settings {
+            agent.set_settings(settings)?;
+        }
         Ok((agent, OpenReport { load, repaired }))
     }
 
@@ -281,8 +303,12 @@ impl AgentLoopBuilder {
         if let Some(guard) = dev_guard(self.config.dev_mode) {
             session.set_guard(Some(guard));
         }
+        let settings = self.settings.clone();
         let mut agent = self.build(session);
         let repaired = agent.repair_open_turn()?;
+        if let Some(settings) = settings {
+            agent.set_settings(settings)?;
+        }
         Ok((agent, OpenReport { load: LoadReport::default(), repaired }))
     }
 
@@ -320,6 +346,7 @@ impl std::fmt::Debug for AgentLoopBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentLoopBuilder")
             .field("provider", &self.provider)
+            .field("settings", &self.settings)
             .field("tools", &self.tools)
             .field("plugins", &self.plugins.iter().map(|p| p.name()).collect::<Vec<_>>())
             .field("config", &self.config)
@@ -443,6 +470,7 @@ impl AgentLoop {
     pub fn builder(provider: Arc<dyn Provider>) -> AgentLoopBuilder {
         AgentLoopBuilder {
             provider,
+            settings: None,
             tools: ToolRegistry::new(),
             plugins: Vec::new(),
             config: AgentConfig::default(),
@@ -484,6 +512,32 @@ impl AgentLoop {
     /// The request the model would get now.
     pub fn request_preview(&self) -> ModelRequest {
         self.core.request()
+    }
+
+    /// The session's effective settings (contract section 1.3): those of
+    /// its last `session/settings` event, empty before the first.
+    pub fn settings(&self) -> Settings {
+        self.session().settings()
+    }
+
+    /// Makes `settings` the session's settings from the next request on:
+    /// appends a `session/settings` event stating them whole, unless they
+    /// are already the effective ones. Between turns only (repairing an
+    /// open turn first), so never inside a step. Returns the event's seq,
+    /// `None` when nothing changed.
+    ///
+    /// Never put a secret here: the settings are written to the log.
+    pub fn set_settings(&mut self, settings: Settings) -> Result<Option<u64>, LoopError> {
+        self.repair_open_turn()?;
+        // Before the first event the settings are `{}`: stating `{}` changes nothing.
+        if self.session().settings() == settings {
+            return Ok(None);
+        }
+        let mut batch = Batch::new(&self.core);
+        let seq = batch.log(&self.core, SessionSettings { settings })?;
+        self.commit(batch)?;
+        tracing::info!(session_id = %self.session_id(), seq, "logged new settings");
+        Ok(Some(seq))
     }
 
     /// Appends a `context/message` now, between turns (repairing an open
@@ -660,6 +714,7 @@ impl AgentLoop {
 
         // The request, and the stream: every chunk is logged as it arrives.
         let request = self.core.request();
+        let model = request.model.clone();
         let provider = Arc::clone(&self.core.provider);
         let mut assembler = Assembler::default();
         let mut budget = StreamBudget::new(self.core.config.stream_caps);
@@ -708,8 +763,8 @@ impl AgentLoop {
                 _ => None,
             })
             .collect();
-        let source =
-            Source::Model { provider: provider.name().to_owned(), model: provider.model().to_owned() };
+        let model = model.unwrap_or_else(|| provider.model().to_owned());
+        let source = Source::Model { provider: provider.name().to_owned(), model };
         // The id is drawn only when the message is written.
         let message =
             |this: &Self| Message { id: this.core.ids.next_id(), role: Role::Assistant, content, source };

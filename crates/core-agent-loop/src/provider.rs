@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_core::Stream;
-use palimpsest_core_session::payload::{Block, Message, Role, StreamChunk, Usage};
+use palimpsest_core_session::payload::{Block, Message, OfferedTool, Role, StreamChunk, Usage};
 
 use crate::assemble::Assembler;
 
@@ -74,13 +74,45 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
-/// What the loop asks the model: the system prompt, the derived history and
-/// the tools it may call.
+impl ToolSpec {
+    /// The tool as logged in `session/settings`.
+    pub fn to_offered(&self) -> OfferedTool {
+        OfferedTool {
+            name: self.name.clone(),
+            description: Some(self.description.clone()),
+            parameters: Some(self.parameters.clone()),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// The tool a `session/settings` offers: a missing description is
+    /// empty, missing parameters are an object schema without properties.
+    pub fn from_offered(tool: &OfferedTool) -> ToolSpec {
+        ToolSpec {
+            name: tool.name.clone(),
+            description: tool.description.clone().unwrap_or_default(),
+            parameters: tool
+                .parameters
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+        }
+    }
+}
+
+/// What the loop asks the model: the system prompt, the model, the derived
+/// history and the tools it may call.
+///
+/// The loop builds it from the session's effective settings (contract
+/// section 1.3) and the derived messages (section 3); see
+/// [`AgentLoop::request_preview`](crate::AgentLoop::request_preview).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ModelRequest {
     /// The system prompt.
     pub system: Option<String>,
+    /// The model to ask for; `None` for the provider's own
+    /// ([`Provider::model`]).
+    pub model: Option<String>,
     /// The derived history (contract section 3), in surface order.
     pub messages: Vec<Message>,
     /// The tools the model may call, in registration order.
@@ -92,12 +124,18 @@ pub struct ModelRequest {
 impl ModelRequest {
     /// A request with these messages and nothing else.
     pub fn new(messages: Vec<Message>) -> ModelRequest {
-        ModelRequest { system: None, messages, tools: Vec::new(), max_output_tokens: None }
+        ModelRequest { system: None, model: None, messages, tools: Vec::new(), max_output_tokens: None }
     }
 
     /// Sets the system prompt.
     pub fn with_system(mut self, system: impl Into<String>) -> ModelRequest {
         self.system = Some(system.into());
+        self
+    }
+
+    /// Sets the model to ask for.
+    pub fn with_model(mut self, model: impl Into<String>) -> ModelRequest {
+        self.model = Some(model.into());
         self
     }
 

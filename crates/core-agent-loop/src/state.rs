@@ -15,7 +15,7 @@ use palimpsest_persistence::{DurableError, DurableSession};
 use crate::agent::AgentConfig;
 use crate::clock::{Clock, IdGenerator};
 use crate::error::LoopError;
-use crate::provider::{ModelRequest, Provider};
+use crate::provider::{ModelRequest, Provider, ToolSpec};
 use crate::tool::ToolRegistry;
 
 /// Everything a step needs except the plugins (which are borrowed apart
@@ -58,12 +58,21 @@ impl LoopCore {
         }
     }
 
-    /// The request the model would get now: system prompt, derived history, tools.
+    /// The request the model would get now: the effective settings of the
+    /// log (contract section 1.3) and the derived history. A setting the
+    /// log does not state falls back to the loop's own: the config's system
+    /// prompt, the provider's model, the registry's tools.
     pub(crate) fn request(&self) -> ModelRequest {
+        let session = self.session.session();
+        let settings = session.settings();
         ModelRequest {
-            system: self.config.system_prompt.clone(),
-            messages: self.session.session().derive_messages().into_iter().map(|d| d.message).collect(),
-            tools: self.tools.specs(),
+            system: settings.system_prompt.or_else(|| self.config.system_prompt.clone()),
+            model: settings.model,
+            messages: session.derive_messages().into_iter().map(|d| d.message).collect(),
+            tools: match &settings.tools {
+                Some(offered) => offered.iter().map(ToolSpec::from_offered).collect(),
+                None => self.tools.specs(),
+            },
             max_output_tokens: self.config.max_output_tokens,
         }
     }

@@ -28,8 +28,8 @@ use serde_json::value::RawValue;
 use crate::error::AppendError;
 use crate::limits::MAX_EVENT_LINE_BYTES;
 use crate::payload::{
-    AssistantChunk, AssistantMessage, Block, ContextMessage, LogPayload, Message, Role, Source,
-    SteeringMessage, StepEnd, StepStart, SurfacePayload, ToolCall, ToolResult, TurnEnd, TurnStart,
+    AssistantChunk, AssistantMessage, Block, ContextMessage, LogPayload, Message, Role, SessionSettings,
+    Source, SteeringMessage, StepEnd, StepStart, SurfacePayload, ToolCall, ToolResult, TurnEnd, TurnStart,
     UserMessage,
 };
 use crate::shape;
@@ -62,6 +62,8 @@ pub enum EventType {
     ToolCall,
     /// `tool/result`
     ToolResult,
+    /// `session/settings`
+    SessionSettings,
     /// Any other type, e.g. `compaction/start`.
     Plugin(Box<str>),
 }
@@ -81,6 +83,7 @@ impl EventType {
             "assistant/message" => EventType::AssistantMessage,
             "tool/call" => EventType::ToolCall,
             "tool/result" => EventType::ToolResult,
+            "session/settings" => EventType::SessionSettings,
             other => EventType::Plugin(other.into()),
         }
     }
@@ -99,6 +102,7 @@ impl EventType {
             EventType::AssistantMessage => "assistant/message",
             EventType::ToolCall => "tool/call",
             EventType::ToolResult => "tool/result",
+            EventType::SessionSettings => "session/settings",
             EventType::Plugin(s) => s,
         }
     }
@@ -435,6 +439,7 @@ impl Event {
             LogPayload::StepEnd(p) => (EventType::StepEnd, to_raw(&p)),
             LogPayload::AssistantChunk(p) => (EventType::AssistantChunk, to_raw(&p)),
             LogPayload::ToolCall(p) => (EventType::ToolCall, to_raw(&p)),
+            LogPayload::Settings(p) => (EventType::SessionSettings, to_raw(&p)),
             LogPayload::Plugin(p) => {
                 let event_type = EventType::parse(&p.event_type);
                 if event_type.is_core() {
@@ -864,6 +869,7 @@ pub(crate) fn check_owned_payload(seq: u64, event_type: &EventType, data: &str) 
         EventType::StepEnd => parse::<StepEnd>(seq, data).map(drop),
         EventType::AssistantChunk => parse::<AssistantChunk>(seq, data).map(drop),
         EventType::ToolCall => parse::<ToolCall>(seq, data).map(drop),
+        EventType::SessionSettings => parse::<SessionSettings>(seq, data).map(drop),
         EventType::UserMessage => role_is(&parse::<UserMessage>(seq, data)?.message, Role::User),
         EventType::ContextMessage => role_is(&parse::<ContextMessage>(seq, data)?.message, Role::User),
         EventType::SteeringMessage => role_is(&parse::<SteeringMessage>(seq, data)?.message, Role::User),
@@ -1114,6 +1120,8 @@ mod tests {
                 r#"{"seq":3,"time":1,"type":"x/y","data":{"a":1},"data":{"a":1}}"#,
                 r#"{"seq":3,"seq":3,"time":1,"type":"x/y","data":1}"#,
                 r#"{"seq":3,"time":1,"type":"user/message","data":{"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi","type":"text"}],"source":{"kind":"user"}}},"surfaceOp":{"op":"replace","start":1,"end":2,"end":2}}"#,
+                r#"{"seq":3,"time":1,"type":"session/settings","data":{"settings":{"systemPrompt":"Be a pirate.","model":"m","tools":[{"name":"t","parameters":{"type":"object"},"x":1}],"contextBudget":9,"params":{"temperature":0.5}}}}"#,
+                r#"{"seq":3,"time":1,"type":"session/settings","data":{"settings":{}},"surfaceOp":"append"}"#,
             ]
             .map(str::to_owned),
         );
@@ -1174,7 +1182,7 @@ mod tests {
         let seeds = seeds();
         let canonical = seeds.iter().filter(|l| Canonical::read(l).is_some()).count();
         // Every fixture line is canonical; only the crafted ones may not be.
-        assert!(canonical >= seeds.len() - 16, "{canonical} of {}", seeds.len());
+        assert!(canonical >= seeds.len() - 18, "{canonical} of {}", seeds.len());
         let line = r#"{"seq":7,"time":9,"type":"user/message","data":{"x":[1]},"sourceEventSeqs":[1,5],"surfaceOp":{"op":"replace","start":1,"end":5}}"#;
         let c = Canonical::read(line).unwrap();
         assert_eq!((c.seq, c.time, c.event_type, c.data), (7, 9, "user/message", r#"{"x":[1]}"#));
@@ -1209,6 +1217,8 @@ mod parts_tests {
             r#"{"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}}"#,
             r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}}"#,
             r#"{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"x"}}"#,
+            r#"{"settings":{"model":"m","tools":[{"name":"t"}]}}"#,
+            r#"{"settings":{"model":null}}"#,
             r#"[1,2]"#,
             r#"{"turn":"1"}"#,
             r#" {"turn":1}"#,
@@ -1263,7 +1273,14 @@ mod parts_tests {
 
     fn event_type() -> impl Strategy<Value = &'static str> {
         prop::sample::select(
-            &["turn/start", "user/message", "assistant/message", "assistant/chunk", "x/plugin"][..],
+            &[
+                "turn/start",
+                "user/message",
+                "assistant/message",
+                "assistant/chunk",
+                "session/settings",
+                "x/plugin",
+            ][..],
         )
     }
 

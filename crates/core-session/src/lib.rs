@@ -67,7 +67,7 @@ pub mod surface;
 mod tagged;
 mod unique_keys;
 
-pub use derive::DerivedMessage;
+pub use derive::{DerivedMessage, DerivedRequest};
 pub use error::{AppendError, LoadError};
 pub use event::{Event, EventType, SurfaceIntent, SurfaceOp};
 pub use header::{SessionHeader, SESSION_FORMAT_VERSION};

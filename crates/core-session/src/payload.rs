@@ -330,6 +330,88 @@ impl ToolResult {
     }
 }
 
+/// `session/settings`: the settings every later model request is made
+/// with, until the next `session/settings` (contract section 1.3).
+///
+/// Keys of `data` besides `settings` are allowed and kept verbatim in the
+/// log, as in every core payload; this type does not read them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionSettings {
+    /// The whole effective settings: they replace the previous ones.
+    pub settings: Settings,
+}
+
+/// The settings a model request is made with (contract section 1.3).
+///
+/// Every key is optional; an absent key says nothing about that setting.
+/// A known key present with the wrong type (`null` included, except for a
+/// tool's `parameters`, which may be any JSON value) makes the event
+/// `event-malformed`. Keys this type does not know are kept in
+/// [`Settings::extra`], so reading and writing settings loses nothing.
+///
+/// Secrets never belong here: no API key, token or password (a provider URL
+/// is written without its user-info and query string).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// The system (or developer) prompt sent before the derived messages.
+    #[serde(
+        rename = "systemPrompt",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub system_prompt: Option<String>,
+    /// The model name the provider is asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub model: Option<String>,
+    /// Where requests go, e.g. an endpoint URL without user-info or query.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub provider: Option<String>,
+    /// The tools offered to the model, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub tools: Option<Vec<OfferedTool>>,
+    /// The token budget compaction keeps a request under.
+    #[serde(
+        rename = "contextBudget",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub context_budget: Option<u64>,
+    /// Provider request parameters (`temperature`, `maxTokens`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Keys this build does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One tool offered to the model, in [`Settings::tools`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OfferedTool {
+    /// The tool's name.
+    pub name: String,
+    /// What the tool does, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub description: Option<String>,
+    /// The arguments' JSON Schema: any JSON value, `null` included.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub parameters: Option<serde_json::Value>,
+    /// Keys this build does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// An optional key that, when present, must hold a `T`: `null` is read as
+/// a `T` (so refused unless `T` takes it), never as "absent".
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 /// A plugin's event: any type string outside the core set, opaque data.
 /// It never joins the surface.
 #[derive(Debug, Clone, PartialEq)]
@@ -373,6 +455,8 @@ pub enum LogPayload {
     AssistantChunk(AssistantChunk),
     /// `tool/call`.
     ToolCall(ToolCall),
+    /// `session/settings`.
+    Settings(SessionSettings),
     /// Any plugin event type.
     Plugin(PluginEvent),
 }
@@ -399,6 +483,7 @@ into_payload! {
     StepEnd => LogPayload::StepEnd,
     AssistantChunk => LogPayload::AssistantChunk,
     ToolCall => LogPayload::ToolCall,
+    SessionSettings => LogPayload::Settings,
     PluginEvent => LogPayload::Plugin,
 }
 

@@ -13,11 +13,11 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::derive::{derive_messages, DerivedMessage};
+use crate::derive::{derive_messages, derive_request, effective_settings, DerivedMessage, DerivedRequest};
 use crate::error::AppendError;
-use crate::event::{Event, SurfaceIntent, SurfaceOp};
+use crate::event::{Event, EventType, SurfaceIntent, SurfaceOp};
 use crate::header::SessionHeader;
-use crate::payload::{LogPayload, SurfacePayload};
+use crate::payload::{LogPayload, Settings, SurfacePayload};
 use crate::surface::{SurfaceManager, SurfaceStep, SurfaceUndo};
 
 /// A read-only view of a session, handed to an [`AppendGuard`].
@@ -118,13 +118,21 @@ pub struct Session {
     header: SessionHeader,
     events: Vec<Event>,
     surface: SurfaceManager,
+    /// Seq of the last `session/settings` event: the settings in effect.
+    settings_seq: Option<u64>,
     guard: Option<Box<dyn AppendGuard>>,
 }
 
 impl Session {
     /// A new, empty session.
     pub fn create(header: SessionHeader) -> Session {
-        Session { header, events: Vec::new(), surface: SurfaceManager::new(), guard: None }
+        Session {
+            header,
+            events: Vec::new(),
+            surface: SurfaceManager::new(),
+            settings_seq: None,
+            guard: None,
+        }
     }
 
     /// Seeds a session from a whole log (resume, replay, load), checking every
@@ -144,6 +152,7 @@ impl Session {
             header,
             events: Vec::with_capacity(events.len()),
             surface: SurfaceManager::new(),
+            settings_seq: None,
             guard,
         };
         for event in events {
@@ -221,6 +230,26 @@ impl Session {
         derive_messages(&self.events, self.surface.seqs())
     }
 
+    /// Seq of the `session/settings` event in effect (the last one), `None`
+    /// before the first. O(1): kept up to date on every append.
+    pub fn settings_seq(&self) -> Option<u64> {
+        self.settings_seq
+    }
+
+    /// The effective settings at the end of the log (contract section 1.3):
+    /// those of the last `session/settings` event, empty before the first.
+    /// Finds that event in O(1) and parses only its payload.
+    pub fn settings(&self) -> Settings {
+        effective_settings(&self.events, self.settings_seq).1
+    }
+
+    /// The next model request (contract section 3): the effective settings
+    /// and the derived messages, serialized the same, byte for byte, by
+    /// every replay of the log.
+    pub fn derive_request(&self) -> DerivedRequest<'_> {
+        derive_request(&self.events, self.surface.seqs(), self.settings_seq)
+    }
+
     /// Appends a surface-eligible payload at the next seq; returns its seq.
     pub fn append_surface(
         &mut self,
@@ -286,23 +315,25 @@ impl Session {
         write: impl FnOnce(&[Event]) -> Result<(), E>,
     ) -> Result<Range<u64>, BatchError<E>> {
         let start = self.events.len();
+        let settings_before = self.settings_seq;
         let mut undo: Vec<SurfaceUndo> = Vec::with_capacity(events.len());
         for event in events {
             match self.plan(&event) {
                 Ok(step) => {
                     let seq = event.seq();
+                    self.track_settings(&event);
                     self.events.push(event);
                     undo.push(self.surface.apply_with_undo(seq, step));
                     self.notify_guard();
                 }
                 Err(e) => {
-                    self.roll_back(start, undo);
+                    self.roll_back(start, undo, settings_before);
                     return Err(BatchError::Refused(e));
                 }
             }
         }
         if let Err(e) = write(&self.events[start..]) {
-            self.roll_back(start, undo);
+            self.roll_back(start, undo, settings_before);
             return Err(BatchError::Write(e));
         }
         Ok(start as u64..self.events.len() as u64)
@@ -322,6 +353,7 @@ impl Session {
 
     fn commit(&mut self, event: Event, step: SurfaceStep) {
         let seq = event.seq();
+        self.track_settings(&event);
         self.events.push(event);
         self.surface.apply(seq, step);
         self.notify_guard();
@@ -334,11 +366,20 @@ impl Session {
         }
     }
 
-    fn roll_back(&mut self, len: usize, undo: Vec<SurfaceUndo>) {
+    /// Keeps [`Session::settings_seq`] up to date; called just before
+    /// `event` joins the log.
+    fn track_settings(&mut self, event: &Event) {
+        if *event.event_type() == EventType::SessionSettings {
+            self.settings_seq = Some(event.seq());
+        }
+    }
+
+    fn roll_back(&mut self, len: usize, undo: Vec<SurfaceUndo>, settings_seq: Option<u64>) {
         for u in undo.into_iter().rev() {
             self.surface.undo(u);
         }
         self.events.truncate(len);
+        self.settings_seq = settings_seq;
         if self.guard.is_some() {
             let view =
                 SessionView { header: &self.header, events: &self.events, surface: self.surface.seqs() };

@@ -17,7 +17,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use crate::event::{leading_u64, EventType};
-use crate::payload::{Role, Usage};
+use crate::payload::{present, Role, Usage};
 use crate::tagged::tagged_enum;
 
 /// Whether `data` certainly has the payload shape of `event_type` (core
@@ -50,6 +50,7 @@ pub(crate) fn accepts(event_type: &EventType, data: &str) -> bool {
                 _ => false,
             }
         }),
+        EventType::SessionSettings => read::<SessionSettings>(data).is_some(),
         // The rest hold integers or are rare: the owned check is as cheap.
         _ => false,
     }
@@ -313,6 +314,64 @@ struct ToolResult {
     _error: Option<ToolError>,
 }
 
+#[derive(Deserialize)]
+struct SessionSettings {
+    #[serde(rename = "settings")]
+    _settings: Settings,
+}
+
+// `flatten` makes serde read these two as maps only, as it does the owned
+// types (which flatten their unknown keys), never as sequences.
+#[derive(Deserialize)]
+struct Settings {
+    #[serde(rename = "systemPrompt", default, deserialize_with = "present")]
+    _system_prompt: Option<AnyStr>,
+    #[serde(rename = "model", default, deserialize_with = "present")]
+    _model: Option<AnyStr>,
+    #[serde(rename = "provider", default, deserialize_with = "present")]
+    _provider: Option<AnyStr>,
+    #[serde(rename = "tools", default, deserialize_with = "present")]
+    _tools: Option<Vec<OfferedTool>>,
+    #[serde(rename = "contextBudget", default, deserialize_with = "present")]
+    _context_budget: Option<u64>,
+    #[serde(rename = "params", default, deserialize_with = "present")]
+    _params: Option<AnyMap>,
+    #[serde(flatten)]
+    _extra: AnyMap,
+}
+
+#[derive(Deserialize)]
+struct OfferedTool {
+    #[serde(rename = "name")]
+    _name: AnyStr,
+    #[serde(rename = "description", default, deserialize_with = "present")]
+    _description: Option<AnyStr>,
+    #[serde(rename = "parameters", default, deserialize_with = "present")]
+    _parameters: Option<de::IgnoredAny>,
+    #[serde(flatten)]
+    _extra: AnyMap,
+}
+
+/// Any JSON object, read and dropped.
+struct AnyMap;
+
+impl<'de> Deserialize<'de> for AnyMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AnyMap, D::Error> {
+        struct AnyMapVisitor;
+        impl<'de> Visitor<'de> for AnyMapVisitor {
+            type Value = AnyMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<AnyMap, A::Error> {
+                while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(AnyMap)
+            }
+        }
+        d.deserialize_map(AnyMapVisitor)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     //! Whatever the fast check accepts, the owned payload types accept:
@@ -340,7 +399,7 @@ pub(crate) mod tests {
             Just(json!({})),
         ];
         let plausible: BoxedStrategy<Value> = match key {
-            "turn" | "step" | "index" | "inputTokens" | "outputTokens" => {
+            "turn" | "step" | "index" | "inputTokens" | "outputTokens" | "contextBudget" => {
                 (0u64..4).prop_map(Value::from).boxed()
             }
             "interrupted" | "isError" => any::<bool>().prop_map(Value::from).boxed(),
@@ -360,6 +419,14 @@ pub(crate) mod tests {
                 tagged("type", &["text-delta", "reasoning-delta", "tool-call-delta", "usage"], CHUNK, depth)
             }
             "usage" => object(&["inputTokens", "outputTokens"], depth),
+            "settings" if depth > 0 => object(SETTINGS, depth - 1),
+            "tools" if depth > 0 => {
+                prop::collection::vec(object(TOOL, depth - 1), 0..3).prop_map(Value::from).boxed()
+            }
+            "params" => object(&["temperature", "maxTokens"], depth),
+            "parameters" => {
+                prop_oneof![Just(Value::Null), Just(json!({"type": "object"})), Just(json!([1]))].boxed()
+            }
             "error" => object(&["name", "code"], depth),
             _ => "[a-z\\\\\"]{0,4}".prop_map(Value::from).boxed(),
         };
@@ -403,6 +470,8 @@ pub(crate) mod tests {
     }
 
     const MESSAGE: &[&str] = &["id", "role", "content", "source"];
+    const SETTINGS: &[&str] = &["systemPrompt", "model", "provider", "tools", "contextBudget", "params"];
+    const TOOL: &[&str] = &["name", "description", "parameters"];
     const SOURCE: &[&str] = &["provider", "model", "callId", "plugin"];
     const CHUNK: &[&str] = &["index", "text", "id", "name", "argumentsDelta", "inputTokens", "outputTokens"];
     const BLOCK: &[&str] = &[
@@ -444,6 +513,27 @@ pub(crate) mod tests {
                 (EventType::parse(name), text)
             })
         })
+    }
+
+    /// `session/settings` payloads: their own generator, so that the
+    /// documents generated for the other types stay what they were.
+    fn settings_payload() -> impl Strategy<Value = String> {
+        (object(&["settings"], 2), any::<bool>()).prop_map(|(v, as_array)| match (as_array, &v) {
+            (true, Value::Object(o)) => Value::from(o.values().cloned().collect::<Vec<_>>()).to_string(),
+            _ => v.to_string(),
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn what_the_fast_check_accepts_for_settings_the_owned_types_accept(text in settings_payload()) {
+            let owned = check_owned_payload(0, &EventType::SessionSettings, &text);
+            if accepts(&EventType::SessionSettings, &text) {
+                prop_assert!(owned.is_ok(), "{}: fast accepts, owned says {:?}", text, owned);
+            }
+        }
     }
 
     proptest! {
@@ -525,5 +615,15 @@ pub(crate) mod tests {
         for (name, (yes, no)) in &seen {
             assert!(*yes >= 10 && *no >= 10, "{name}: accepted {yes}, refused {no}");
         }
+        let (mut yes, mut no) = (0, 0);
+        for _ in 0..1000 {
+            let text = settings_payload().new_tree(&mut runner).unwrap().current();
+            if accepts(&EventType::SessionSettings, &text) {
+                yes += 1;
+            } else {
+                no += 1;
+            }
+        }
+        assert!(yes >= 10 && no >= 10, "session/settings: accepted {yes}, refused {no}");
     }
 }

@@ -70,6 +70,8 @@ pub(crate) enum Fact {
         call_id: String,
         not_started: bool,
     },
+    /// `session/settings`.
+    Settings,
     /// Anything the invariants do not look at.
     Other,
 }
@@ -110,6 +112,7 @@ impl Fact {
                     not_started: d.error.is_some_and(|e| e.code == TOOL_NOT_STARTED),
                 })
             }
+            EventType::SessionSettings => Ok(Fact::Settings),
             _ => Ok(Fact::Other),
         };
         // Core payloads were checked when the event was built, so this does
@@ -242,6 +245,17 @@ impl Brackets {
                 self.in_step(event, *turn, *step, &mut push);
                 self.check_tool_result(event, call_id, *not_started, &mut push);
             }
+            Fact::Settings => {
+                if let Some(open) = &self.open_step {
+                    push(
+                        SETTINGS_INSIDE_STEP,
+                        format!(
+                            "session/settings while {} is open; settings change between model requests",
+                            at(open.turn, open.step)
+                        ),
+                    );
+                }
+            }
             Fact::ToolResult { .. } | Fact::Other => {}
         }
     }
@@ -344,7 +358,7 @@ impl Brackets {
                     open.chunks.push(seq);
                 }
             }
-            Fact::ToolResult { .. } | Fact::Other => {}
+            Fact::ToolResult { .. } | Fact::Settings | Fact::Other => {}
         }
     }
 }

@@ -30,6 +30,9 @@ pub const ASSISTANT_SOURCES_NOT_CHUNKS: &str = "assistant-sources-not-chunks";
 /// exactly `[seq of its tool/call]` (for a `TOOL_NOT_STARTED` closer: the
 /// requesting `assistant/message`).
 pub const TOOL_RESULT_SOURCE_MISMATCH: &str = "tool-result-source-mismatch";
+/// A `session/settings` while a step is open: settings change between
+/// model requests, never during one.
+pub const SETTINGS_INSIDE_STEP: &str = "settings-inside-step";
 /// A replace that takes one side of a tool exchange (the requesting
 /// `assistant/message` or the `tool/result`) off the surface and leaves the
 /// other on it.
@@ -48,5 +51,6 @@ pub const CODES: &[&str] = &[
     TOOL_RESULT_WITHOUT_CALL,
     ASSISTANT_SOURCES_NOT_CHUNKS,
     TOOL_RESULT_SOURCE_MISMATCH,
+    SETTINGS_INSIDE_STEP,
     TOOL_EXCHANGE_SPLIT,
 ];

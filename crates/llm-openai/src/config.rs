@@ -287,21 +287,67 @@ impl OpenAiConfig {
     /// # Ok::<(), palimpsest_llm_openai::ConfigError>(())
     /// ```
     pub fn endpoint(&self) -> Result<reqwest::Url, ConfigError> {
-        let invalid = |reason: String| ConfigError::InvalidBaseUrl { url: self.base_url.clone(), reason };
-        let base = self.base_url.trim().trim_end_matches('/');
-        let full = if base.ends_with("/chat/completions") {
-            base.to_owned()
-        } else {
-            format!("{base}/chat/completions")
-        };
-        let url = reqwest::Url::parse(&full).map_err(|e| invalid(e.to_string()))?;
+        let invalid = |reason: String| ConfigError::InvalidBaseUrl { url: redact(&self.base_url), reason };
+        let mut url = reqwest::Url::parse(self.base_url.trim()).map_err(|e| invalid(e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(invalid(format!("the scheme must be http or https, not {:?}", url.scheme())));
         }
         if url.host_str().is_none_or(str::is_empty) {
             return Err(invalid("it has no host".to_owned()));
         }
+        // The path gets `/chat/completions`; a query string stays a query;
+        // a fragment is never sent.
+        url.set_fragment(None);
+        let path = url.path().trim_end_matches('/').to_owned();
+        if path.ends_with("/chat/completions") {
+            url.set_path(&path);
+        } else {
+            url.set_path(&format!("{path}/chat/completions"));
+        }
         Ok(url)
+    }
+
+    /// The base URL as it may be written down (in a session's settings, a
+    /// message, a log line): without user-info (`user:password@`), query
+    /// string or fragment, where API keys and passwords hide, and without
+    /// a trailing `/`.
+    ///
+    /// ```
+    /// use palimpsest_llm_openai::OpenAiConfig;
+    ///
+    /// let c = OpenAiConfig::new("http://user:secret@127.0.0.1:8000/v1/?key=secret2", "m");
+    /// assert_eq!(c.shown_base_url(), "http://127.0.0.1:8000/v1");
+    /// ```
+    pub fn shown_base_url(&self) -> String {
+        redact(&self.base_url)
+    }
+}
+
+/// `url` without user-info, query string, fragment and trailing `/`. Text
+/// that does not parse as a URL with a host loses what comes before its
+/// last `@` and after its first `?` or `#`, so that no secret it holds is
+/// repeated.
+pub(crate) fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url.trim()) {
+        Ok(mut parsed) if parsed.has_host() => {
+            // Only fails for URLs that cannot have user-info: nothing to remove then.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            parsed.as_str().trim_end_matches('/').to_owned()
+        }
+        _ => {
+            let text = url.trim();
+            let (text, cut) = match text.find(['?', '#']) {
+                Some(i) => (&text[..i], "…"),
+                None => (text, ""),
+            };
+            match text.rfind('@') {
+                Some(i) => format!("…{}{cut}", &text[i..]),
+                None => format!("{text}{cut}"),
+            }
+        }
     }
 }
 
@@ -401,6 +447,28 @@ mod tests {
         assert_eq!(ep("not a url").map_err(|_| ()), Err(()));
         let bad = OpenAiConfig::from_lookup_and_flags(Some("nope".into()), Some("m".into()), None, |_| None);
         assert_eq!(bad.err().map(|e| e.code()), Some("CONFIG_INVALID_BASE_URL"));
+    }
+
+    #[test]
+    fn a_query_in_the_base_url_stays_a_query_and_secrets_are_never_shown() {
+        let c = OpenAiConfig::new("http://user:secret@h:8/v1/?key=secret2#frag", "m");
+        assert_eq!(
+            c.endpoint().map(|u| u.to_string()).ok().as_deref(),
+            Some("http://user:secret@h:8/v1/chat/completions?key=secret2")
+        );
+        assert_eq!(c.shown_base_url(), "http://h:8/v1");
+        assert_eq!(
+            OpenAiConfig::new("https://api.example.com", "m").shown_base_url(),
+            "https://api.example.com"
+        );
+        assert_eq!(redact("not a url?key=secret2"), "not a url…");
+        assert_eq!(redact("user:secret@host/v1?k=secret2"), "…@host/v1…");
+        let bad = OpenAiConfig::new("ftp://user:secret@h/v1?key=secret2", "m")
+            .endpoint()
+            .err()
+            .map(|e| e.to_string());
+        let bad = bad.unwrap_or_default();
+        assert!(!bad.contains("secret"), "{bad}");
     }
 
     #[test]

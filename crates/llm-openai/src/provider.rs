@@ -42,6 +42,8 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 pub struct OpenAiProvider {
     config: OpenAiConfig,
     endpoint: Url,
+    /// The endpoint as error messages show it: no user-info, no query.
+    shown_endpoint: String,
     client: reqwest::Client,
     headers: HeaderMap,
 }
@@ -81,7 +83,8 @@ impl OpenAiProvider {
             builder = builder.read_timeout(idle);
         }
         let client = builder.build().map_err(|source| ConfigError::HttpClient { source })?;
-        Ok(OpenAiProvider { config, endpoint, client, headers })
+        let shown_endpoint = crate::config::redact(endpoint.as_str());
+        Ok(OpenAiProvider { config, endpoint, shown_endpoint, client, headers })
     }
 
     /// The configuration.
@@ -94,6 +97,12 @@ impl OpenAiProvider {
         &self.endpoint
     }
 
+    /// The URL requests go to, as it may be shown or logged: without
+    /// user-info or query string (see [`OpenAiConfig::shown_base_url`]).
+    pub fn shown_endpoint(&self) -> &str {
+        &self.shown_endpoint
+    }
+
     /// The JSON body this provider sends for `request` (see [`request_body`]).
     pub fn request_body(&self, request: &ModelRequest) -> serde_json::Value {
         request_body(&self.config, request)
@@ -103,7 +112,8 @@ impl OpenAiProvider {
     /// successful response.
     async fn send(&self, body: Vec<u8>) -> Result<Response, ProviderError> {
         let policy = &self.config.retry;
-        let url = self.endpoint.as_str();
+        // Error messages end up in the log (a turn's error): no secrets.
+        let url = self.shown_endpoint.as_str();
         let mut retry = 0u32;
         loop {
             let attempt = retry + 1;
@@ -132,7 +142,7 @@ impl OpenAiProvider {
                 }
                 Err(e) => {
                     let retryable = e.is_connect() || e.is_timeout() || e.is_request();
-                    (send_error(e, url, attempt), retryable, None)
+                    (send_error(e.without_url(), url, attempt), retryable, None)
                 }
             };
             if !retryable || retry >= policy.max_retries {
@@ -193,7 +203,7 @@ fn chunk_stream(
                     state.queue.extend(state.decoder.feed(&bytes));
                 }
                 Ok(None) => state.queue.extend(state.decoder.finish()),
-                Err(e) => state.queue.push_back(Err(body_error(e))),
+                Err(e) => state.queue.push_back(Err(body_error(e.without_url()))),
             }
             let failed = state.queue.back().is_some_and(Result::is_err);
             if failed || state.decoder.is_done() {

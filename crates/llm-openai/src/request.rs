@@ -1,6 +1,7 @@
 //! The request body: a [`ModelRequest`] in the chat-completions format.
 //!
-//! The mapping, message by message:
+//! `model` is the request's ([`ModelRequest::model`], the session's
+//! settings) or else the configured one. The mapping, message by message:
 //!
 //! * the system prompt becomes a first `system` message;
 //! * a user message becomes a `user` message. Its `content` is a plain
@@ -62,7 +63,8 @@ use crate::config::OpenAiConfig;
 /// ```
 pub fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Value {
     let mut body = Map::new();
-    body.insert("model".into(), Value::String(config.model.clone()));
+    let model = request.model.as_ref().unwrap_or(&config.model);
+    body.insert("model".into(), Value::String(model.clone()));
     body.insert("messages".into(), Value::Array(messages(request)));
     if !request.tools.is_empty() {
         body.insert("tools".into(), Value::Array(request.tools.iter().map(tool).collect()));
@@ -280,6 +282,15 @@ mod tests {
         config.max_tokens_field = MaxTokensField::MaxCompletionTokens;
         config.extra_body.insert("temperature".into(), json!(0.2));
         insta::assert_json_snapshot!(request_body(&config, &request));
+    }
+
+    #[test]
+    fn the_request_model_wins_over_the_configured_one() {
+        let config = OpenAiConfig::new("http://h/v1", "configured");
+        let body = request_body(&config, &ModelRequest::new(vec![]));
+        assert_eq!(body["model"], "configured");
+        let body = request_body(&config, &ModelRequest::new(vec![]).with_model("from-settings"));
+        assert_eq!(body["model"], "from-settings");
     }
 
     #[test]

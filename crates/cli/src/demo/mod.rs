@@ -26,9 +26,9 @@ use palimpsest_core_agent_loop::plugins::{
 };
 use palimpsest_core_agent_loop::{
     AgentConfig, AgentLoop, AgentLoopBuilder, CancellationToken, Clock, IdGenerator, ManualClock, Provider,
-    SequentialIds, SystemClock, TurnInput, UniqueIds,
+    SequentialIds, SystemClock, ToolSpec, TurnInput, UniqueIds,
 };
-use palimpsest_core_session::payload::{TurnEnd, TurnEndReason};
+use palimpsest_core_session::payload::{Settings, TurnEnd, TurnEndReason};
 use palimpsest_core_session::{EventType, SurfaceOp};
 
 use crate::error::Exit;
@@ -64,6 +64,13 @@ fn seed_workspace(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The demo agent's system prompt.
+const SYSTEM_PROMPT: &str =
+    "You are a careful assistant working in a small project workspace. Use the tools to look before you answer.";
+
+/// The demo's context budget: small, so compaction fires within six turns.
+const CONTEXT_BUDGET: u64 = 700;
+
 /// The loop the demo runs: the scripted model, the sandboxed tools, pruning
 /// and compaction set to fire within six turns, and the progress plugin.
 fn builder(
@@ -75,16 +82,24 @@ fn builder(
 ) -> anyhow::Result<AgentLoopBuilder> {
     let tools = crate::tools::sandbox_tools(workspace, pace).context("opening the workspace")?;
     let provider: Arc<dyn Provider> = Arc::new(script::provider());
+    // The settings every request is made with, logged first (contract 1.3).
+    let settings = Settings {
+        system_prompt: Some(SYSTEM_PROMPT.to_owned()),
+        model: Some(provider.model().to_owned()),
+        provider: Some(provider.name().to_owned()),
+        tools: Some(tools.specs().iter().map(ToolSpec::to_offered).collect()),
+        context_budget: Some(CONTEXT_BUDGET),
+        ..Settings::default()
+    };
     Ok(AgentLoop::builder(provider)
         .clock(clock)
         .ids(ids)
-        .config(AgentConfig::default().with_system_prompt(
-            "You are a careful assistant working in a small project workspace. Use the tools to look before you answer.",
-        ))
+        .settings(settings)
+        .config(AgentConfig::default())
         .tools(tools)
         .plugin(ToolResultPruning { keep_recent: 1, min_chars: 600 })
         .plugin(
-            Compaction::new(CompactionConfig { budget_tokens: 700, keep_recent: 4 })
+            Compaction::new(CompactionConfig { budget_tokens: CONTEXT_BUDGET, keep_recent: 4 })
                 .with_summarizer(ProviderSummarizer::default()),
         )
         .plugin(progress::Progress(progress)))

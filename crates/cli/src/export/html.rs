@@ -15,6 +15,7 @@ use palimpsest_core_session::SurfaceOp;
 
 use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
 use crate::inspect::{count, join, reason, usage};
+use crate::settings_view;
 use crate::timefmt;
 
 /// The stylesheet: light, with a dark variant; roles told apart by colour
@@ -189,6 +190,16 @@ pub(crate) fn render(doc: &Doc<'_>) -> String {
                     );
                 }
             }
+            Item::Settings { seq, time, settings, changes, .. } => {
+                let changed = if changes.is_empty() { "nothing".to_owned() } else { changes.join(", ") };
+                let _ = writeln!(
+                    o,
+                    "<p class=\"ended settings\" id=\"seq-{seq}\">Settings (seq {seq}, {}; changes {}): {}</p>",
+                    doc.offset(*time),
+                    escape(&changed),
+                    escape(&settings_view::line(settings))
+                );
+            }
             Item::Message(m) => match (&m.replaces, doc.view) {
                 (Some(r), ExportView::Transcript) => marker(doc, m, &doc.marker(m, r), &mut o),
                 _ => message(doc, m, &mut o),
@@ -231,6 +242,9 @@ fn header(doc: &Doc<'_>, o: &mut String) {
     }
     if let Some(cwd) = &h.cwd {
         fact(o, "Directory", &format!("<code>{}</code>", escape(cwd)));
+    }
+    if let Some((seq, settings, _)) = &doc.settings {
+        fact(o, "Settings", &format!("{} (seq {seq})", escape(&settings_view::line(settings))));
     }
     let surface = doc.session.surface();
     fact(

@@ -6,9 +6,11 @@
 //!   "format": "palimpsest-export",  "version": 1,
 //!   "view": "transcript" | "model",
 //!   "session": {"id": s, "createdAt": n, "cwd": s|null, "parentSession": s|null,
-//!               "seedLength": n|null, "events": n, "turns": n, "surface": [n]},
+//!               "seedLength": n|null, "events": n, "turns": n, "surface": [n],
+//!               "settings": Settings, "settingsSeq": n|null},
 //!   "items": [
 //!     {"kind": "turn-start", "seq": n, "time": n, "turn": n},
+//!     {"kind": "settings", "seq": n, "time": n, "changes": [s], "settings": Settings},
 //!     {"kind": "turn-end", "seq": n, "time": n, "turn": n, "reason": TurnEndReason},
 //!     {"kind": "message", "seq": n, "time": n, "type": s, "turn": n|null, "step": n|null,
 //!      "surfacePosition": n|null, "surfaceOp": "append"|{"op":"replace","start":n,"end":n},
@@ -55,6 +57,9 @@ struct JsonSession<'a> {
     events: usize,
     turns: usize,
     surface: &'a [u64],
+    /// The settings in effect, as logged (`{}` before any).
+    settings: &'a RawValue,
+    settings_seq: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -70,6 +75,12 @@ enum JsonItem<'a> {
         time: u64,
         turn: u64,
         reason: &'a TurnEndReason,
+    },
+    Settings {
+        seq: u64,
+        time: u64,
+        changes: &'a [String],
+        settings: &'a RawValue,
     },
     #[serde(rename_all = "camelCase")]
     Message {
@@ -110,6 +121,9 @@ pub(crate) fn render(doc: &Doc<'_>) -> serde_json::Result<String> {
             Item::TurnEnd { seq, time, turn, reason } => {
                 JsonItem::TurnEnd { seq: *seq, time: *time, turn: *turn, reason }
             }
+            Item::Settings { seq, time, raw, changes, .. } => {
+                JsonItem::Settings { seq: *seq, time: *time, changes, settings: raw }
+            }
             Item::Message(m) => JsonItem::Message {
                 seq: m.seq,
                 time: m.time,
@@ -131,6 +145,7 @@ pub(crate) fn render(doc: &Doc<'_>) -> serde_json::Result<String> {
             },
         })
         .collect();
+    let no_settings = RawValue::from_string("{}".to_owned())?;
     let json = JsonDoc {
         format: "palimpsest-export",
         version: VERSION,
@@ -144,6 +159,8 @@ pub(crate) fn render(doc: &Doc<'_>) -> serde_json::Result<String> {
             events: doc.session.events().len(),
             turns: doc.turns,
             surface: doc.session.surface(),
+            settings: doc.settings.as_ref().map_or(&*no_settings, |(_, _, raw)| *raw),
+            settings_seq: doc.settings.as_ref().map(|(seq, _, _)| *seq),
         },
         items,
     };

@@ -16,6 +16,7 @@ use palimpsest_core_session::payload::Block;
 use super::md::{code, line, Md};
 use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
 use crate::inspect::{count, join, reason, usage};
+use crate::settings_view;
 use crate::timefmt;
 
 /// The whole document.
@@ -29,6 +30,15 @@ pub(crate) fn render(doc: &Doc<'_>) -> String {
                 if !matches!(r, palimpsest_core_session::payload::TurnEndReason::Completed) {
                     o.paragraph(&format!("*Turn {turn} ended (seq {seq}): {}.*", line(&reason(r))));
                 }
+            }
+            Item::Settings { seq, time, settings, changes, .. } => {
+                let changed = if changes.is_empty() { "nothing".to_owned() } else { changes.join(", ") };
+                o.paragraph(&format!(
+                    "*Settings (seq {seq}, {}; changes {}): {}.*",
+                    doc.offset(*time),
+                    line(&changed),
+                    line(&settings_view::line(settings))
+                ));
             }
             Item::Message(m) => match (&m.replaces, doc.view) {
                 (Some(r), ExportView::Transcript) => marker(doc, m, &doc.marker(m, r), &mut o),
@@ -59,6 +69,9 @@ fn header(doc: &Doc<'_>, o: &mut Md) {
     }
     if let Some(cwd) = &h.cwd {
         let _ = write!(list, "\n- **Working directory:** {}", code(cwd));
+    }
+    if let Some((seq, settings, _)) = &doc.settings {
+        let _ = write!(list, "\n- **Settings:** {} (seq {seq})", line(&settings_view::line(settings)));
     }
     let events = doc.session.events().len();
     let _ = write!(

@@ -28,7 +28,7 @@ use std::io::Write;
 use std::path::Path;
 
 use palimpsest_core_session::payload::{
-    Block, Message, Source, ToolError, TurnEnd, TurnEndReason, TurnStart, Usage,
+    Block, Message, Settings, Source, ToolError, TurnEnd, TurnEndReason, TurnStart, Usage,
 };
 use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
 use serde::Deserialize;
@@ -37,6 +37,7 @@ use serde_json::value::RawValue;
 use crate::check::Replaced;
 use crate::cmd::{open_checked, readable_session};
 use crate::error::{CliError, Exit};
+use crate::settings_view;
 use crate::store_arg::StoreArgs;
 
 /// The file format.
@@ -88,6 +89,9 @@ pub(crate) struct Doc<'a> {
     pub(crate) derived: usize,
     /// Tool names by call id, from `tool/call` events and `tool-call` blocks.
     pub(crate) tool_names: HashMap<String, String>,
+    /// The settings in effect (the next request's): the request's
+    /// `session/settings` seq, typed and as logged; `None` before any.
+    pub(crate) settings: Option<(u64, Settings, &'a RawValue)>,
 }
 
 /// One thing to show.
@@ -112,6 +116,21 @@ pub(crate) enum Item<'a> {
         turn: u64,
         /// Why the turn ended.
         reason: TurnEndReason,
+    },
+    /// A `session/settings` (transcript only): the settings every later
+    /// request is made with.
+    Settings {
+        /// Its seq.
+        seq: u64,
+        /// Its time.
+        time: u64,
+        /// The settings, typed.
+        settings: Box<Settings>,
+        /// The settings exactly as logged.
+        raw: &'a RawValue,
+        /// The keys that changed since the previous settings (all stated
+        /// keys for the first).
+        changes: Vec<String>,
     },
     /// A message-bearing event.
     Message(Box<Msg<'a>>),
@@ -324,8 +343,24 @@ pub(crate) fn build<'a>(session: &'a Session, replaced: &[Replaced], view: Expor
     let mut items = Vec::new();
     match view {
         ExportView::Transcript => {
+            let mut settings = Settings::default();
             for e in events {
                 match e.event_type() {
+                    EventType::SessionSettings => {
+                        if let Ok(s) = e.data_as::<SettingsCarrier<'a>>() {
+                            if let Ok(next) = serde_json::from_str::<Settings>(s.settings.get()) {
+                                let changes = settings_view::changes(&settings, &next);
+                                items.push(Item::Settings {
+                                    seq: e.seq(),
+                                    time: e.time(),
+                                    settings: Box::new(next.clone()),
+                                    raw: s.settings,
+                                    changes,
+                                });
+                                settings = next;
+                            }
+                        }
+                    }
                     EventType::TurnStart => {
                         if let Ok(t) = e.data_as::<TurnStart>() {
                             items.push(Item::TurnStart { seq: e.seq(), time: e.time(), turn: t.turn });
@@ -391,7 +426,21 @@ pub(crate) fn build<'a>(session: &'a Session, replaced: &[Replaced], view: Expor
         turns: events.iter().filter(|e| *e.event_type() == EventType::TurnStart).count(),
         derived: session.derive_messages().len(),
         tool_names,
+        settings: {
+            let request = session.derive_request();
+            match (request.settings_seq, request.settings_raw) {
+                (Some(seq), Some(raw)) => Some((seq, request.settings, raw)),
+                _ => None,
+            }
+        },
     }
+}
+
+/// `data` of a `session/settings`, the settings kept raw.
+#[derive(Deserialize)]
+struct SettingsCarrier<'a> {
+    #[serde(borrow)]
+    settings: &'a RawValue,
 }
 
 /// `palimpsest export`.

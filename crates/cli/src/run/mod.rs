@@ -24,19 +24,22 @@
 mod echo;
 
 use std::io::{self, BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use palimpsest_core_agent_loop::plugins::{Compaction, CompactionConfig, ToolResultPruning};
 use palimpsest_core_agent_loop::{
-    AgentConfig, AgentLoop, CancellationToken, LoopError, Provider, ToolRegistry, TurnInput, TurnOutcome,
+    AgentConfig, AgentLoop, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec, TurnInput,
+    TurnOutcome,
 };
-use palimpsest_core_session::payload::TurnEndReason;
-use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider};
+use palimpsest_core_session::payload::{SessionSettings, Settings, TurnEndReason};
+use palimpsest_core_session::EventType;
+use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider, ENV_BASE_URL};
+use palimpsest_persistence::SessionStore;
 use tokio::sync::mpsc;
 
-use crate::error::{CliError, Exit};
+use crate::error::{from_store, CliError, Exit};
 use crate::open_store::{open_store, store_kind};
 use crate::output;
 use echo::{Echo, EchoPlugin};
@@ -91,9 +94,9 @@ pub(crate) struct RunArgs {
     /// The system prompt of every request.
     #[arg(long, value_name = "PROMPT")]
     pub(crate) system: Option<String>,
-    /// Compact the history when a request is estimated above this many tokens.
-    #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_CONTEXT_BUDGET)]
-    pub(crate) context_budget: u64,
+    /// Compact the history when a request is estimated above this many tokens [default: 100000].
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) context_budget: Option<u64>,
     /// One turn with this prompt; without it, an interactive prompt on stdin.
     #[arg(value_name = "PROMPT")]
     pub(crate) prompt: Option<String>,
@@ -101,11 +104,9 @@ pub(crate) struct RunArgs {
 
 /// Runs `palimpsest run`; the answer text goes to `out`.
 pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    // Everything that can be refused is checked before the store is touched.
-    let config =
-        OpenAiConfig::from_env_and_flags(args.base_url.clone(), args.model.clone(), args.api_key.clone())
-            .map_err(config_error)?;
-    let provider = OpenAiProvider::new(config).map_err(config_error)?;
+    // Everything that can be refused is checked before the store is
+    // changed. A resumed session's settings are read first: they are the
+    // defaults its flags override.
     if args.session.is_some() && !args.store.exists() {
         // Resuming reads the store: it is never created for that.
         let shown = args.store.display().to_string();
@@ -119,15 +120,121 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     if args.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
         return Err(CliError::usage("the PROMPT is empty").into());
     }
+    let (store, logged_seq, logged) = match &args.session {
+        Some(id) => {
+            let store = open_store(&args.store)?;
+            let (seq, logged) = logged_settings(&*store, id, &args.store.display().to_string())?;
+            (Some(store), seq, Some(logged))
+        }
+        None => (None, None, None),
+    };
+    let resolved = resolve(&args, logged.as_ref(), |name| std::env::var(name).ok()).map_err(config_error)?;
+    let provider = OpenAiProvider::new(resolved.config.clone()).map_err(config_error)?;
+    let store = match store {
+        Some(store) => store,
+        None => open_store(&args.store)?,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(run_async(args, provider, out));
+    let result = runtime.block_on(run_async(args, Run { resolved, logged_seq }, store, provider, out));
     // A tool thread a cancelled turn left behind (stuck in a read) must not
     // hold the exit: the log is already flushed.
     runtime.shutdown_timeout(ABANDONED_TOOL_GRACE);
     result
+}
+
+/// The unknown settings key under which `run` logs its `--tools` directory
+/// (an absolute path), so that a resumed session offers the same tools.
+pub(crate) const TOOLS_DIR_KEY: &str = "toolsDir";
+
+/// The seq and effective settings of stored session `id` (`None` and `{}`
+/// when it has none).
+fn logged_settings(
+    store: &dyn SessionStore,
+    id: &str,
+    shown: &str,
+) -> anyhow::Result<(Option<u64>, Settings)> {
+    let stored = store.load(id).map_err(|e| from_store(&e, shown))?;
+    let last = stored.events.iter().rev().find(|e| *e.event_type() == EventType::SessionSettings);
+    let settings = last.and_then(|e| e.data_as::<SessionSettings>().ok()).map(|s| s.settings);
+    Ok((last.map(|e| e.seq()), settings.unwrap_or_default()))
+}
+
+/// What `run` resolved before it started the runtime.
+struct Run {
+    resolved: Resolved,
+    /// The seq of the resumed session's settings before this run.
+    logged_seq: Option<u64>,
+}
+
+/// What a run is made with: each setting from its flag, else from the
+/// resumed session's log, else from the environment (or the default).
+#[derive(Debug, Clone)]
+struct Resolved {
+    config: OpenAiConfig,
+    system: Option<String>,
+    context_budget: u64,
+    tools_dir: Option<PathBuf>,
+}
+
+/// Resolves a run's settings: flag, then the resumed session's logged
+/// settings, then `env` (the `OPENAI_*` variables). The API key is never
+/// logged, so it comes from the flag or the environment only. A logged
+/// provider is the base URL without its user-info and query string: when
+/// the environment's base URL is that same endpoint, the environment's is
+/// used, so the credentials it carries still reach the server.
+fn resolve(
+    args: &RunArgs,
+    logged: Option<&Settings>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Resolved, ConfigError> {
+    let logged_provider = logged.and_then(|s| s.provider.clone()).filter(|p| !p.is_empty());
+    let env_base = env(ENV_BASE_URL).filter(|v| !v.is_empty());
+    let base_url = args.base_url.clone().filter(|v| !v.is_empty()).or_else(|| {
+        let env_is_logged = env_base
+            .as_ref()
+            .zip(logged_provider.as_ref())
+            .is_some_and(|(e, l)| OpenAiConfig::new(e.clone(), "").shown_base_url() == *l);
+        if env_is_logged {
+            None
+        } else {
+            logged_provider.clone()
+        }
+    });
+    let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
+    let config = OpenAiConfig::from_lookup_and_flags(base_url, model, args.api_key.clone(), &env)?;
+    let system = args.system.clone().or_else(|| logged.and_then(|s| s.system_prompt.clone()));
+    let context_budget = args
+        .context_budget
+        .or_else(|| logged.and_then(|s| s.context_budget))
+        .unwrap_or(DEFAULT_CONTEXT_BUDGET);
+    let tools_dir = args.tools.clone().or_else(|| {
+        let dir = logged?.extra.get(TOOLS_DIR_KEY)?.as_str()?;
+        Some(PathBuf::from(dir))
+    });
+    Ok(Resolved { config, system, context_budget, tools_dir })
+}
+
+/// The settings a run logs: the whole effective settings, no secret (the
+/// provider is the base URL without user-info or query; no API key).
+fn settings_of(resolved: &Resolved, tools: &ToolRegistry, tools_dir: Option<&Path>) -> Settings {
+    let mut settings = Settings {
+        system_prompt: resolved.system.clone(),
+        model: Some(resolved.config.model.clone()),
+        provider: Some(resolved.config.shown_base_url()),
+        tools: Some(tools.specs().iter().map(ToolSpec::to_offered).collect()),
+        context_budget: Some(resolved.context_budget),
+        ..Settings::default()
+    };
+    if !resolved.config.extra_body.is_empty() {
+        settings.params = Some(resolved.config.extra_body.clone());
+    }
+    if let Some(dir) = tools_dir {
+        settings.extra.insert(TOOLS_DIR_KEY.to_owned(), dir.display().to_string().into());
+    }
+    settings
 }
 
 /// How long the exit waits for tool threads a cancelled turn abandoned.
@@ -141,30 +248,46 @@ fn config_error(e: ConfigError) -> anyhow::Error {
     }
 }
 
-async fn run_async(args: RunArgs, provider: OpenAiProvider, out: &mut dyn Write) -> anyhow::Result<Exit> {
+async fn run_async(
+    args: RunArgs,
+    Run { resolved, logged_seq }: Run,
+    store: Arc<dyn SessionStore>,
+    provider: OpenAiProvider,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install().context("listening for Ctrl-C")?;
-    let store = open_store(&args.store)?;
     let shown = args.store.display().to_string();
-    let about_model = format!("model {} at {}", provider.config().model, provider.endpoint());
+    let about_model = format!("model {} at {}", provider.config().model, provider.shown_endpoint());
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
 
-    let mut config = AgentConfig::default();
-    if let Some(system) = &args.system {
-        config = config.with_system_prompt(system.clone());
-    }
-    let tools = match &args.tools {
+    // The tools directory, absolute, so the log names it wherever the
+    // session is resumed from; one that is gone is dropped with a warning.
+    let tools_dir = match &resolved.tools_dir {
+        Some(dir) if dir.is_dir() => Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone())),
+        Some(dir) => {
+            output::warning(&format!(
+                "the logged tools directory {} is gone; this run offers no tools",
+                dir.display()
+            ));
+            None
+        }
+        None => None,
+    };
+    let tools = match &tools_dir {
         Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO).map_err(|e| {
             CliError::io(dir.display().to_string(), format!("cannot open the tools' workspace: {e}"))
         })?,
         None => ToolRegistry::new(),
     };
+    let settings = settings_of(&resolved, &tools, tools_dir.as_deref());
     let builder = AgentLoop::builder(Arc::clone(&provider))
-        .config(config)
+        .settings(settings)
+        .config(AgentConfig::default())
         .tools(tools)
         .plugin(ToolResultPruning::default())
         .plugin(Compaction::new(CompactionConfig {
-            budget_tokens: args.context_budget,
+            budget_tokens: resolved.context_budget,
             ..CompactionConfig::default()
         }))
         .plugin(EchoPlugin::new(tx));
@@ -200,10 +323,17 @@ async fn run_async(args: RunArgs, provider: OpenAiProvider, out: &mut dyn Write)
                     range.end
                 ));
             }
+            if agent.session().settings_seq() != logged_seq {
+                let seq = agent.session().settings_seq().unwrap_or_default();
+                output::note(&format!(
+                    "settings changed: {} (logged at seq {seq})",
+                    crate::settings_view::line(&agent.settings())
+                ));
+            }
             agent
         }
     };
-    if let Some(dir) = &args.tools {
+    if let (Some(dir), Some(_)) = (&resolved.tools_dir, &tools_dir) {
         output::note(&format!(
             "tools list_files, read_file, write_file, calculator, confined to {}",
             dir.display()

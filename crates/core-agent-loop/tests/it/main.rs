@@ -10,3 +10,4 @@ mod plugins;
 mod resume;
 mod rewrite_plugins;
 mod scenarios;
+mod settings;

@@ -396,6 +396,40 @@ fn tool_not_started_closer_cites_the_wrong_event() {
     assert!(v[0].message.contains("requested"), "{}", v[0]);
 }
 
+// ---- settings-inside-step
+
+#[test]
+fn settings_inside_step() {
+    let events = [turn_start(1), step_start(1, 1), settings("m2"), chunk(1, 1), step_end(1, 1), turn_end(1)];
+    let v = check(&log(&events), &[(SETTINGS_INSIDE_STEP, 2)]);
+    assert!(v[0].message.contains("turn 1 step 1 is open"), "{}", v[0]);
+}
+
+#[test]
+fn settings_before_between_and_after_turns_and_steps_pass() {
+    let events = [
+        settings("m1"),
+        turn_start(1),
+        settings("m2"),
+        step_start(1, 1),
+        chunk(1, 1),
+        step_end(1, 1),
+        settings("m3"),
+        step_start(1, 2),
+        step_end(1, 2),
+        turn_end(1),
+        settings("m4"),
+    ];
+    check(&log(&events), &[]);
+}
+
+#[test]
+fn settings_after_a_step_left_open_by_a_crash_is_inside_it() {
+    // A resumed writer must repair (close the step) before it logs settings.
+    let events = [turn_start(1), step_start(1, 1), chunk(1, 1), settings("m2")];
+    check(&log(&events), &[(SETTINGS_INSIDE_STEP, 3)]);
+}
+
 // ---- tool-exchange-split
 
 /// A finished turn with one tool exchange: user 1, assistant 3 (call "c"),

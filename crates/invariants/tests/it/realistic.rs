@@ -54,6 +54,7 @@ err_fixtures! {
     realistic_assistant_sources_not_chunks => "assistant-sources-not-chunks",
     realistic_tool_result_source_mismatch => "tool-result-source-mismatch",
     realistic_tool_exchange_split => "tool-exchange-split",
+    realistic_settings_inside_step => "settings-inside-step",
     several_violations => "several",
 }
 

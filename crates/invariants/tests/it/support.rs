@@ -218,6 +218,11 @@ pub(crate) fn summary(id: &str) -> Value {
     json!({"type": "user/message", "data": {"message": user_msg(id, json!({"kind": "plugin", "plugin": "compaction"}))}, "surfaceOp": "append"})
 }
 
+/// A `session/settings` naming `model`.
+pub(crate) fn settings(model: &str) -> Value {
+    json!({"type": "session/settings", "data": {"settings": {"model": model}}})
+}
+
 pub(crate) fn plugin(event_type: &str) -> Value {
     json!({"type": event_type, "data": null})
 }
