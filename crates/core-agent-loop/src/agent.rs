@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::assemble::Assembler;
+use crate::call_ids::CallIds;
 use crate::clock::{Clock, IdGenerator, SystemClock, UniqueIds};
 use crate::codes;
 use crate::dev::{dev_guard, DevMode};
@@ -43,7 +44,9 @@ use crate::error::LoopError;
 use crate::exec::{groups, poll_running, Slot};
 use crate::inject::{Injection, InjectionKind, SteeringHandle};
 use crate::plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
-use crate::provider::{ChunkStream, FinishReason, ModelRequest, Provider, ProviderError, StreamItem};
+use crate::provider::{
+    arguments_error, ChunkStream, FinishReason, ModelRequest, Provider, ProviderError, StreamItem,
+};
 use crate::state::{Batch, LoopCore};
 use crate::tool::{Tool, ToolContext, ToolError, ToolRegistry};
 
@@ -286,6 +289,7 @@ impl AgentLoopBuilder {
             .max()
             .unwrap_or(0);
         let turn_open = repair::needs_repair(events);
+        let call_ids = CallIds::from_log(events);
         let (inject_tx, inject_rx) = mpsc::unbounded_channel();
         AgentLoop {
             core: LoopCore {
@@ -302,6 +306,7 @@ impl AgentLoopBuilder {
             queued: VecDeque::new(),
             last_turn,
             turn_open,
+            call_ids,
         }
     }
 }
@@ -328,6 +333,8 @@ pub struct AgentLoop {
     last_turn: u64,
     /// The log ends inside a turn: repair before anything else is appended.
     turn_open: bool,
+    /// Every tool-call id the session has used: a new call never reuses one.
+    call_ids: CallIds,
 }
 
 impl std::fmt::Debug for AgentLoop {
@@ -341,6 +348,10 @@ impl std::fmt::Debug for AgentLoop {
             .finish_non_exhaustive()
     }
 }
+
+/// The `tool/call` key that keeps the provider's id of a call whose id the
+/// loop replaced (see [`CallIds`]).
+pub const PROVIDER_CALL_ID: &str = "providerCallId";
 
 /// Why a stream stopped.
 enum Stop {
@@ -367,7 +378,10 @@ enum StepResult {
 
 /// A call the model requested.
 struct Call {
+    /// The id the log and every later request use (unique in the session).
     id: String,
+    /// The provider's id, when it was repeated or missing and so replaced.
+    provider_id: Option<String>,
     name: String,
     arguments: String,
 }
@@ -399,6 +413,21 @@ fn aborted() -> TurnEndReason {
 
 fn error_reason(code: &str, message: String) -> TurnEndReason {
     TurnEndReason::Error { error: ErrorInfo { message, code: code.into() } }
+}
+
+/// How much of invalid arguments the error result quotes back.
+const QUOTED_ARGUMENTS_CHARS: usize = 2_000;
+
+/// The result of a call whose arguments are not a JSON object: the tool is
+/// not run, and the model learns why and what it sent (the request carries
+/// `{}` in its place, see [`wire_arguments`](crate::wire_arguments)).
+fn invalid_arguments(raw: &str, why: &str) -> ToolError {
+    let quoted: String = raw.chars().take(QUOTED_ARGUMENTS_CHARS).collect();
+    let clipped = if quoted.len() < raw.len() { " (clipped)" } else { "" };
+    ToolError::invalid_arguments(format!(
+        "The arguments of this call are invalid: {why}. The tool was not run. \
+         The arguments you sent{clipped}: {quoted}"
+    ))
 }
 
 fn reason_kind(reason: &TurnEndReason) -> &'static str {
@@ -682,13 +711,18 @@ impl AgentLoop {
             },
         };
 
-        let (content, usage) = assembler.finish();
+        let (mut content, usage) = assembler.finish();
+        // Before anything runs: every call gets an id unique in the session.
+        let mut provider_ids = self.call_ids.assign(&mut content).into_iter();
         let calls: Vec<Call> = content
             .iter()
             .filter_map(|b| match b {
-                Block::ToolCall { id, name, arguments } => {
-                    Some(Call { id: id.clone(), name: name.clone(), arguments: arguments.clone() })
-                }
+                Block::ToolCall { id, name, arguments } => Some(Call {
+                    id: id.clone(),
+                    provider_id: provider_ids.next().flatten(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                }),
                 _ => None,
             })
             .collect();
@@ -786,7 +820,8 @@ impl AgentLoop {
         Ok(StepResult::Completed { closers, next, summary })
     }
 
-    /// Adds one `tool/call` per call to `batch`; returns their seqs.
+    /// Adds one `tool/call` per call to `batch`; returns their seqs. A call
+    /// whose id the loop replaced keeps the provider's as `providerCallId`.
     fn push_calls(&self, batch: &mut Batch, t: &TurnState, calls: &[Call]) -> Result<Vec<u64>, LoopError> {
         calls
             .iter()
@@ -798,7 +833,12 @@ impl AgentLoop {
                     name: c.name.clone(),
                     arguments: c.arguments.clone(),
                 };
-                batch.log(&self.core, payload)
+                match &c.provider_id {
+                    None => batch.log(&self.core, payload),
+                    Some(provider_id) => {
+                        batch.log_with_key(&self.core, payload, PROVIDER_CALL_ID, provider_id.as_str().into())
+                    }
+                }
             })
             .collect()
     }
@@ -847,9 +887,11 @@ impl AgentLoop {
         let mut flushed = 0;
         for group in groups(&concurrent) {
             for i in group.clone() {
-                slots[i] = match &tools[i] {
-                    None => Slot::Done(Err(self.unknown_tool(&calls[i].name))),
-                    Some(tool) => {
+                let bad_arguments = arguments_error(&calls[i].arguments);
+                slots[i] = match (&tools[i], bad_arguments) {
+                    (None, _) => Slot::Done(Err(self.unknown_tool(&calls[i].name))),
+                    (Some(_), Some(why)) => Slot::Done(Err(invalid_arguments(&calls[i].arguments, &why))),
+                    (Some(tool), None) => {
                         let mut ctx = ToolContext::new(self.session_id(), calls[i].id.clone());
                         (ctx.turn, ctx.step, ctx.cancel) = (t.turn, t.step, cancel.child_token());
                         tracing::debug!(call_id = %calls[i].id, tool = %calls[i].name, "tool call started");
@@ -906,7 +948,6 @@ impl AgentLoop {
         slots: &mut [Slot<'_>],
         from: usize,
     ) -> Result<usize, LoopError> {
-        let mut batch = Batch::new(&self.core);
         let mut end = from;
         while end < slots.len() {
             let Slot::Done(_) = &slots[end] else { break };
@@ -914,11 +955,14 @@ impl AgentLoop {
             if let Err(e) = &outcome {
                 tracing::debug!(call_id = %calls[end].id, code = %e.code, "tool call failed");
             }
+            // One append per result: a result is in the log as soon as it
+            // exists, and a refused append can cost no other call its result.
             let result = self.result_payload(t, &calls[end], outcome);
+            let mut batch = Batch::new(&self.core);
             batch.surface(&self.core, result, SurfaceIntent::append_citing(vec![call_seqs[end]]))?;
+            self.commit(batch)?;
             end += 1;
         }
-        self.commit(batch)?;
         Ok(end)
     }
 

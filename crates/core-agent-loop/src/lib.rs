@@ -113,6 +113,7 @@
 
 mod agent;
 mod assemble;
+mod call_ids;
 mod clock;
 mod dev;
 mod error;
@@ -125,15 +126,17 @@ mod scripted;
 mod state;
 mod tool;
 
-pub use agent::{AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome};
+pub use agent::{
+    AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome, PROVIDER_CALL_ID,
+};
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use dev::DevMode;
 pub use error::LoopError;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
 pub use plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
 pub use provider::{
-    complete, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest, Provider, ProviderError,
-    SharedError, StreamItem, ToolSpec,
+    complete, wire_arguments, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest, Provider,
+    ProviderError, SharedError, StreamItem, ToolSpec,
 };
 pub use scripted::{ScriptedProvider, ScriptedResponse, SCRIPT_EXHAUSTED};
 /// Re-exported: the token that cancels a turn ([`TurnInput::with_cancel`]).

@@ -60,12 +60,11 @@ impl LoopCore {
 
     /// The request the model would get now: system prompt, derived history, tools.
     pub(crate) fn request(&self) -> ModelRequest {
-        ModelRequest {
-            system: self.config.system_prompt.clone(),
-            messages: self.session.session().derive_messages().into_iter().map(|d| d.message).collect(),
-            tools: self.tools.specs(),
-            max_output_tokens: self.config.max_output_tokens,
-        }
+        let messages = self.session.session().derive_messages().into_iter().map(|d| d.message).collect();
+        let mut request = ModelRequest::new(messages).with_tools(self.tools.specs());
+        request.system.clone_from(&self.config.system_prompt);
+        request.max_output_tokens = self.config.max_output_tokens;
+        request
     }
 }
 
@@ -95,6 +94,25 @@ impl Batch {
     /// Adds a log-only event; returns the seq it will have.
     pub(crate) fn log(&mut self, core: &LoopCore, payload: impl Into<LogPayload>) -> Result<u64, LoopError> {
         let event = Event::log(self.next, core.clock.now_ms(), payload);
+        self.push(core, event)
+    }
+
+    /// Adds a log-only event whose `data` is `payload` plus one more key
+    /// (kept verbatim: the contract keeps unknown keys of core payloads).
+    pub(crate) fn log_with_key(
+        &mut self,
+        core: &LoopCore,
+        payload: impl Into<LogPayload>,
+        key: &str,
+        value: serde_json::Value,
+    ) -> Result<u64, LoopError> {
+        let event = Event::log(self.next, core.clock.now_ms(), payload).and_then(|plain| {
+            // The typed payload's keys, in their order, then the new one.
+            let body = plain.data().trim_end().strip_suffix('}').unwrap_or("{");
+            let comma = if body.trim_end().ends_with('{') { "" } else { "," };
+            let data = format!("{body}{comma}{}:{value}}}", serde_json::Value::from(key));
+            Event::from_parts(plain.seq(), plain.time(), plain.event_type().as_str(), data, None, None)
+        });
         self.push(core, event)
     }
 

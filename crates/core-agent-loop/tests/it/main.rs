@@ -5,6 +5,7 @@
 mod common;
 mod concurrency;
 mod failures;
+mod misbehave;
 mod plugins;
 mod resume;
 mod rewrite_plugins;
