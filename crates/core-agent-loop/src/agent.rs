@@ -975,10 +975,11 @@ impl AgentLoop {
     ) -> Result<Option<TurnEndReason>, LoopError> {
         for i in 0..self.plugins.len() {
             let from = self.core.next_seq();
-            let plugin = &mut self.plugins[i];
+            let (before, rest) = self.plugins.split_at_mut(i);
+            let Some((plugin, after)) = rest.split_first_mut() else { break };
             let name = plugin.name().to_owned();
             let outcome = {
-                let mut ctx = PluginContext::new(name.clone(), &mut self.core, position);
+                let mut ctx = PluginContext::new(name.clone(), &mut self.core, position, [before, after]);
                 let fut = match hook {
                     Hook::BeforeRequest => plugin.before_request(&mut ctx),
                     Hook::AfterStep(summary) => plugin.after_step(&mut ctx, summary),
@@ -989,8 +990,9 @@ impl AgentLoop {
                     r = fut => Some(r),
                 }
             };
+            // The other plugins saw these as they were committed.
             let to = self.core.next_seq();
-            self.notify(from..to);
+            self.notify_one(i, from..to);
             match outcome {
                 None => return Ok(Some(aborted())),
                 Some(Ok(())) => {}
@@ -1019,6 +1021,17 @@ impl AgentLoop {
         let range = self.core.commit(events)?;
         self.notify(range.clone());
         Ok(range)
+    }
+
+    /// Tells plugin `i` about the committed events in `range`.
+    fn notify_one(&mut self, i: usize, range: Range<u64>) {
+        let session = self.core.session.session();
+        let Some(plugin) = self.plugins.get_mut(i) else { return };
+        for seq in range {
+            let Some(event) = session.event(seq) else { continue };
+            tracing::trace!(seq, event_type = %event.event_type(), "appended");
+            plugin.on_event(event, session);
+        }
     }
 
     /// Tells every plugin about the committed events in `range`.
