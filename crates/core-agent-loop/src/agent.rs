@@ -38,6 +38,7 @@ use tracing::Instrument;
 use crate::assemble::Assembler;
 use crate::call_ids::CallIds;
 use crate::clock::{Clock, IdGenerator, SystemClock, UniqueIds};
+use crate::coalesce::Coalescer;
 use crate::codes;
 use crate::dev::{dev_guard, DevMode};
 use crate::error::LoopError;
@@ -49,6 +50,9 @@ use crate::provider::{
 };
 use crate::state::{Batch, LoopCore};
 use crate::tool::{Tool, ToolContext, ToolError, ToolRegistry};
+
+/// The default [`AgentConfig::chunk_window_ms`].
+pub const DEFAULT_CHUNK_WINDOW_MS: u64 = 50;
 
 /// How a loop behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +71,10 @@ pub struct AgentConfig {
     pub dev_mode: DevMode,
     /// When appends are synced. Default: at turn boundaries.
     pub durability: Durability,
+    /// The flush window of streamed deltas, in milliseconds: each window
+    /// writes at most one `assistant/chunk` per content block (see
+    /// `coalesce.rs`). Default 50; 0 writes one event per delta.
+    pub chunk_window_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -77,6 +85,7 @@ impl Default for AgentConfig {
             max_output_tokens: None,
             dev_mode: DevMode::from_env(),
             durability: Durability::TurnBoundary,
+            chunk_window_ms: DEFAULT_CHUNK_WINDOW_MS,
         }
     }
 }
@@ -103,6 +112,12 @@ impl AgentConfig {
     /// Sets dev mode.
     pub fn with_dev_mode(mut self, dev_mode: DevMode) -> AgentConfig {
         self.dev_mode = dev_mode;
+        self
+    }
+
+    /// Sets the flush window of streamed deltas (0: one event per delta).
+    pub fn with_chunk_window_ms(mut self, window_ms: u64) -> AgentConfig {
+        self.chunk_window_ms = window_ms;
         self
     }
 
@@ -453,6 +468,14 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     total.reasoning_tokens = add(total.reasoning_tokens, u.reasoning_tokens);
 }
 
+/// Waits until `deadline`, or forever when there is none.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn next_item(stream: &mut ChunkStream<'_>) -> Option<Result<StreamItem, ProviderError>> {
     poll_fn(|cx| stream.as_mut().poll_next(cx)).await
 }
@@ -682,6 +705,7 @@ impl AgentLoop {
         let provider = Arc::clone(&self.core.provider);
         let mut assembler = Assembler::default();
         let mut chunk_seqs: Vec<u64> = Vec::new();
+        let mut coalescer = Coalescer::new(self.core.config.chunk_window_ms);
         let mut finish: Option<FinishReason> = None;
         let connected = tokio::select! {
             biased;
@@ -691,19 +715,24 @@ impl AgentLoop {
         let stop = match connected {
             Err(stop) => stop,
             Ok(mut stream) => loop {
+                let deadline = coalescer.deadline();
                 let item = tokio::select! {
                     biased;
                     () = cancel.cancelled() => break Stop::Cancelled,
                     item = next_item(&mut stream) => item,
+                    // The provider went quiet past the window's end.
+                    () = sleep_until(deadline) => {
+                        self.flush_chunks(&mut coalescer, turn, step, &mut chunk_seqs)?;
+                        continue;
+                    }
                 };
                 match item {
                     None => break Stop::Done,
                     Some(Ok(StreamItem::Chunk(chunk))) => {
                         assembler.push(&chunk);
-                        let mut batch = Batch::new(&self.core);
-                        let seq = batch.log(&self.core, AssistantChunk { turn, step, chunk })?;
-                        self.commit(batch)?;
-                        chunk_seqs.push(seq);
+                        if coalescer.push(chunk) {
+                            self.flush_chunks(&mut coalescer, turn, step, &mut chunk_seqs)?;
+                        }
                     }
                     Some(Ok(StreamItem::Finish(reason))) => finish = Some(reason),
                     Some(Err(error)) => break Stop::Failed(error),
@@ -711,6 +740,7 @@ impl AgentLoop {
             },
         };
 
+        self.flush_chunks(&mut coalescer, turn, step, &mut chunk_seqs)?;
         let (mut content, usage) = assembler.finish();
         // Before anything runs: every call gets an id unique in the session.
         let mut provider_ids = self.call_ids.assign(&mut content).into_iter();
@@ -818,6 +848,27 @@ impl AgentLoop {
             finish,
         };
         Ok(StepResult::Completed { closers, next, summary })
+    }
+
+    /// Appends the coalesced chunks of the window (one batch) and records
+    /// their seqs.
+    fn flush_chunks(
+        &mut self,
+        coalescer: &mut Coalescer,
+        turn: u64,
+        step: u64,
+        chunk_seqs: &mut Vec<u64>,
+    ) -> Result<(), LoopError> {
+        let chunks = coalescer.take();
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Batch::new(&self.core);
+        for chunk in chunks {
+            chunk_seqs.push(batch.log(&self.core, AssistantChunk { turn, step, chunk })?);
+        }
+        self.commit(batch)?;
+        Ok(())
     }
 
     /// Adds one `tool/call` per call to `batch`; returns their seqs. A call

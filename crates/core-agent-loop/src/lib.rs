@@ -115,6 +115,7 @@ mod agent;
 mod assemble;
 mod call_ids;
 mod clock;
+mod coalesce;
 mod dev;
 mod error;
 mod exec;
@@ -127,7 +128,8 @@ mod state;
 mod tool;
 
 pub use agent::{
-    AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome, PROVIDER_CALL_ID,
+    AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome, DEFAULT_CHUNK_WINDOW_MS,
+    PROVIDER_CALL_ID,
 };
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use dev::DevMode;

@@ -77,9 +77,15 @@ fn builder(
     AgentLoop::builder(provider)
         .clock(clock)
         .ids(ids)
-        .config(AgentConfig::default().with_system_prompt(
-            "You are a careful assistant working in a small project workspace. Use the tools to look before you answer.",
-        ))
+        .config(
+            AgentConfig::default()
+                .with_system_prompt(
+                    "You are a careful assistant working in a small project workspace. Use the tools to look before you answer.",
+                )
+                // One event per delta: the paced demo's log must not depend
+                // on how fast the machine runs it.
+                .with_chunk_window_ms(0),
+        )
         .tools(crate::tools::sandbox_tools(workspace, pace))
         .plugin(ToolResultPruning { keep_recent: 1, min_chars: 600 })
         .plugin(

@@ -95,6 +95,10 @@ pub(crate) struct RunArgs {
     /// Compact the history when a request is estimated above this many tokens.
     #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_CONTEXT_BUDGET)]
     pub(crate) context_budget: u64,
+    /// Streamed deltas are written to the log at most once per this many
+    /// milliseconds per content block (0: every delta as it arrives).
+    #[arg(long, value_name = "MS", default_value_t = palimpsest_core_agent_loop::DEFAULT_CHUNK_WINDOW_MS)]
+    pub(crate) chunk_window_ms: u64,
     /// One turn with this prompt; without it, an interactive prompt on stdin.
     #[arg(value_name = "PROMPT")]
     pub(crate) prompt: Option<String>,
@@ -143,7 +147,7 @@ async fn run_async(args: RunArgs, provider: OpenAiProvider, out: &mut dyn Write)
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
 
-    let mut config = AgentConfig::default();
+    let mut config = AgentConfig::default().with_chunk_window_ms(args.chunk_window_ms);
     if let Some(system) = &args.system {
         config = config.with_system_prompt(system.clone());
     }

@@ -2,6 +2,7 @@
 //! against every store through `Arc<dyn SessionStore>` and is snapshotted
 //! (full log and derived history) once, the same bytes for every store.
 
+mod coalescing;
 mod common;
 mod concurrency;
 mod failures;
