@@ -8,9 +8,9 @@
 //! step 1..:
 //!   step/start, injected steering/context        (one batch)
 //!   before_request hooks                         (plugin appends)
-//!   assistant/chunk × n                          (one append per chunk, as it arrives)
+//!   assistant/chunk × n                          (one append per flush window: a chunk per block)
 //!   assistant/message [+ tool/call × k]          (one batch; cites the step's chunks)
-//!   tool/result × k                              (in request order, as the prefix completes)
+//!   tool/result × k                              (one append each, in request order, as the prefix completes)
 //!   step/end
 //!   after_step hooks
 //! turn/end                                       (with the failure closers, when there are)
@@ -365,7 +365,8 @@ impl std::fmt::Debug for AgentLoop {
 }
 
 /// The `tool/call` key that keeps the provider's id of a call whose id the
-/// loop replaced (see [`CallIds`]).
+/// loop replaced: a repeated, reused or missing id gets one unique in the
+/// session before the call runs (`docs/contract-notes.md`, note 11).
 pub const PROVIDER_CALL_ID: &str = "providerCallId";
 
 /// Why a stream stopped.

@@ -3,9 +3,9 @@
 //!
 //! A provider streams the contract's `StreamChunk`s (text, reasoning and
 //! tool-call deltas, usage) and, optionally, a [`FinishReason`]. The loop
-//! logs every chunk as an `assistant/chunk` event before it looks at the
-//! next one, so whatever the user saw streamed is in the log, whatever
-//! happens later.
+//! logs the deltas as `assistant/chunk` events, merged per content block
+//! and flush window (at most one window late), so whatever the user saw
+//! streamed is in the log, whatever happens later.
 //!
 //! The trait is object-safe: its async method returns a boxed future, and
 //! the stream is a boxed [`futures_core::Stream`].
