@@ -12,6 +12,7 @@ mod measure;
 mod report;
 mod sections;
 mod stores;
+mod stream;
 mod workload;
 
 use std::process::ExitCode;

@@ -17,6 +17,7 @@ pub(crate) const ALL: &[(&str, Section)] = &[
     ("jsonl", crate::stores::jsonl),
     ("sqlite", crate::stores::sqlite),
     ("rss", resident_memory),
+    ("stream", crate::stream::stream),
 ];
 
 pub(crate) fn per_sec(n: usize, d: Duration) -> f64 {

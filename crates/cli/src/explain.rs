@@ -21,8 +21,13 @@
 //! {"session": s, "seq": n, "type": s, "time": n, "turn": n|null, "step": n|null,
 //!  "surfacePosition": n|null, "surfaceOp": "append"|{"op":"replace","start":n,"end":n}|null,
 //!  "shadowed": [n], "shadowedBy": n|null, "shadowChain": [n], "standsInItsPlace": n|null,
-//!  "cites": [{"seq": n, "type": s, "cites": [...]}], "citedBy": [n]}
+//!  "cites": [{"seq": n, "type": s, "cites": [...]}], "citedBy": [n],
+//!  "error": {"code": s, "name"?: s, "message": s}|null}
 //! ```
+//!
+//! `error` is the error the event records, its text in full: a `turn/end`
+//! ending in an error, a failed `tool/result`, a plugin event with
+//! `data.error` (a failed compaction).
 //!
 //! `surfacePosition` counts from 0; the text output counts from 1.
 //! `shadowed` (what a replace took off the surface) is in surface order,
@@ -275,6 +280,7 @@ struct JsonExplanation<'a> {
     stands_in_its_place: Option<u64>,
     cites: Vec<JsonProvenance<'a>>,
     cited_by: &'a [u64],
+    error: Option<crate::output::EventError>,
 }
 
 #[derive(Serialize)]
@@ -312,6 +318,7 @@ impl<'a> JsonExplanation<'a> {
             stands_in_its_place: e.stands_in_its_place,
             cites: e.cites.iter().map(JsonProvenance::new).collect(),
             cited_by: &e.cited_by,
+            error: session.event(e.seq).and_then(crate::output::event_error),
         }
     }
 }
@@ -335,6 +342,32 @@ mod tests {
         assert_eq!(shadow_chain(&s, 1), [20]);
         assert_eq!(shadow_chain(&s, 20), Vec::<u64>::new());
         assert_eq!(shadow_chain(&s, 4), Vec::<u64>::new(), "a chunk is never on the surface");
+    }
+
+    /// Issue 21, item 4: the error text in full, once, where people look.
+    #[test]
+    fn errors_are_shown_in_full() {
+        let reason =
+            format!("provider unavailable: HTTP 503: {} (gave up after 3 attempts)", "x".repeat(300));
+        let end = serde_json::json!({"seq": 1, "time": 2, "type": "turn/end", "data": {"turn": 1,
+            "reason": {"kind": "error", "error": {"message": reason, "code": "PROVIDER_UNAVAILABLE"}}}});
+        let failed = serde_json::json!({"seq": 2, "time": 3, "type": "compaction/end", "data": {"startSeq": 0,
+            "error": {"code": "SUMMARY_FAILED", "message": reason}}});
+        let text = format!(
+            "{{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":0}}\n\
+             {{\"seq\":0,\"time\":1,\"type\":\"turn/start\",\"data\":{{\"turn\":1}}}}\n{end}\n{failed}\n"
+        );
+        let s = JsonlLog::parse(text.as_bytes())
+            .and_then(|l| l.into_session())
+            .unwrap_or_else(|e| panic!("the log loads: {e}"));
+        for seq in [1, 2] {
+            let e = explain_event(&s, seq).unwrap_or_else(|| panic!("seq {seq}"));
+            let json = serde_json::to_value(JsonExplanation::new(&s, &e, vec![])).unwrap_or_default();
+            assert_eq!(json["error"]["message"], reason.as_str(), "seq {seq}");
+            let human = render(&s, &e, &[]);
+            assert!(human.contains("(gave up after 3 attempts)"), "seq {seq}: {human}");
+            assert_eq!(human.matches(&reason).count(), 1, "seq {seq}: {human}");
+        }
     }
 
     #[test]

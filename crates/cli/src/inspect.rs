@@ -465,6 +465,11 @@ fn depths(events: &[Event]) -> Vec<usize> {
 /// A one-line summary of an event's payload.
 pub(crate) fn summarize(event: &Event) -> String {
     let raw = || snippet(&one_line_json(event.data()), SNIPPET + 20);
+    if let (EventType::Plugin(_), Some(error)) = (event.event_type(), crate::output::event_error(event)) {
+        // A failed plugin step: its reason in full, not a clipped raw dump.
+        let message = crate::output::one_line(&error.message, crate::output::ERROR_CHARS);
+        return format!("error {}: {message}", error.code);
+    }
     match event.event_type() {
         EventType::TurnStart => event.data_as::<TurnStart>().map(|t| format!("turn {}", t.turn)).ok(),
         EventType::TurnEnd => {
@@ -594,7 +599,11 @@ pub(crate) fn reason(r: &TurnEndReason) -> String {
         TurnEndReason::Completed => "completed".into(),
         TurnEndReason::Aborted { reason } => format!("aborted: {}", snippet(reason, SNIPPET)),
         TurnEndReason::Error { error } => {
-            format!("error {}: {}", error.code, snippet(&error.message, SNIPPET))
+            format!(
+                "error {}: {}",
+                error.code,
+                crate::output::one_line(&error.message, crate::output::ERROR_CHARS)
+            )
         }
         TurnEndReason::MaxTokens => "max-tokens".into(),
         TurnEndReason::Interrupted => "interrupted (closed by crash repair)".into(),

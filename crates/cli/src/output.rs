@@ -77,6 +77,53 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     }
 }
 
+/// Longest error text a terminal line shows, in characters: generous, so
+/// the server's reason and "gave up after N attempts" are never cut off.
+pub(crate) const ERROR_CHARS: usize = 2_000;
+
+/// The error an event records, in full: a `turn/end` with an error reason,
+/// a `tool/result` with `data.error` (its text is the message), or a plugin
+/// event with `data.error` (a failed compaction).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct EventError {
+    pub(crate) code: String,
+    /// The error's name, where the event gives one (tool results).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    pub(crate) message: String,
+}
+
+/// See [`EventError`].
+pub(crate) fn event_error(event: &palimpsest_core_session::Event) -> Option<EventError> {
+    use palimpsest_core_session::payload::{ToolResult, TurnEnd, TurnEndReason};
+    use palimpsest_core_session::EventType;
+    match event.event_type() {
+        EventType::TurnEnd => match event.data_as::<TurnEnd>().ok()?.reason {
+            TurnEndReason::Error { error } => {
+                Some(EventError { code: error.code, name: None, message: error.message })
+            }
+            _ => None,
+        },
+        EventType::ToolResult => {
+            let result = event.data_as::<ToolResult>().ok()?;
+            let error = result.error?;
+            let message = first_text(&result.message.content);
+            Some(EventError { code: error.code, name: Some(error.name), message })
+        }
+        EventType::Plugin(_) => {
+            let data: serde_json::Value = serde_json::from_str(event.data()).ok()?;
+            let error = data.get("error")?;
+            let text = |key: &str| error.get(key).and_then(serde_json::Value::as_str).map(str::to_owned);
+            Some(EventError {
+                code: text("code")?,
+                name: text("name"),
+                message: text("message").unwrap_or_default(),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The first text of `blocks`, looking inside a tool result.
 pub(crate) fn first_text(blocks: &[Block]) -> String {
     blocks

@@ -105,7 +105,7 @@ fn explain_json_is_one_object_with_the_documented_keys() {
             "session": "example-1", "seq": 8, "type": "tool/result", "time": 1767225600080_u64,
             "turn": 1, "step": 1, "surfacePosition": null, "surfaceOp": "append",
             "shadowed": [], "shadowedBy": 18, "shadowChain": [18, 20], "standsInItsPlace": 20,
-            "cites": [{"seq": 7, "type": "tool/call", "cites": []}], "citedBy": [18]
+            "cites": [{"seq": 7, "type": "tool/call", "cites": []}], "citedBy": [18], "error": null
         })
     );
     let run = ok(palimpsest(&cli_data(), &["explain", "compaction-and-prune.jsonl", "20", "--json"]));

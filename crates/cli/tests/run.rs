@@ -245,9 +245,10 @@ fn run_with_stdin(dir: &Path, args: &[&str], stdin: &str) -> Run {
     child.wait_with_output().expect("wait for palimpsest").into()
 }
 
-/// `run --base-url <server> --model m ARGS...`
+/// `run --base-url <server> --model m --chunk-window-ms 0 ARGS...`: one
+/// chunk event per delta, so logs do not depend on the mock's timing.
 fn model_args<'a>(server: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec!["run", "--base-url", server, "--model", "m"];
+    let mut args = vec!["run", "--base-url", server, "--model", "m", "--chunk-window-ms", "0"];
     args.extend_from_slice(rest);
     args
 }
@@ -503,7 +504,7 @@ fn without_a_prompt_each_stdin_line_is_a_turn_until_exit_or_eof() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(vec![text_reply(&["One", "."]), text_reply(&["Two."])]);
     // The endpoint from the environment this time.
-    let mut child = command(dir.path(), &["run", "--store", "s.db"])
+    let mut child = command(dir.path(), &["run", "--store", "s.db", "--chunk-window-ms", "0"])
         .env("OPENAI_BASE_URL", server.base_url())
         .env("OPENAI_MODEL", "m")
         .stdin(Stdio::piped())

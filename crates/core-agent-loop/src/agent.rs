@@ -8,9 +8,9 @@
 //! step 1..:
 //!   step/start, injected steering/context        (one batch)
 //!   before_request hooks                         (plugin appends)
-//!   assistant/chunk × n                          (one append per chunk, as it arrives)
+//!   assistant/chunk × n                          (one append per flush window: a chunk per block)
 //!   assistant/message [+ tool/call × k]          (one batch; cites the step's chunks)
-//!   tool/result × k                              (in request order, as the prefix completes)
+//!   tool/result × k                              (one append each, in request order, as the prefix completes)
 //!   step/end
 //!   after_step hooks
 //! turn/end                                       (with the failure closers, when there are)
@@ -37,16 +37,23 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::assemble::Assembler;
+use crate::call_ids::CallIds;
 use crate::clock::{Clock, IdGenerator, SystemClock, UniqueIds};
+use crate::coalesce::Coalescer;
 use crate::codes;
 use crate::dev::{dev_guard, DevMode};
 use crate::error::LoopError;
 use crate::exec::{groups, poll_running, Slot};
 use crate::inject::{Injection, InjectionKind, SteeringHandle};
 use crate::plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
-use crate::provider::{ChunkStream, FinishReason, ModelRequest, Provider, ProviderError, StreamItem};
+use crate::provider::{
+    arguments_error, ChunkStream, FinishReason, ModelRequest, Provider, ProviderError, StreamItem,
+};
 use crate::state::{Batch, LoopCore};
 use crate::tool::{Tool, ToolContext, ToolError, ToolRegistry};
+
+/// The default [`AgentConfig::chunk_window_ms`].
+pub const DEFAULT_CHUNK_WINDOW_MS: u64 = 50;
 
 /// How a loop behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +74,10 @@ pub struct AgentConfig {
     pub durability: Durability,
     /// Caps on one streamed response. Default: [`StreamCaps::default`].
     pub stream_caps: StreamCaps,
+    /// The flush window of streamed deltas, in milliseconds: each window
+    /// writes at most one `assistant/chunk` per content block (see
+    /// `coalesce.rs`). Default 50; 0 writes one event per delta.
+    pub chunk_window_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -78,6 +89,7 @@ impl Default for AgentConfig {
             dev_mode: DevMode::from_env(),
             durability: Durability::TurnBoundary,
             stream_caps: StreamCaps::default(),
+            chunk_window_ms: DEFAULT_CHUNK_WINDOW_MS,
         }
     }
 }
@@ -104,6 +116,12 @@ impl AgentConfig {
     /// Sets dev mode.
     pub fn with_dev_mode(mut self, dev_mode: DevMode) -> AgentConfig {
         self.dev_mode = dev_mode;
+        self
+    }
+
+    /// Sets the flush window of streamed deltas (0: one event per delta).
+    pub fn with_chunk_window_ms(mut self, window_ms: u64) -> AgentConfig {
+        self.chunk_window_ms = window_ms;
         self
     }
 
@@ -322,6 +340,7 @@ impl AgentLoopBuilder {
             .max()
             .unwrap_or(0);
         let turn_open = repair::needs_repair(events);
+        let call_ids = CallIds::from_log(events);
         let (inject_tx, inject_rx) = mpsc::unbounded_channel();
         AgentLoop {
             core: LoopCore {
@@ -338,6 +357,7 @@ impl AgentLoopBuilder {
             queued: VecDeque::new(),
             last_turn,
             turn_open,
+            call_ids,
         }
     }
 }
@@ -365,6 +385,8 @@ pub struct AgentLoop {
     last_turn: u64,
     /// The log ends inside a turn: repair before anything else is appended.
     turn_open: bool,
+    /// Every tool-call id the session has used: a new call never reuses one.
+    call_ids: CallIds,
 }
 
 impl std::fmt::Debug for AgentLoop {
@@ -378,6 +400,11 @@ impl std::fmt::Debug for AgentLoop {
             .finish_non_exhaustive()
     }
 }
+
+/// The `tool/call` key that keeps the provider's id of a call whose id the
+/// loop replaced: a repeated, reused or missing id gets one unique in the
+/// session before the call runs (`docs/contract-notes.md`, note 14).
+pub const PROVIDER_CALL_ID: &str = "providerCallId";
 
 /// Why a stream stopped.
 enum Stop {
@@ -404,7 +431,10 @@ enum StepResult {
 
 /// A call the model requested.
 struct Call {
+    /// The id the log and every later request use (unique in the session).
     id: String,
+    /// The provider's id, when it was repeated or missing and so replaced.
+    provider_id: Option<String>,
     name: String,
     arguments: String,
 }
@@ -438,6 +468,21 @@ fn error_reason(code: &str, message: String) -> TurnEndReason {
     TurnEndReason::Error { error: ErrorInfo { message, code: code.into() } }
 }
 
+/// How much of invalid arguments the error result quotes back.
+const QUOTED_ARGUMENTS_CHARS: usize = 2_000;
+
+/// The result of a call whose arguments are not a JSON object: the tool is
+/// not run, and the model learns why and what it sent (the request carries
+/// `{}` in its place, see [`wire_arguments`](crate::wire_arguments)).
+fn invalid_arguments(raw: &str, why: &str) -> ToolError {
+    let quoted: String = raw.chars().take(QUOTED_ARGUMENTS_CHARS).collect();
+    let clipped = if quoted.len() < raw.len() { " (clipped)" } else { "" };
+    ToolError::invalid_arguments(format!(
+        "The arguments of this call are invalid: {why}. The tool was not run. \
+         The arguments you sent{clipped}: {quoted}"
+    ))
+}
+
 fn reason_kind(reason: &TurnEndReason) -> &'static str {
     match reason {
         TurnEndReason::Completed => "completed",
@@ -459,6 +504,14 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     total.output_tokens = total.output_tokens.saturating_add(u.output_tokens);
     total.cached_input_tokens = add(total.cached_input_tokens, u.cached_input_tokens);
     total.reasoning_tokens = add(total.reasoning_tokens, u.reasoning_tokens);
+}
+
+/// Waits until `deadline`, or forever when there is none.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn next_item(stream: &mut ChunkStream<'_>) -> Option<Result<StreamItem, ProviderError>> {
@@ -719,6 +772,7 @@ impl AgentLoop {
         let mut assembler = Assembler::default();
         let mut budget = StreamBudget::new(self.core.config.stream_caps);
         let mut chunk_seqs: Vec<u64> = Vec::new();
+        let mut coalescer = Coalescer::new(self.core.config.chunk_window_ms);
         let mut finish: Option<FinishReason> = None;
         let connected = tokio::select! {
             biased;
@@ -728,10 +782,16 @@ impl AgentLoop {
         let stop = match connected {
             Err(stop) => stop,
             Ok(mut stream) => loop {
+                let deadline = coalescer.deadline();
                 let item = tokio::select! {
                     biased;
                     () = cancel.cancelled() => break Stop::Cancelled,
                     item = next_item(&mut stream) => item,
+                    // The provider went quiet past the window's end.
+                    () = sleep_until(deadline) => {
+                        self.flush_chunks(&mut coalescer, turn, step, &mut chunk_seqs)?;
+                        continue;
+                    }
                 };
                 match item {
                     None => break Stop::Done,
@@ -742,10 +802,9 @@ impl AgentLoop {
                             break Stop::Failed(error);
                         }
                         assembler.push(&chunk);
-                        let mut batch = Batch::new(&self.core);
-                        let seq = batch.log(&self.core, AssistantChunk { turn, step, chunk })?;
-                        self.commit(batch)?;
-                        chunk_seqs.push(seq);
+                        if coalescer.push(chunk) {
+                            self.flush_chunks(&mut coalescer, turn, step, &mut chunk_seqs)?;
+                        }
                     }
                     Some(Ok(StreamItem::Finish(reason))) => finish = Some(reason),
                     Some(Err(error)) => break Stop::Failed(error),
@@ -753,13 +812,19 @@ impl AgentLoop {
             },
         };
 
-        let (content, usage) = assembler.finish();
+        self.flush_chunks(&mut coalescer, turn, step, &mut chunk_seqs)?;
+        let (mut content, usage) = assembler.finish();
+        // Before anything runs: every call gets an id unique in the session.
+        let mut provider_ids = self.call_ids.assign(&mut content).into_iter();
         let calls: Vec<Call> = content
             .iter()
             .filter_map(|b| match b {
-                Block::ToolCall { id, name, arguments } => {
-                    Some(Call { id: id.clone(), name: name.clone(), arguments: arguments.clone() })
-                }
+                Block::ToolCall { id, name, arguments } => Some(Call {
+                    id: id.clone(),
+                    provider_id: provider_ids.next().flatten(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                }),
                 _ => None,
             })
             .collect();
@@ -857,7 +922,29 @@ impl AgentLoop {
         Ok(StepResult::Completed { closers, next, summary })
     }
 
-    /// Adds one `tool/call` per call to `batch`; returns their seqs.
+    /// Appends the coalesced chunks of the window (one batch) and records
+    /// their seqs.
+    fn flush_chunks(
+        &mut self,
+        coalescer: &mut Coalescer,
+        turn: u64,
+        step: u64,
+        chunk_seqs: &mut Vec<u64>,
+    ) -> Result<(), LoopError> {
+        let chunks = coalescer.take();
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Batch::new(&self.core);
+        for chunk in chunks {
+            chunk_seqs.push(batch.log(&self.core, AssistantChunk { turn, step, chunk })?);
+        }
+        self.commit(batch)?;
+        Ok(())
+    }
+
+    /// Adds one `tool/call` per call to `batch`; returns their seqs. A call
+    /// whose id the loop replaced keeps the provider's as `providerCallId`.
     fn push_calls(&self, batch: &mut Batch, t: &TurnState, calls: &[Call]) -> Result<Vec<u64>, LoopError> {
         calls
             .iter()
@@ -869,7 +956,12 @@ impl AgentLoop {
                     name: c.name.clone(),
                     arguments: c.arguments.clone(),
                 };
-                batch.log(&self.core, payload)
+                match &c.provider_id {
+                    None => batch.log(&self.core, payload),
+                    Some(provider_id) => {
+                        batch.log_with_key(&self.core, payload, PROVIDER_CALL_ID, provider_id.as_str().into())
+                    }
+                }
             })
             .collect()
     }
@@ -918,9 +1010,11 @@ impl AgentLoop {
         let mut flushed = 0;
         for group in groups(&concurrent) {
             for i in group.clone() {
-                slots[i] = match &tools[i] {
-                    None => Slot::Done(Err(self.unknown_tool(&calls[i].name))),
-                    Some(tool) => {
+                let bad_arguments = arguments_error(&calls[i].arguments);
+                slots[i] = match (&tools[i], bad_arguments) {
+                    (None, _) => Slot::Done(Err(self.unknown_tool(&calls[i].name))),
+                    (Some(_), Some(why)) => Slot::Done(Err(invalid_arguments(&calls[i].arguments, &why))),
+                    (Some(tool), None) => {
                         let mut ctx = ToolContext::new(self.session_id(), calls[i].id.clone());
                         (ctx.turn, ctx.step, ctx.cancel) = (t.turn, t.step, cancel.child_token());
                         tracing::debug!(call_id = %calls[i].id, tool = %calls[i].name, "tool call started");
@@ -977,7 +1071,6 @@ impl AgentLoop {
         slots: &mut [Slot<'_>],
         from: usize,
     ) -> Result<usize, LoopError> {
-        let mut batch = Batch::new(&self.core);
         let mut end = from;
         while end < slots.len() {
             let Slot::Done(_) = &slots[end] else { break };
@@ -985,11 +1078,14 @@ impl AgentLoop {
             if let Err(e) = &outcome {
                 tracing::debug!(call_id = %calls[end].id, code = %e.code, "tool call failed");
             }
+            // One append per result: a result is in the log as soon as it
+            // exists, and a refused append can cost no other call its result.
             let result = self.result_payload(t, &calls[end], outcome);
+            let mut batch = Batch::new(&self.core);
             batch.surface(&self.core, result, SurfaceIntent::append_citing(vec![call_seqs[end]]))?;
+            self.commit(batch)?;
             end += 1;
         }
-        self.commit(batch)?;
         Ok(end)
     }
 
@@ -1002,10 +1098,11 @@ impl AgentLoop {
     ) -> Result<Option<TurnEndReason>, LoopError> {
         for i in 0..self.plugins.len() {
             let from = self.core.next_seq();
-            let plugin = &mut self.plugins[i];
+            let (before, rest) = self.plugins.split_at_mut(i);
+            let Some((plugin, after)) = rest.split_first_mut() else { break };
             let name = plugin.name().to_owned();
             let outcome = {
-                let mut ctx = PluginContext::new(name.clone(), &mut self.core, position);
+                let mut ctx = PluginContext::new(name.clone(), &mut self.core, position, [before, after]);
                 let fut = match hook {
                     Hook::BeforeRequest => plugin.before_request(&mut ctx),
                     Hook::AfterStep(summary) => plugin.after_step(&mut ctx, summary),
@@ -1016,8 +1113,9 @@ impl AgentLoop {
                     r = fut => Some(r),
                 }
             };
+            // The other plugins saw these as they were committed.
             let to = self.core.next_seq();
-            self.notify(from..to);
+            self.notify_one(i, from..to);
             match outcome {
                 None => return Ok(Some(aborted())),
                 Some(Ok(())) => {}
@@ -1047,6 +1145,17 @@ impl AgentLoop {
         let range = self.core.commit(events)?;
         self.notify(range.clone());
         Ok(range)
+    }
+
+    /// Tells plugin `i` about the committed events in `range`.
+    fn notify_one(&mut self, i: usize, range: Range<u64>) {
+        let session = self.core.session.session();
+        let Some(plugin) = self.plugins.get_mut(i) else { return };
+        for seq in range {
+            let Some(event) = session.event(seq) else { continue };
+            tracing::trace!(seq, event_type = %event.event_type(), "appended");
+            plugin.on_event(event, session);
+        }
     }
 
     /// Tells every plugin about the committed events in `range`.

@@ -4,10 +4,12 @@
 //!
 //! # The key decision: log first, then act
 //!
-//! Every streamed chunk is appended as an `assistant/chunk` before the next
-//! one is read; every `tool/call` is appended before the tool runs; every
-//! result is appended before the step ends. So at any instant the log says
-//! what happened up to that point, and a crash (or a dropped future, or a
+//! Streamed deltas are appended as `assistant/chunk` events within one
+//! flush window of arriving (one event per content block per window,
+//! [`AgentConfig::chunk_window_ms`], 50 ms by default); every `tool/call` is
+//! appended before the tool runs; every result is appended alone as soon as
+//! it exists. So at any instant the log says what happened up to that point
+//! (give or take one window of streamed text), and a crash (or a dropped future, or a
 //! failed store) leaves a log that is valid as written and that crash
 //! repair (contract section 5) closes on the next open. The loop never
 //! rewrites: history changes only by appends that pass the surface rules,
@@ -17,7 +19,7 @@
 //!
 //! `turn/start` → `user/message` (with `data.turn`) → per step: `step/start`
 //! → injected `steering/message`/`context/message` → plugin appends →
-//! `assistant/chunk` × n → `assistant/message` citing exactly that step's
+//! `assistant/chunk` × n (coalesced per flush window) → `assistant/message` citing exactly that step's
 //! chunk seqs (`[]` for an empty stream), with the usage of the last usage
 //! chunk → one `tool/call` per requested call → `tool/result` per call in
 //! request order, each citing `[its tool/call seq]` → `step/end` → … →
@@ -115,7 +117,9 @@
 mod agent;
 mod assemble;
 mod caps;
+mod call_ids;
 mod clock;
+mod coalesce;
 mod dev;
 mod error;
 mod exec;
@@ -127,7 +131,10 @@ mod scripted;
 mod state;
 mod tool;
 
-pub use agent::{AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome};
+pub use agent::{
+    AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome, DEFAULT_CHUNK_WINDOW_MS,
+    PROVIDER_CALL_ID,
+};
 pub use caps::{StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES};
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use dev::DevMode;
@@ -135,8 +142,8 @@ pub use error::LoopError;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
 pub use plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
 pub use provider::{
-    complete, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest, Provider, ProviderError,
-    SharedError, StreamItem, ToolSpec,
+    complete, wire_arguments, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest, Provider,
+    ProviderError, SharedError, StreamItem, ToolSpec,
 };
 pub use scripted::{ScriptedProvider, ScriptedResponse, SCRIPT_EXHAUSTED};
 /// Re-exported: the token that cancels a turn ([`TurnInput::with_cancel`]).

@@ -11,8 +11,11 @@
 //! * [`Plugin::after_step`] runs after the `step/end` of a step whose
 //!   response completed (not after a step cut by cancellation or an error).
 //! * [`Plugin::on_event`] sees every event the loop commits, in seq order,
-//!   including the plugins' own (delivered when the hook that appended them
-//!   returns) and the repair closers appended on open.
+//!   including the plugins' own and the repair closers appended on open.
+//!   An event a hook appends reaches the other plugins as soon as it is
+//!   committed (so a progress display shows a `compaction/start` while the
+//!   summary is still being written) and the appending plugin itself when
+//!   its hook returns.
 //!
 //! # What a plugin may append
 //!
@@ -90,6 +93,15 @@ impl PluginError {
         PluginError::Failed { code: code.into(), message: message.into() }
     }
 
+    /// What happened, without the code (which [`code`](Self::code) gives):
+    /// the text to store next to the code, so it is not repeated.
+    pub fn message(&self) -> String {
+        match self {
+            PluginError::Failed { message, .. } => message.clone(),
+            PluginError::Loop(e) => e.to_string(),
+        }
+    }
+
     /// The stable code.
     pub fn code(&self) -> &str {
         match self {
@@ -155,11 +167,32 @@ pub struct PluginContext<'s> {
     plugin: String,
     core: &'s mut LoopCore,
     position: TurnPosition,
+    /// The other plugins: they see each append as soon as it is committed
+    /// (a `compaction/start` while the summary is still being written).
+    others: [&'s mut [Box<dyn Plugin>]; 2],
 }
 
 impl<'s> PluginContext<'s> {
-    pub(crate) fn new(plugin: String, core: &'s mut LoopCore, position: TurnPosition) -> PluginContext<'s> {
-        PluginContext { plugin, core, position }
+    pub(crate) fn new(
+        plugin: String,
+        core: &'s mut LoopCore,
+        position: TurnPosition,
+        others: [&'s mut [Box<dyn Plugin>]; 2],
+    ) -> PluginContext<'s> {
+        PluginContext { plugin, core, position, others }
+    }
+
+    /// Commits `batch` and shows its events to the other plugins.
+    fn commit(&mut self, batch: Batch) -> Result<u64, LoopError> {
+        let range = self.core.commit(batch.into_events())?;
+        let session = self.core.session.session();
+        for seq in range.clone() {
+            let Some(event) = session.event(seq) else { continue };
+            for plugin in self.others.iter_mut().flat_map(|o| o.iter_mut()) {
+                plugin.on_event(event, session);
+            }
+        }
+        Ok(range.start)
     }
 
     /// The name of the plugin this context was made for.
@@ -212,7 +245,7 @@ impl<'s> PluginContext<'s> {
     ) -> Result<u64, LoopError> {
         let mut batch = Batch::new(self.core);
         batch.log(self.core, PluginEvent { event_type: event_type.into(), data })?;
-        Ok(self.core.commit(batch.into_events())?.start)
+        self.commit(batch)
     }
 
     /// Appends a surface event: a message appended or replacing a surface
@@ -238,7 +271,7 @@ impl<'s> PluginContext<'s> {
         }
         let mut batch = Batch::new(self.core);
         batch.surface(self.core, payload, intent)?;
-        Ok(self.core.commit(batch.into_events())?.start)
+        self.commit(batch)
     }
 }
 

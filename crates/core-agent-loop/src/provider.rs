@@ -3,9 +3,9 @@
 //!
 //! A provider streams the contract's `StreamChunk`s (text, reasoning and
 //! tool-call deltas, usage) and, optionally, a [`FinishReason`]. The loop
-//! logs every chunk as an `assistant/chunk` event before it looks at the
-//! next one, so whatever the user saw streamed is in the log, whatever
-//! happens later.
+//! logs the deltas as `assistant/chunk` events, merged per content block
+//! and flush window (at most one window late), so whatever the user saw
+//! streamed is in the log, whatever happens later.
 //!
 //! The trait is object-safe: its async method returns a boxed future, and
 //! the stream is a boxed [`futures_core::Stream`].
@@ -99,6 +99,76 @@ impl ToolSpec {
     }
 }
 
+/// What a request carries for a tool call's arguments: `raw` itself when it
+/// is a JSON object, else `{}`.
+///
+/// The log keeps the raw string the model produced (contract section 1.2),
+/// broken JSON included; a provider that validates history refuses a
+/// request that repeats it, every turn after, and a summary request too.
+/// So what goes on the wire is always a JSON object, and the call's
+/// `tool/result` says the arguments were invalid (the loop runs no tool
+/// with them). The one place this rule lives: [`ModelRequest::new`] applies
+/// it, and provider crates call it when they write the wire format. See
+/// `docs/contract-notes.md`, note 15.
+///
+/// ```
+/// use palimpsest_core_agent_loop::wire_arguments;
+///
+/// assert_eq!(wire_arguments(r#"{"path": "a.txt"}"#), r#"{"path": "a.txt"}"#);
+/// assert_eq!(wire_arguments(r#"{"path": "a.t"#), "{}");
+/// assert_eq!(wire_arguments(""), "{}");
+/// assert_eq!(wire_arguments("[1, 2]"), "{}");
+/// ```
+pub fn wire_arguments(raw: &str) -> &str {
+    if arguments_error(raw).is_none() && !raw.trim().is_empty() {
+        raw
+    } else {
+        "{}"
+    }
+}
+
+/// Why `raw` is not acceptable tool-call arguments, or `None` when it is a
+/// JSON object or blank (a call without arguments, which some models send
+/// as an empty string; it goes on the wire as `{}`).
+pub(crate) fn arguments_error(raw: &str) -> Option<String> {
+    if raw.trim().is_empty() {
+        return None;
+    }
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(_)) => None,
+        Ok(other) => {
+            let kind = match other {
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::Bool(_) => "a boolean",
+                _ => "null",
+            };
+            Some(format!("they are {kind}, not a JSON object"))
+        }
+        Err(e) => Some(format!("they are not JSON: {e}")),
+    }
+}
+
+/// `messages` with every tool-call block's arguments as [`wire_arguments`]
+/// says; a message that needs no change is moved, not copied.
+fn wire_messages(messages: Vec<Message>) -> Vec<Message> {
+    messages
+        .into_iter()
+        .map(|mut m| {
+            for block in &mut m.content {
+                if let Block::ToolCall { arguments, .. } = block {
+                    let wire = wire_arguments(arguments);
+                    if wire != arguments.as_str() {
+                        *arguments = wire.to_owned();
+                    }
+                }
+            }
+            m
+        })
+        .collect()
+}
+
 /// What the loop asks the model: the system prompt, the model, the derived
 /// history and the tools it may call.
 ///
@@ -122,9 +192,17 @@ pub struct ModelRequest {
 }
 
 impl ModelRequest {
-    /// A request with these messages and nothing else.
+    /// A request with these messages and nothing else. Tool-call arguments
+    /// that are not a JSON object are replaced by `{}` ([`wire_arguments`]):
+    /// what a request carries is always well-formed for the provider.
     pub fn new(messages: Vec<Message>) -> ModelRequest {
-        ModelRequest { system: None, model: None, messages, tools: Vec::new(), max_output_tokens: None }
+        ModelRequest {
+            system: None,
+            model: None,
+            messages: wire_messages(messages),
+            tools: Vec::new(),
+            max_output_tokens: None,
+        }
     }
 
     /// Sets the system prompt.

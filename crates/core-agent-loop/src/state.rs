@@ -65,16 +65,16 @@ impl LoopCore {
     pub(crate) fn request(&self) -> ModelRequest {
         let session = self.session.session();
         let settings = session.settings();
-        ModelRequest {
-            system: settings.system_prompt.or_else(|| self.config.system_prompt.clone()),
-            model: settings.model,
-            messages: session.derive_messages().into_iter().map(|d| d.message).collect(),
-            tools: match &settings.tools {
-                Some(offered) => offered.iter().map(ToolSpec::from_offered).collect(),
-                None => self.tools.specs(),
-            },
-            max_output_tokens: self.config.max_output_tokens,
-        }
+        let messages = session.derive_messages().into_iter().map(|d| d.message).collect();
+        let tools = match &settings.tools {
+            Some(offered) => offered.iter().map(ToolSpec::from_offered).collect(),
+            None => self.tools.specs(),
+        };
+        let mut request = ModelRequest::new(messages).with_tools(tools);
+        request.system = settings.system_prompt.or_else(|| self.config.system_prompt.clone());
+        request.model = settings.model;
+        request.max_output_tokens = self.config.max_output_tokens;
+        request
     }
 }
 
@@ -104,6 +104,25 @@ impl Batch {
     /// Adds a log-only event; returns the seq it will have.
     pub(crate) fn log(&mut self, core: &LoopCore, payload: impl Into<LogPayload>) -> Result<u64, LoopError> {
         let event = Event::log(self.next, core.clock.now_ms(), payload);
+        self.push(core, event)
+    }
+
+    /// Adds a log-only event whose `data` is `payload` plus one more key
+    /// (kept verbatim: the contract keeps unknown keys of core payloads).
+    pub(crate) fn log_with_key(
+        &mut self,
+        core: &LoopCore,
+        payload: impl Into<LogPayload>,
+        key: &str,
+        value: serde_json::Value,
+    ) -> Result<u64, LoopError> {
+        let event = Event::log(self.next, core.clock.now_ms(), payload).and_then(|plain| {
+            // The typed payload's keys, in their order, then the new one.
+            let body = plain.data().trim_end().strip_suffix('}').unwrap_or("{");
+            let comma = if body.trim_end().ends_with('{') { "" } else { "," };
+            let data = format!("{body}{comma}{}:{value}}}", serde_json::Value::from(key));
+            Event::from_parts(plain.seq(), plain.time(), plain.event_type().as_str(), data, None, None)
+        });
         self.push(core, event)
     }
 

@@ -19,9 +19,11 @@
 //! * an assistant message becomes an `assistant` message: its text blocks
 //!   concatenated as `content` (`null` when it has none but has tool
 //!   calls), its `tool-call` blocks as `tool_calls`
-//!   (`{"id","type":"function","function":{"name","arguments"}}`; an empty
-//!   argument string is sent as `{}`, which servers that parse arguments
-//!   accept);
+//!   (`{"id","type":"function","function":{"name","arguments"}}`); arguments
+//!   that are not a JSON object (empty, or broken JSON the model produced
+//!   and the log keeps verbatim) are sent as `{}`, which servers that
+//!   validate history accept ([`wire_arguments`]; the call's result already
+//!   told the model its arguments were invalid);
 //! * `reasoning` blocks are dropped: servers that stream reasoning refuse
 //!   it back (DeepSeek) or ignore it. Images in an assistant message, and
 //!   tool calls in a user message, have no place in the format and are
@@ -32,7 +34,7 @@
 //! output-token limit under the configured key, and last the configured
 //! `extra_body` fields.
 
-use palimpsest_core_agent_loop::{ModelRequest, ToolSpec};
+use palimpsest_core_agent_loop::{wire_arguments, ModelRequest, ToolSpec};
 use palimpsest_core_session::payload::{Block, Message, Role};
 use serde_json::{json, Map, Value};
 
@@ -189,7 +191,7 @@ fn assistant_message(message: &Message) -> Value {
                 has_text = true;
             }
             Block::ToolCall { id, name, arguments } => {
-                let arguments = if arguments.trim().is_empty() { "{}" } else { arguments.as_str() };
+                let arguments = wire_arguments(arguments);
                 calls.push(json!({
                     "id": id,
                     "type": "function",
@@ -291,6 +293,31 @@ mod tests {
         assert_eq!(body["model"], "configured");
         let body = request_body(&config, &ModelRequest::new(vec![]).with_model("from-settings"));
         assert_eq!(body["model"], "from-settings");
+    }
+
+    #[test]
+    fn arguments_that_are_not_a_json_object_go_on_the_wire_as_an_empty_object() {
+        // Built field by field, past `ModelRequest::new`, as a caller could:
+        // the body is well-formed whatever the request holds.
+        let mut request = ModelRequest::new(vec![]);
+        request.messages.push(msg(
+            "a1",
+            Role::Assistant,
+            vec![
+                call("c1", "read", "{\"path\": \"a.t"),
+                call("c2", "read", "[1]"),
+                call("c3", "read", " "),
+                call("c4", "read", "{\"path\": \"b\"}"),
+            ],
+        ));
+        let body = request_body(&OpenAiConfig::new("http://h/v1", "m"), &request);
+        let sent: Vec<&str> = body["messages"][0]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["function"]["arguments"].as_str())
+            .collect();
+        assert_eq!(sent, ["{}", "{}", "{}", "{\"path\": \"b\"}"]);
     }
 
     #[test]

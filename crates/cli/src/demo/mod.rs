@@ -95,7 +95,9 @@ fn builder(
         .clock(clock)
         .ids(ids)
         .settings(settings)
-        .config(AgentConfig::default())
+        // One event per delta: the paced demo's log must not depend on how
+        // fast the machine runs it.
+        .config(AgentConfig::default().with_chunk_window_ms(0))
         .tools(tools)
         .plugin(ToolResultPruning { keep_recent: 1, min_chars: 600 })
         .plugin(

@@ -6,10 +6,10 @@
 //! over a channel because `on_event` runs inline on the loop's task and
 //! must stay cheap; the driver prints.
 
-use crate::output::{first_text, one_line};
+use crate::output::{first_text, one_line, ERROR_CHARS};
 use std::collections::HashMap;
 
-use palimpsest_core_agent_loop::plugins::{COMPACTION_END, COMPACTION_START};
+use palimpsest_core_agent_loop::plugins::{COMPACTION_END, COMPACTION_OVER_BUDGET, COMPACTION_START};
 use palimpsest_core_agent_loop::Plugin;
 use palimpsest_core_session::payload::{AssistantChunk, StreamChunk, ToolCall, ToolResult, UserMessage};
 use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
@@ -76,7 +76,9 @@ impl EchoPlugin {
                     (Some(SurfaceOp::Replace { start, .. }), _) => {
                         format!("  ✂ pruned the old result of {name} (seq {start}, now a stub at seq {seq})")
                     }
-                    (_, Some(error)) => format!("  ✗ {name}: {} [{}]", one_line(&text, 80), error.code),
+                    (_, Some(error)) => {
+                        format!("  ✗ {name}: {} [{}]", one_line(&text, ERROR_CHARS), error.code)
+                    }
                     (_, None) => {
                         format!("  ← {name}: {} chars: {}", text.chars().count(), one_line(&text, 60))
                     }
@@ -95,8 +97,26 @@ impl EchoPlugin {
             }
             EventType::Plugin(name) if &**name == COMPACTION_END => {
                 let data = event.data_as::<Value>().ok()?;
-                let message = data.get("error")?.get("message").and_then(Value::as_str)?;
-                format!("  ⧉ compaction abandoned, the history stays as it is: {}", one_line(message, 100))
+                let error = data.get("error")?;
+                let message = error.get("message").and_then(Value::as_str)?;
+                let code = error.get("code").and_then(Value::as_str).unwrap_or_default();
+                format!(
+                    "  ⧉ compaction abandoned, the history stays as it is [{code}]: {}",
+                    one_line(message, ERROR_CHARS)
+                )
+            }
+            EventType::Plugin(name) if &**name == COMPACTION_OVER_BUDGET => {
+                let data = event.data_as::<Value>().ok()?;
+                let number = |key: &str| data.get(key).and_then(Value::as_u64).unwrap_or(0);
+                let why = match data.get("reason").and_then(Value::as_str) {
+                    Some("backing-off") => "compaction is backing off after a failure",
+                    _ => "nothing can be compacted",
+                };
+                format!(
+                    "  ⚠ this request is over the context budget (about {} of {} tokens): {why}",
+                    number("estimatedTokens"),
+                    number("budgetTokens")
+                )
             }
             _ => return None,
         };

@@ -97,6 +97,10 @@ pub(crate) struct RunArgs {
     /// Compact the history when a request is estimated above this many tokens [default: 100000].
     #[arg(long, value_name = "TOKENS")]
     pub(crate) context_budget: Option<u64>,
+    /// Streamed deltas are written to the log at most once per this many
+    /// milliseconds per content block (0: every delta as it arrives).
+    #[arg(long, value_name = "MS", default_value_t = palimpsest_core_agent_loop::DEFAULT_CHUNK_WINDOW_MS)]
+    pub(crate) chunk_window_ms: u64,
     /// One turn with this prompt; without it, an interactive prompt on stdin.
     #[arg(value_name = "PROMPT")]
     pub(crate) prompt: Option<String>,
@@ -261,6 +265,7 @@ async fn run_async(
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
 
+    let config = AgentConfig::default().with_chunk_window_ms(args.chunk_window_ms);
     // The tools directory, absolute, so the log names it wherever the
     // session is resumed from; one that is gone is dropped with a warning.
     let tools_dir = match &resolved.tools_dir {
@@ -283,7 +288,7 @@ async fn run_async(
     let settings = settings_of(&resolved, &tools, tools_dir.as_deref());
     let builder = AgentLoop::builder(Arc::clone(&provider))
         .settings(settings)
-        .config(AgentConfig::default())
+        .config(config)
         .tools(tools)
         .plugin(ToolResultPruning::default())
         .plugin(Compaction::new(CompactionConfig {

@@ -23,13 +23,31 @@ use palimpsest_core_session::{EventType, Session};
 use serde_json::json;
 
 use crate::plugin::{Plugin, PluginContext, PluginError};
-use crate::provider::{complete, BoxFuture, ModelRequest, Provider};
+use crate::provider::{complete, BoxFuture, FinishReason, ModelRequest, Provider};
 
 /// Type of the event that opens a compaction.
 pub const COMPACTION_START: &str = "compaction/start";
 /// Type of the event that closes a compaction.
 pub const COMPACTION_END: &str = "compaction/end";
+/// Type of the event written, once per turn, when a request over the
+/// budget goes out uncompacted (nothing to compact, or backing off).
+pub const COMPACTION_OVER_BUDGET: &str = "compaction/over-budget";
 const PLUGIN: &str = "compaction";
+
+/// The summarizer's model failed.
+pub const SUMMARY_FAILED: &str = "SUMMARY_FAILED";
+/// The summarizer's model answered with no text.
+pub const SUMMARY_EMPTY: &str = "SUMMARY_EMPTY";
+/// The summary ended with the output-token limit (`finish_reason: length`).
+pub const SUMMARY_TRUNCATED: &str = "SUMMARY_TRUNCATED";
+/// The summary is not smaller than what it would replace, or alone takes
+/// more than the allowed share of the budget.
+pub const SUMMARY_TOO_LARGE: &str = "SUMMARY_TOO_LARGE";
+
+/// The default largest share of the budget one summary may take, in percent.
+pub const DEFAULT_MAX_SUMMARY_PERCENT: u64 = 50;
+/// The longest back-off after failed compactions, in turns.
+const MAX_BACKOFF_TURNS: u64 = 32;
 
 /// Estimates the size of a request in tokens.
 pub trait TokenEstimator: Send + Sync {
@@ -99,12 +117,22 @@ impl Summarizer for ProviderSummarizer {
             });
             let request = ModelRequest::new(messages).with_system(self.prompt.clone());
             let completion = complete(provider, request).await.map_err(|e| {
-                PluginError::failed("SUMMARY_FAILED", format!("the summarizer's model failed: {e}"))
+                PluginError::failed(SUMMARY_FAILED, format!("the summarizer's model failed: {e}"))
             })?;
             let text = completion.text();
+            if completion.finish == Some(FinishReason::MaxTokens) {
+                return Err(PluginError::failed(
+                    SUMMARY_TRUNCATED,
+                    format!(
+                        "the summary was cut off by the output-token limit after {} characters; \
+                         a cut-off summary is not a summary",
+                        text.chars().count()
+                    ),
+                ));
+            }
             if text.trim().is_empty() {
                 return Err(PluginError::failed(
-                    "SUMMARY_EMPTY",
+                    SUMMARY_EMPTY,
                     "the summarizer's model answered with no text",
                 ));
             }
@@ -168,6 +196,15 @@ pub struct Compaction {
     config: CompactionConfig,
     estimator: Box<dyn TokenEstimator>,
     summarizer: Box<dyn Summarizer>,
+    max_summary_percent: u64,
+    /// Whether summaries are held to the size limits.
+    size_limits: bool,
+    /// Failed attempts since the last success.
+    failures: u32,
+    /// No attempt before this turn (back-off after a failure).
+    retry_turn: u64,
+    /// The last turn an over-budget request was reported in.
+    reported_turn: u64,
 }
 
 impl std::fmt::Debug for Compaction {
@@ -183,7 +220,28 @@ impl Compaction {
             config,
             estimator: Box::new(CharsOver4),
             summarizer: Box::new(ProviderSummarizer::default()),
+            max_summary_percent: DEFAULT_MAX_SUMMARY_PERCENT,
+            size_limits: true,
+            failures: 0,
+            retry_turn: 0,
+            reported_turn: 0,
         }
+    }
+
+    /// Refuses a summary whose estimate alone exceeds `percent` of the
+    /// budget (default [`DEFAULT_MAX_SUMMARY_PERCENT`]).
+    pub fn with_max_summary_percent(mut self, percent: u64) -> Compaction {
+        self.max_summary_percent = percent;
+        self
+    }
+
+    /// Whether a summary must be smaller than what it replaces and within
+    /// the budget share (default `true`). Turn it off only for stand-in
+    /// summarizers, like [`FixedSummarizer`] over a toy history, whose
+    /// summaries are not meant to compress.
+    pub fn with_size_limits(mut self, on: bool) -> Compaction {
+        self.size_limits = on;
+        self
     }
 
     /// Uses another estimator.
@@ -198,23 +256,23 @@ impl Compaction {
         self
     }
 
-    async fn run(&self, ctx: &mut PluginContext<'_>) -> Result<(), PluginError> {
+    async fn run(&mut self, ctx: &mut PluginContext<'_>) -> Result<(), PluginError> {
         let estimate = self.estimator.estimate(&ctx.request());
-        if estimate <= self.config.budget_tokens {
+        let budget = self.config.budget_tokens;
+        if estimate <= budget {
             return Ok(());
         }
+        let turn = ctx.position().turn;
+        if turn < self.retry_turn {
+            return self.report_over_budget(ctx, estimate, "backing-off");
+        }
         let Some(plan) = plan_compaction(ctx.session(), self.config.keep_recent) else {
-            tracing::debug!(
-                estimate,
-                budget = self.config.budget_tokens,
-                "over budget, but nothing to compact"
-            );
-            return Ok(());
+            return self.report_over_budget(ctx, estimate, "nothing-to-compact");
         };
         let mut start_data = json!({
             "reason": "budget",
             "estimatedTokens": estimate,
-            "budgetTokens": self.config.budget_tokens,
+            "budgetTokens": budget,
             "range": {"start": plan.start, "end": plan.end, "entries": plan.shadowed.len()},
         });
         if let Some(unfinished) = unfinished_compaction(ctx.session()) {
@@ -229,24 +287,93 @@ impl Compaction {
             .filter(|m| plan.shadowed.contains(&m.seq))
             .map(|m| m.message)
             .collect();
+        let replaced_tokens = self.estimator.estimate(&ModelRequest::new(messages.clone()));
         let summary = match self.summarizer.summarize(ctx.provider(), messages).await {
-            Ok(text) => text,
+            Ok(text) => self.check_summary(ctx, text, replaced_tokens),
+            Err(e) => Err(e),
+        };
+        let summary = match summary {
+            Ok(message) => message,
             Err(e) => {
-                tracing::warn!(error = %e, "compaction abandoned: the summarizer failed");
-                let end = json!({"startSeq": start, "error": {"code": e.code(), "message": e.to_string()}});
+                self.failures = self.failures.saturating_add(1);
+                let backoff = (1u64 << self.failures.saturating_sub(1).min(5)).min(MAX_BACKOFF_TURNS);
+                self.retry_turn = turn.saturating_add(backoff);
+                tracing::warn!(
+                    code = e.code(),
+                    error = %e.message(),
+                    retry_turn = self.retry_turn,
+                    "compaction abandoned; backing off"
+                );
+                let end = json!({
+                    "startSeq": start,
+                    "error": {"code": e.code(), "message": e.message()},
+                    "retryTurn": self.retry_turn,
+                });
                 ctx.append_event(COMPACTION_END, end)?;
                 return Ok(());
             }
         };
+        let seq = ctx.append_message(UserMessage { turn: None, message: summary }, plan.intent(&[start]))?;
+        ctx.append_event(COMPACTION_END, json!({"startSeq": start, "summarySeq": seq}))?;
+        (self.failures, self.retry_turn) = (0, 0);
+        tracing::info!(summary = seq, shadowed = plan.shadowed.len(), estimate, "compacted the history");
+        Ok(())
+    }
+
+    /// The summary message, or why it is refused: not smaller than what it
+    /// replaces, or alone over the allowed share of the budget.
+    fn check_summary(
+        &self,
+        ctx: &PluginContext<'_>,
+        text: String,
+        replaced_tokens: u64,
+    ) -> Result<Message, PluginError> {
         let message = Message {
             id: ctx.new_message_id(),
             role: Role::User,
-            content: vec![Block::text(summary)],
+            content: vec![Block::text(text)],
             source: Source::Plugin { plugin: PLUGIN.into() },
         };
-        let seq = ctx.append_message(UserMessage { turn: None, message }, plan.intent(&[start]))?;
-        ctx.append_event(COMPACTION_END, json!({"startSeq": start, "summarySeq": seq}))?;
-        tracing::info!(summary = seq, shadowed = plan.shadowed.len(), estimate, "compacted the history");
+        let tokens = self.estimator.estimate(&ModelRequest::new(vec![message.clone()]));
+        let share = self.config.budget_tokens.saturating_mul(self.max_summary_percent) / 100;
+        if self.size_limits && (tokens >= replaced_tokens || tokens > share) {
+            return Err(PluginError::failed(
+                SUMMARY_TOO_LARGE,
+                format!(
+                    "the summary is about {tokens} tokens, for {replaced_tokens} tokens of history; a summary \
+                     must be smaller than what it replaces and at most {}% of the {}-token budget ({share})",
+                    self.max_summary_percent, self.config.budget_tokens
+                ),
+            ));
+        }
+        Ok(message)
+    }
+
+    /// A request over the budget goes out uncompacted: says so once per
+    /// turn, as a `compaction/over-budget` event and a warning.
+    fn report_over_budget(
+        &mut self,
+        ctx: &mut PluginContext<'_>,
+        estimate: u64,
+        reason: &str,
+    ) -> Result<(), PluginError> {
+        let turn = ctx.position().turn;
+        if self.reported_turn == turn {
+            return Ok(());
+        }
+        self.reported_turn = turn;
+        let budget = self.config.budget_tokens;
+        tracing::warn!(
+            estimate,
+            budget,
+            reason,
+            "the request is over the token budget and goes out uncompacted"
+        );
+        let mut data = json!({"reason": reason, "estimatedTokens": estimate, "budgetTokens": budget});
+        if reason == "backing-off" {
+            data["retryTurn"] = json!(self.retry_turn);
+        }
+        ctx.append_event(COMPACTION_OVER_BUDGET, data)?;
         Ok(())
     }
 }

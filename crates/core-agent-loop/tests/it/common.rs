@@ -33,7 +33,14 @@ pub(crate) fn resumed_builder(
     AgentLoop::builder(provider)
         .clock(Arc::new(ManualClock::new(start).with_tick(1)))
         .ids(Arc::new(SequentialIds::new(id_prefix)))
-        .config(AgentConfig::default().with_system_prompt("You are a test agent.").with_dev_mode(DevMode::On))
+        .config(
+            // One event per delta: the scenarios pin chunk-level provenance;
+            // coalescing has its own tests (`coalescing.rs`).
+            AgentConfig::default()
+                .with_system_prompt("You are a test agent.")
+                .with_dev_mode(DevMode::On)
+                .with_chunk_window_ms(0),
+        )
         .tools(tools())
 }
 

@@ -12,6 +12,11 @@ use tokio::sync::Barrier;
 
 use crate::common::*;
 
+/// The `n` of arguments `{"n": 1}`, as text.
+fn n_of(args: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(args).map(|v| v["n"].to_string()).unwrap_or_default()
+}
+
 #[tokio::test]
 async fn concurrent_tools_overlap_and_exclusive_tools_run_alone() {
     // `meet` calls only finish when two of them wait on the barrier at once:
@@ -26,6 +31,7 @@ async fn concurrent_tools_overlap_and_exclusive_tools_run_alone() {
             serde_json::json!({}),
             move |args: String, _c: ToolContext| {
                 let (barrier, log) = (barrier.clone(), log.clone());
+                let args = n_of(&args);
                 async move {
                     lock(&log).push(format!("start {args}"));
                     barrier.wait().await;
@@ -41,6 +47,7 @@ async fn concurrent_tools_overlap_and_exclusive_tools_run_alone() {
         let log = log.clone();
         FnTool::new("solo", "Runs alone.", serde_json::json!({}), move |args: String, _c: ToolContext| {
             let log = log.clone();
+            let args = n_of(&args);
             async move {
                 lock(&log).push(format!("start {args}"));
                 tokio::task::yield_now().await;
@@ -51,11 +58,11 @@ async fn concurrent_tools_overlap_and_exclusive_tools_run_alone() {
     };
     let provider = Arc::new(ScriptedProvider::new([
         ScriptedResponse::new()
-            .tool_call(0, "c1", "meet", &["1"])
-            .tool_call(1, "c2", "meet", &["2"])
-            .tool_call(2, "c3", "solo", &["3"])
-            .tool_call(3, "c4", "meet", &["4"])
-            .tool_call(4, "c5", "meet", &["5"]),
+            .tool_call(0, "c1", "meet", &[r#"{"n":1}"#])
+            .tool_call(1, "c2", "meet", &[r#"{"n":2}"#])
+            .tool_call(2, "c3", "solo", &[r#"{"n":3}"#])
+            .tool_call(3, "c4", "meet", &[r#"{"n":4}"#])
+            .tool_call(4, "c5", "meet", &[r#"{"n":5}"#]),
         ScriptedResponse::reply("All met."),
     ]));
     let backend = Backend::new(Kind::Memory);

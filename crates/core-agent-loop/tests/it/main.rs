@@ -3,9 +3,11 @@
 //! (full log and derived history) once, the same bytes for every store.
 
 mod caps;
+mod coalescing;
 mod common;
 mod concurrency;
 mod failures;
+mod misbehave;
 mod plugins;
 mod resume;
 mod rewrite_plugins;

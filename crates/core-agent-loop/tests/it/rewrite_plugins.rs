@@ -64,7 +64,8 @@ async fn compaction_repeats_from_the_previous_summary_and_pruning_stubs_old_resu
             .plugin(ToolResultPruning { keep_recent: 1, min_chars: 10 })
             .plugin(
                 Compaction::new(CompactionConfig { budget_tokens: 40, keep_recent: 3 })
-                    .with_summarizer(FixedSummarizer),
+                    .with_summarizer(FixedSummarizer)
+                    .with_size_limits(false),
             )
             .create(backend.store(), SID)
             .expect("create");
@@ -148,7 +149,8 @@ async fn an_unfinished_compaction_is_recognised_and_not_repeated() {
     let (mut agent, _) = resumed_builder(&provider, T0 + 10_000, "r")
         .plugin(
             Compaction::new(CompactionConfig { budget_tokens: 40, keep_recent: 3 })
-                .with_summarizer(FixedSummarizer),
+                .with_summarizer(FixedSummarizer)
+                .with_size_limits(false),
         )
         .open(backend.store(), SID)
         .expect("open");
@@ -226,4 +228,151 @@ async fn the_default_summarizer_asks_the_sessions_own_model() {
         .into_iter()
         .find(|r| r.system.as_deref().is_some_and(|p| p.starts_with("Summarize")));
     assert!(asked.is_some(), "the summarizer never asked the provider");
+}
+
+/// The `compaction/end` events' error codes and retry turns, in order.
+fn compaction_errors(s: &Session) -> Vec<(String, Option<u64>)> {
+    plugin_events(s, "compaction/end")
+        .filter_map(|e| {
+            let data: serde_json::Value = serde_json::from_str(e.data()).ok()?;
+            let code = data.get("error")?.get("code")?.as_str()?.to_owned();
+            Some((code, data.get("retryTurn").and_then(serde_json::Value::as_u64)))
+        })
+        .collect()
+}
+
+/// A provider that answers every summary request with `summary` and
+/// everything else with a long reply, so each turn is over the budget.
+fn summarizing_provider(summary: ScriptedResponse) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::from_fn(move |request| {
+        if request.system.as_deref().is_some_and(|p| p.starts_with("Summarize")) {
+            summary.clone()
+        } else {
+            ScriptedResponse::reply(
+                "A long answer that keeps the history well over the tiny budget of this test.",
+            )
+        }
+    }))
+}
+
+/// Issue 21, item 2: a summary cut off by the output-token limit is not a
+/// summary, and a failing compaction backs off instead of retrying (over a
+/// larger range) every turn.
+#[tokio::test]
+async fn a_cut_off_summary_is_refused_and_failures_back_off() {
+    let cut = ScriptedResponse::new()
+        .text(0, "The user asked")
+        .finish(palimpsest_core_agent_loop::FinishReason::MaxTokens);
+    let provider = summarizing_provider(cut);
+    let backend = Backend::new(Kind::Memory);
+    let mut agent = builder(&provider)
+        .plugin(Compaction::new(CompactionConfig { budget_tokens: 10, keep_recent: 1 }))
+        .create(backend.store(), SID)
+        .expect("create");
+    for i in 0..8 {
+        let outcome =
+            agent.run_turn(TurnInput::text(format!("Question {i}, long enough?"))).await.expect("turn");
+        assert_eq!(outcome.reason, TurnEndReason::Completed);
+    }
+    let s = reload(&backend.store());
+    assert!(summaries(&s).is_empty(), "a cut-off summary replaced history");
+    // Attempts in turns 2, 3, 5 (back-off 1, 2, 4 turns): not one per turn.
+    let errors = compaction_errors(&s);
+    assert_eq!(
+        errors,
+        [
+            ("SUMMARY_TRUNCATED".to_owned(), Some(3)),
+            ("SUMMARY_TRUNCATED".to_owned(), Some(5)),
+            ("SUMMARY_TRUNCATED".to_owned(), Some(9))
+        ]
+    );
+    // The stored message does not repeat its code.
+    let end = plugin_events(&s, "compaction/end").next().expect("an end");
+    assert!(!end.data().contains("SUMMARY_TRUNCATED: "), "{}", end.data());
+    // The turns sent over budget while backing off say so, once per turn.
+    let over: Vec<String> = plugin_events(&s, "compaction/over-budget")
+        .map(|e| serde_json::from_str::<serde_json::Value>(e.data()).expect("json")["reason"].to_string())
+        .collect();
+    // Turn 1 has too little history to compact; turns 4, 6, 7, 8 back off.
+    assert_eq!(over.len(), 5, "{over:?}");
+    assert_eq!(over[0], "\"nothing-to-compact\"");
+    assert!(over[1..].iter().all(|r| r == "\"backing-off\""), "{over:?}");
+}
+
+/// Issue 21, item 2: a summary larger than what it replaces is refused.
+#[tokio::test]
+async fn a_summary_larger_than_the_history_is_refused() {
+    let huge = "word ".repeat(2_000);
+    let provider = summarizing_provider(ScriptedResponse::reply(&huge));
+    let backend = Backend::new(Kind::Memory);
+    let mut agent = builder(&provider)
+        .plugin(Compaction::new(CompactionConfig { budget_tokens: 20, keep_recent: 1 }))
+        .create(backend.store(), SID)
+        .expect("create");
+    for i in 0..2 {
+        agent.run_turn(TurnInput::text(format!("Question {i}, long enough?"))).await.expect("turn");
+    }
+    let s = reload(&backend.store());
+    assert!(summaries(&s).is_empty(), "a summary larger than the history replaced it");
+    assert_eq!(compaction_errors(&s), [("SUMMARY_TOO_LARGE".to_owned(), Some(3))]);
+}
+
+/// Issue 21, item 2: over budget with nothing to compact, the request goes
+/// out with one `compaction/over-budget` event per turn naming the estimate
+/// and the budget; other plugins see `compaction/start` before the summary
+/// request is sent.
+#[tokio::test]
+async fn over_budget_is_reported_once_per_turn_and_compaction_start_is_seen_at_once() {
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedResponse::new().tool_call(0, "c1", "read", &[r#"{"path": "a"}"#]),
+        ScriptedResponse::reply("Done reading, and this answer is long enough."),
+    ]));
+    let backend = Backend::new(Kind::Memory);
+    let mut agent = builder(&provider)
+        .plugin(Compaction::new(CompactionConfig { budget_tokens: 1, keep_recent: 100 }))
+        .create(backend.store(), SID)
+        .expect("create");
+    agent.run_turn(TurnInput::text("Read a, and tell me about it at length.")).await.expect("turn");
+    let s = reload(&backend.store());
+    let over: Vec<serde_json::Value> = plugin_events(&s, "compaction/over-budget")
+        .map(|e| serde_json::from_str(e.data()).expect("json"))
+        .collect();
+    // Two steps in the turn, one report.
+    assert_eq!(over.len(), 1, "{over:?}");
+    assert_eq!(over[0]["reason"], "nothing-to-compact");
+    assert_eq!(over[0]["budgetTokens"], 1);
+    assert!(over[0]["estimatedTokens"].as_u64().is_some_and(|e| e > 1));
+
+    // A watcher added after the compaction plugin sees its start while the
+    // summarizer still waits on the provider.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let provider = {
+        let seen = seen.clone();
+        Arc::new(ScriptedProvider::from_fn(move |request| {
+            if request.system.as_deref().is_some_and(|p| p.starts_with("Summarize")) {
+                lock(&seen).push("summary request".into());
+                ScriptedResponse::reply("Short.")
+            } else {
+                ScriptedResponse::reply("A long answer that keeps the history well over the tiny budget.")
+            }
+        }))
+    };
+    let watcher = {
+        let seen = seen.clone();
+        Watch(move |e: &palimpsest_core_session::Event, _s: &Session| {
+            if matches!(e.event_type(), EventType::Plugin(p) if &**p == "compaction/start") {
+                lock(&seen).push("compaction/start".into());
+            }
+        })
+    };
+    let backend = Backend::new(Kind::Memory);
+    let mut agent = builder(&provider)
+        .plugin(Compaction::new(CompactionConfig { budget_tokens: 10, keep_recent: 1 }))
+        .plugin(watcher)
+        .create(backend.store(), SID)
+        .expect("create");
+    for i in 0..2 {
+        agent.run_turn(TurnInput::text(format!("Question {i}, long enough?"))).await.expect("turn");
+    }
+    assert_eq!(lock(&seen)[..2], ["compaction/start", "summary request"]);
 }

@@ -48,7 +48,10 @@ async fn a_turn_with_tool_calls_through_the_provider_stores_a_valid_log(
             AgentConfig::default()
                 .with_system_prompt("You are a coding agent.")
                 .with_max_output_tokens(1024)
-                .with_dev_mode(DevMode::On),
+                .with_dev_mode(DevMode::On)
+                // One event per delta: the snapshot must not depend on how
+                // the mock's pieces are timed.
+                .with_chunk_window_ms(0),
         )
         .create(Arc::clone(&store), "s1")?;
 
