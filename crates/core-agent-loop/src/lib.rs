@@ -116,8 +116,8 @@
 
 mod agent;
 mod assemble;
-mod caps;
 mod call_ids;
+mod caps;
 mod clock;
 mod coalesce;
 mod dev;
