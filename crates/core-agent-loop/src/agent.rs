@@ -78,6 +78,12 @@ pub struct AgentConfig {
     /// writes at most one `assistant/chunk` per content block (see
     /// `coalesce.rs`). Default 50; 0 writes one event per delta.
     pub chunk_window_ms: u64,
+    /// Most bytes of one tool's result, as the JSON of its content blocks.
+    /// A larger result, from any [`Tool`](crate::Tool), is not logged: the
+    /// call is answered with a `TOOL_RESULT_TOO_LARGE` error instead, so
+    /// every `tool/result` fits the format's event limit. Default:
+    /// [`DEFAULT_MAX_TOOL_RESULT_BYTES`](crate::DEFAULT_MAX_TOOL_RESULT_BYTES).
+    pub max_tool_result_bytes: usize,
 }
 
 impl Default for AgentConfig {
@@ -90,6 +96,7 @@ impl Default for AgentConfig {
             durability: Durability::TurnBoundary,
             stream_caps: StreamCaps::default(),
             chunk_window_ms: DEFAULT_CHUNK_WINDOW_MS,
+            max_tool_result_bytes: crate::caps::DEFAULT_MAX_TOOL_RESULT_BYTES,
         }
     }
 }
@@ -122,6 +129,12 @@ impl AgentConfig {
     /// Sets the flush window of streamed deltas (0: one event per delta).
     pub fn with_chunk_window_ms(mut self, window_ms: u64) -> AgentConfig {
         self.chunk_window_ms = window_ms;
+        self
+    }
+
+    /// Sets [`max_tool_result_bytes`](AgentConfig::max_tool_result_bytes).
+    pub fn with_max_tool_result_bytes(mut self, max_bytes: usize) -> AgentConfig {
+        self.max_tool_result_bytes = max_bytes;
         self
     }
 
@@ -972,6 +985,7 @@ impl AgentLoop {
         call: &Call,
         outcome: Result<Vec<Block>, ToolError>,
     ) -> ToolResult {
+        let outcome = outcome.and_then(|blocks| cap_tool_result(blocks, self.core.config.max_tool_result_bytes));
         let (is_error, content, error) = match outcome {
             Ok(blocks) => (false, blocks, None),
             Err(e) => {
@@ -1169,4 +1183,18 @@ impl AgentLoop {
             }
         }
     }
+}
+
+/// `blocks`, or a `TOOL_RESULT_TOO_LARGE` error when their JSON is over
+/// `max_bytes` (see [`AgentConfig::max_tool_result_bytes`]).
+fn cap_tool_result(blocks: Vec<Block>, max_bytes: usize) -> Result<Vec<Block>, ToolError> {
+    let bytes = serde_json::to_string(&blocks).map_or(usize::MAX, |json| json.len());
+    if bytes <= max_bytes {
+        return Ok(blocks);
+    }
+    Err(ToolError::new(
+        "ToolResultTooLarge",
+        codes::TOOL_RESULT_TOO_LARGE,
+        format!("the tool's result is {bytes} bytes as JSON, over the {max_bytes}-byte cap; it was not logged"),
+    ))
 }

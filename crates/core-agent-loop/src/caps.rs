@@ -27,6 +27,10 @@ use crate::provider::ProviderError;
 /// Default [`StreamCaps::max_tool_arguments_bytes`]: 4 MiB.
 pub const DEFAULT_MAX_TOOL_ARGUMENTS_BYTES: usize = 4 << 20;
 
+/// Default [`AgentConfig::max_tool_result_bytes`](crate::AgentConfig::max_tool_result_bytes):
+/// 16 MiB of JSON, a quarter of the event limit.
+pub const DEFAULT_MAX_TOOL_RESULT_BYTES: usize = 16 << 20;
+
 /// Default [`StreamCaps::max_response_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 << 20;
 

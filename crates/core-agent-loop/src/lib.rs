@@ -135,7 +135,9 @@ pub use agent::{
     AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome, DEFAULT_CHUNK_WINDOW_MS,
     PROVIDER_CALL_ID,
 };
-pub use caps::{StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES};
+pub use caps::{
+    StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_RESULT_BYTES,
+};
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use dev::DevMode;
 pub use error::LoopError;
@@ -176,6 +178,10 @@ pub mod codes {
     /// [`StreamCaps::max_tool_arguments_bytes`](crate::StreamCaps::max_tool_arguments_bytes);
     /// the stream was ended there.
     pub const TOOL_ARGUMENTS_TOO_LARGE: &str = "TOOL_ARGUMENTS_TOO_LARGE";
+    /// The tool's result was over
+    /// [`AgentConfig::max_tool_result_bytes`](crate::AgentConfig::max_tool_result_bytes)
+    /// and was not logged (error name `ToolResultTooLarge`).
+    pub const TOOL_RESULT_TOO_LARGE: &str = "TOOL_RESULT_TOO_LARGE";
     /// `turn/end` error code: a plugin hook failed.
     pub const PLUGIN_FAILED: &str = "PLUGIN_FAILED";
     /// The `reason` of an `aborted` turn end written on cancellation.

@@ -253,6 +253,11 @@ mod tests {
         assert_eq!(message("[a](JaVa&#9;ScRiPt&#58;x)"), "a (`JaVa\tScRiPt:x`)\n");
         assert_eq!(message("<javascript:alert(1)>"), "javascript:alert(1) (`javascript:alert(1)`)\n");
         assert_eq!(message("![cat](https://x.org/c.png)"), "[image: cat](https://x.org/c.png)\n");
+        // Text ending in `!` before a link (the `\` of `\!` taken as an
+        // escape by the parser) must not turn the link into an image.
+        assert_eq!(message("<\\![i]()"), "\\<\\![i]()\n");
+        assert_eq!(message("Look!\n[a](https://x.org)"), "Look!\n[a](https://x.org)\n");
+        assert_eq!(message("a\\\\![b](https://x.org)"), "a\\\\[image: b](https://x.org)\n");
         assert_eq!(destination("data:text/html,x"), None);
         assert_eq!(destination("vbscript:x"), None);
         assert_eq!(destination(" a b"), Some("%20a%20b".to_owned()));

@@ -434,6 +434,15 @@ impl Md {
     fn open_link(&mut self, dest_url: &str, image: bool) {
         let frame = match (self.links.is_empty(), destination(dest_url)) {
             (true, Some(dest)) => {
+                // A `!` just written (text that ended in one, its `\` taken
+                // by the parser as an escape) would make the link an image.
+                if self.line_open && self.out.ends_with('!') {
+                    let before = &self.out[..self.out.len() - 1];
+                    if (before.len() - before.trim_end_matches('\\').len()) % 2 == 0 {
+                        self.out.pop();
+                        self.out.push_str("\\!");
+                    }
+                }
                 self.raw("[");
                 LinkFrame::Linked(dest)
             }

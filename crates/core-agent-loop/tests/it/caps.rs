@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use palimpsest_core_agent_loop::{
     codes, AgentConfig, DevMode, ScriptedProvider, ScriptedResponse, StreamCaps, TurnInput,
-    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_RESULT_BYTES,
 };
 use palimpsest_core_session::payload::{AssistantChunk, ToolResult, TurnEndReason};
 use palimpsest_core_session::{EventType, Session, MAX_EVENT_LINE_BYTES};
@@ -17,7 +17,7 @@ use crate::common::*;
 const CAPS: StreamCaps = StreamCaps { max_tool_arguments_bytes: 100, max_response_bytes: 250 };
 
 fn config() -> AgentConfig {
-    AgentConfig::default().with_dev_mode(DevMode::On).with_stream_caps(CAPS)
+    AgentConfig::default().with_dev_mode(DevMode::On).with_stream_caps(CAPS).with_chunk_window_ms(0)
 }
 
 fn error_code(reason: &TurnEndReason) -> Option<&str> {
@@ -122,4 +122,67 @@ fn the_default_caps_keep_every_event_within_the_event_limit_with_margin() {
     assert!(caps.max_tool_arguments_bytes <= caps.max_response_bytes);
     // A byte escapes to at most six (`\u0001`); leave room for the envelope.
     assert!(caps.max_response_bytes * 6 + (1 << 20) <= MAX_EVENT_LINE_BYTES);
+}
+
+/// The `tool/result` payloads of a session, in log order.
+fn tool_results(session: &Session) -> Vec<ToolResult> {
+    session
+        .events()
+        .iter()
+        .filter(|e| *e.event_type() == EventType::ToolResult)
+        .filter_map(|e| e.data_as::<ToolResult>().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tool_result_past_its_cap_is_answered_with_an_error_and_the_session_goes_on() {
+    check("caps_tool_result", async |backend: &Backend| {
+        let long = "p".repeat(200);
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::new()
+                .tool_call(0, "call-1", "read", &[&format!("{{\"path\": \"{long}\"}}")])
+                .tool_call(1, "call-2", "read", &["{\"path\": \"a\"}"]),
+            ScriptedResponse::reply("One was too large."),
+            ScriptedResponse::reply("Fine."),
+        ]));
+        let config = AgentConfig::default().with_dev_mode(DevMode::On).with_max_tool_result_bytes(100);
+        let mut agent = builder(&provider).config(config).create(backend.store(), SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("Read both.")).await.expect("turn");
+        assert_eq!(outcome.reason, TurnEndReason::Completed);
+        let results = tool_results(agent.session());
+        assert_eq!(results.len(), 2);
+        let error = results[0].error.as_ref().expect("the large result is an error");
+        assert_eq!((error.name.as_str(), error.code.as_str()), ("ToolResultTooLarge", codes::TOOL_RESULT_TOO_LARGE));
+        let logged = serde_json::to_string(&results[0].message).unwrap();
+        assert!(!logged.contains(&long), "the oversized content was not logged");
+        assert!(logged.contains("over the 100-byte cap"), "{logged}");
+        assert_eq!(results[1].error, None, "the small result is kept as it was");
+        let next = agent.run_turn(TurnInput::text("Again.")).await.expect("turn 2");
+        assert_eq!(next.reason, TurnEndReason::Completed);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_default_tool_result_cap_keeps_a_huge_result_out_of_the_log() {
+    let backend = &backends()[0];
+    // A tool of someone else's that returns more than it should.
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedResponse::new().tool_call(0, "call-1", "read", &["{}"]),
+        ScriptedResponse::reply("Done."),
+    ]));
+    let tools = palimpsest_core_agent_loop::ToolRegistry::new().with(palimpsest_core_agent_loop::FnTool::new(
+        "read",
+        "Reads a file, far too much of it.",
+        serde_json::json!({"type": "object"}),
+        |_args: String, _ctx: palimpsest_core_agent_loop::ToolContext| async move {
+            Ok(vec![palimpsest_core_session::payload::Block::text("z".repeat(DEFAULT_MAX_TOOL_RESULT_BYTES))])
+        },
+    ));
+    let mut agent = builder(&provider).tools(tools).create(backend.store(), SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("Read it.")).await.expect("turn");
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+    let results = tool_results(agent.session());
+    assert_eq!(results[0].error.as_ref().map(|e| e.code.as_str()), Some(codes::TOOL_RESULT_TOO_LARGE));
+    reload(&backend.store());
 }
