@@ -75,8 +75,10 @@ pub struct AgentConfig {
     /// Caps on one streamed response. Default: [`StreamCaps::default`].
     pub stream_caps: StreamCaps,
     /// The flush window of streamed deltas, in milliseconds: each window
-    /// writes at most one `assistant/chunk` per content block (see
-    /// `coalesce.rs`). Default 50; 0 writes one event per delta.
+    /// writes at most one `assistant/chunk` per content block, once 256
+    /// bytes are pending, or ten windows after the first pending delta at
+    /// the latest (see `coalesce.rs`). Default 50; 0 writes one event per
+    /// delta.
     pub chunk_window_ms: u64,
     /// Most bytes of one tool's result, as the JSON of its content blocks.
     /// A larger result, from any [`Tool`](crate::Tool), is not logged: the
@@ -985,7 +987,8 @@ impl AgentLoop {
         call: &Call,
         outcome: Result<Vec<Block>, ToolError>,
     ) -> ToolResult {
-        let outcome = outcome.and_then(|blocks| cap_tool_result(blocks, self.core.config.max_tool_result_bytes));
+        let outcome =
+            outcome.and_then(|blocks| cap_tool_result(blocks, self.core.config.max_tool_result_bytes));
         let (is_error, content, error) = match outcome {
             Ok(blocks) => (false, blocks, None),
             Err(e) => {
@@ -1195,6 +1198,8 @@ fn cap_tool_result(blocks: Vec<Block>, max_bytes: usize) -> Result<Vec<Block>, T
     Err(ToolError::new(
         "ToolResultTooLarge",
         codes::TOOL_RESULT_TOO_LARGE,
-        format!("the tool's result is {bytes} bytes as JSON, over the {max_bytes}-byte cap; it was not logged"),
+        format!(
+            "the tool's result is {bytes} bytes as JSON, over the {max_bytes}-byte cap; it was not logged"
+        ),
     ))
 }

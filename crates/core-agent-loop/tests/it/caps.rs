@@ -152,7 +152,10 @@ async fn a_tool_result_past_its_cap_is_answered_with_an_error_and_the_session_go
         let results = tool_results(agent.session());
         assert_eq!(results.len(), 2);
         let error = results[0].error.as_ref().expect("the large result is an error");
-        assert_eq!((error.name.as_str(), error.code.as_str()), ("ToolResultTooLarge", codes::TOOL_RESULT_TOO_LARGE));
+        assert_eq!(
+            (error.name.as_str(), error.code.as_str()),
+            ("ToolResultTooLarge", codes::TOOL_RESULT_TOO_LARGE)
+        );
         let logged = serde_json::to_string(&results[0].message).unwrap();
         assert!(!logged.contains(&long), "the oversized content was not logged");
         assert!(logged.contains("over the 100-byte cap"), "{logged}");
@@ -171,14 +174,17 @@ async fn the_default_tool_result_cap_keeps_a_huge_result_out_of_the_log() {
         ScriptedResponse::new().tool_call(0, "call-1", "read", &["{}"]),
         ScriptedResponse::reply("Done."),
     ]));
-    let tools = palimpsest_core_agent_loop::ToolRegistry::new().with(palimpsest_core_agent_loop::FnTool::new(
-        "read",
-        "Reads a file, far too much of it.",
-        serde_json::json!({"type": "object"}),
-        |_args: String, _ctx: palimpsest_core_agent_loop::ToolContext| async move {
-            Ok(vec![palimpsest_core_session::payload::Block::text("z".repeat(DEFAULT_MAX_TOOL_RESULT_BYTES))])
-        },
-    ));
+    let tools =
+        palimpsest_core_agent_loop::ToolRegistry::new().with(palimpsest_core_agent_loop::FnTool::new(
+            "read",
+            "Reads a file, far too much of it.",
+            serde_json::json!({"type": "object"}),
+            |_args: String, _ctx: palimpsest_core_agent_loop::ToolContext| async move {
+                Ok(vec![palimpsest_core_session::payload::Block::text(
+                    "z".repeat(DEFAULT_MAX_TOOL_RESULT_BYTES),
+                )])
+            },
+        ));
     let mut agent = builder(&provider).tools(tools).create(backend.store(), SID).expect("create");
     let outcome = agent.run_turn(TurnInput::text("Read it.")).await.expect("turn");
     assert_eq!(outcome.reason, TurnEndReason::Completed);
