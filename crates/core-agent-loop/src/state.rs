@@ -44,12 +44,21 @@ impl LoopCore {
     }
 
     /// Appends `events` as one atomic batch.
+    ///
+    /// The store's write is synchronous, and may wait on a disk or a
+    /// network. On a multi-threaded tokio runtime it runs in
+    /// [`block_in_place`](tokio::task::block_in_place), so the runtime
+    /// moves the worker's other tasks elsewhere and their timers keep time
+    /// while the write waits; on a current-thread runtime (or none) it runs
+    /// inline, as there is no other worker to hand the tasks to.
     pub(crate) fn commit(&mut self, events: Vec<Event>) -> Result<Range<u64>, LoopError> {
         if events.is_empty() {
             let next = self.next_seq();
             return Ok(next..next);
         }
-        match self.session.append_batch(events) {
+        let session = &mut self.session;
+        let appended = off_the_executor(move || session.append_batch(events));
+        match appended {
             Ok(range) => Ok(range),
             Err(e) => {
                 tracing::warn!(session_id = %self.session_id(), code = e.code(), error = %crate::error::chain(&e), "append failed");
@@ -139,5 +148,16 @@ impl Batch {
 
     pub(crate) fn into_events(self) -> Vec<Event> {
         self.events
+    }
+}
+
+/// Runs blocking `work` so that it holds no async worker: in
+/// [`block_in_place`](tokio::task::block_in_place) on a multi-threaded
+/// runtime, inline elsewhere (see [`LoopCore::commit`]).
+fn off_the_executor<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }

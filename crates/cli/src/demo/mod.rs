@@ -109,7 +109,10 @@ fn builder(
 
 /// Runs the demo, writing everything a person sees to `out`.
 pub(crate) fn run(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Multi-threaded, so that the loop's store writes run in
+    // `block_in_place` and the signal handler and tools keep running.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;

@@ -438,7 +438,7 @@ impl Md {
                 // by the parser as an escape) would make the link an image.
                 if self.line_open && self.out.ends_with('!') {
                     let before = &self.out[..self.out.len() - 1];
-                    if (before.len() - before.trim_end_matches('\\').len()) % 2 == 0 {
+                    if (before.len() - before.trim_end_matches('\\').len()).is_multiple_of(2) {
                         self.out.pop();
                         self.out.push_str("\\!");
                     }

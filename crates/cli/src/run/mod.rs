@@ -138,7 +138,10 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Some(store) => store,
         None => open_store(&args.store)?,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Multi-threaded, so that the loop's store writes run in
+    // `block_in_place` and the signal handler and tools keep running.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;

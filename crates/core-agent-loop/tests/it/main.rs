@@ -13,3 +13,4 @@ mod resume;
 mod rewrite_plugins;
 mod scenarios;
 mod settings;
+mod slow_store;
