@@ -8,3 +8,4 @@
 mod basics;
 mod common;
 mod contract;
+mod holds;
