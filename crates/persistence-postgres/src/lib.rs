@@ -1,0 +1,27 @@
+//! PostgreSQL backend for Palimpsest session logs: a [`SessionStore`] whose
+//! appends are compare-and-append transactions, with a bump-and-reject
+//! [`SCHEMA_VERSION`] and fenced holds ([`Hold`]) for one writer per
+//! session across machines.
+//!
+//! The rest of this page is the crate's README: why the synchronous
+//! `postgres` client, the schema ([`schema_sql`]), what an append
+//! guarantees, how an unknown commit outcome is resolved, and holds.
+//!
+//! [`SessionStore`]: palimpsest_persistence::SessionStore
+//!
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod codec;
+mod error;
+mod hold;
+mod options;
+mod schema;
+mod store;
+mod url;
+
+pub use hold::Hold;
+pub use options::PgOptions;
+pub use schema::{schema_sql, SCHEMA_VERSION};
+pub use store::PgStore;
+pub use url::redact_url;

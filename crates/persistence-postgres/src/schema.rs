@@ -1,0 +1,318 @@
+//! The schema, how an empty PostgreSQL schema gets it, and how an opened
+//! one is checked against it (bump-and-reject: no migration).
+
+use palimpsest_persistence::StoreError;
+use postgres::types::Type;
+use postgres::Client;
+
+use crate::error::pg_err;
+
+/// The schema version this build reads and writes, kept in the comment of
+/// the `sessions` table (`palimpsest schema_version 1`), so that every table
+/// stays keyed by session id.
+///
+/// A store of any other version, older or newer, is refused on open with
+/// `schema-mismatch` naming both numbers; nothing is migrated while the
+/// format is pre-release.
+///
+/// ```
+/// assert_eq!(palimpsest_persistence_postgres::SCHEMA_VERSION, 1);
+/// ```
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The comment of the `sessions` table that carries the version.
+const VERSION_PREFIX: &str = "palimpsest schema_version ";
+
+/// The tables of the schema, in the order they are checked.
+const TABLES: [&str; 3] = ["sessions", "events", "holds"];
+
+/// The SQL that creates the schema of version [`SCHEMA_VERSION`] in the
+/// PostgreSQL schema `schema` (quoted as an identifier), as the store runs
+/// it on an empty schema.
+///
+/// Every table is keyed by session id first, and event text is stored as
+/// written: `data`, `source_event_seqs` and `surface_op` hold the JSON text
+/// of the event's fields byte for byte (`text`, never `jsonb`, which would
+/// reorder keys and drop whitespace). To shard or partition, create these
+/// tables yourself with the same columns and keys (hash-partitioned by
+/// `session_id`, or distributed by it) and the same comment on `sessions`:
+/// the store checks columns, keys and the version, not storage. Extra
+/// *generated* columns (say `data_json jsonb GENERATED ALWAYS AS
+/// (data::jsonb) STORED`) are allowed.
+///
+/// ```
+/// let sql = palimpsest_persistence_postgres::schema_sql("palimpsest");
+/// assert!(sql.contains("CREATE TABLE \"palimpsest\".events"));
+/// assert!(sql.contains("PRIMARY KEY (session_id, seq)"));
+/// assert!(sql.contains("'palimpsest schema_version 1'"));
+/// ```
+pub fn schema_sql(schema: &str) -> String {
+    let s = quote_ident(schema);
+    format!(
+        "\
+CREATE TABLE {s}.sessions (
+    id             text   NOT NULL,
+    created_at     bigint NOT NULL,
+    cwd            text,
+    parent_session text,
+    seed_length    bigint,
+    PRIMARY KEY (id)
+);
+CREATE TABLE {s}.events (
+    session_id        text   NOT NULL,
+    seq               bigint NOT NULL,
+    time              bigint NOT NULL,
+    type              text   NOT NULL,
+    data              text   NOT NULL,
+    source_event_seqs text,
+    surface_op        text,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE {s}.holds (
+    session_id text                     NOT NULL,
+    holder     text                     NOT NULL,
+    token      bigint                   NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    PRIMARY KEY (session_id)
+);
+COMMENT ON TABLE {s}.sessions IS '{VERSION_PREFIX}{SCHEMA_VERSION}';
+"
+    )
+}
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// One expected column: name, `format_type` spelling, NOT NULL.
+type Col = (&'static str, &'static str, bool);
+
+fn expected_columns(table: &str) -> (&'static [Col], &'static [&'static str]) {
+    const TEXT: &str = "text";
+    const BIGINT: &str = "bigint";
+    match table {
+        "sessions" => (
+            &[
+                ("id", TEXT, true),
+                ("created_at", BIGINT, true),
+                ("cwd", TEXT, false),
+                ("parent_session", TEXT, false),
+                ("seed_length", BIGINT, false),
+            ],
+            &["id"],
+        ),
+        "events" => (
+            &[
+                ("session_id", TEXT, true),
+                ("seq", BIGINT, true),
+                ("time", BIGINT, true),
+                ("type", TEXT, true),
+                ("data", TEXT, true),
+                ("source_event_seqs", TEXT, false),
+                ("surface_op", TEXT, false),
+            ],
+            &["session_id", "seq"],
+        ),
+        _ => (
+            &[
+                ("session_id", TEXT, true),
+                ("holder", TEXT, true),
+                ("token", BIGINT, true),
+                ("expires_at", "timestamp with time zone", true),
+            ],
+            &["session_id"],
+        ),
+    }
+}
+
+fn describe(cols: &[(String, String, bool)]) -> String {
+    cols.iter()
+        .map(|(n, t, nn)| if *nn { format!("{n} {t} NOT NULL") } else { format!("{n} {t}") })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What an opened schema holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DbState {
+    /// None of the store's tables: initialise it.
+    Empty,
+    /// A Palimpsest store of this schema version.
+    Current,
+}
+
+/// Reads the store's tables in `schema` and says whether they are absent,
+/// current, or refused (`schema-mismatch` naming what was found and what
+/// this build expects).
+pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Result<DbState, StoreError> {
+    let err = |e| pg_err(e, location, "the schema", "reading the schema");
+    let rows = client
+        .query_typed(
+            "SELECT c.oid, c.relname::text, obj_description(c.oid, 'pg_class') \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname::text = ANY($2) AND c.relkind IN ('r', 'p')",
+            &[(&schema, Type::TEXT), (&&TABLES[..], Type::TEXT_ARRAY)],
+        )
+        .map_err(err)?;
+    let found: Vec<(u32, String, Option<String>)> = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<Result<_, postgres::Error>>()
+        .map_err(err)?;
+    if found.is_empty() {
+        return Ok(DbState::Empty);
+    }
+    let q = quote_ident(schema);
+    let expected_version =
+        || format!("schema version {SCHEMA_VERSION} (stores of other schema versions are not migrated)");
+    let Some((_, _, comment)) = found.iter().find(|t| t.1 == "sessions") else {
+        let names: Vec<&str> = found.iter().map(|t| t.1.as_str()).collect();
+        return Err(StoreError::SchemaMismatch {
+            found: format!("tables [{}] in schema {q} but no sessions table", names.join(", ")),
+            expected: format!("a Palimpsest store ({}) or none of its tables", expected_version()),
+        });
+    };
+    let version = comment.as_deref().and_then(|c| c.strip_prefix(VERSION_PREFIX)).map(str::trim);
+    match version.map(|v| v.parse::<i64>()) {
+        Some(Ok(v)) if v == SCHEMA_VERSION => {}
+        Some(Ok(v)) => {
+            return Err(StoreError::SchemaMismatch {
+                found: format!("schema version {v} (table {q}.sessions)"),
+                expected: expected_version(),
+            })
+        }
+        _ => {
+            return Err(StoreError::SchemaMismatch {
+                found: format!(
+                    "table {q}.sessions with comment {:?}, not a Palimpsest schema version: \
+                     another program's table",
+                    comment.as_deref().unwrap_or("")
+                ),
+                expected: format!("comment '{VERSION_PREFIX}{SCHEMA_VERSION}'"),
+            })
+        }
+    }
+    for table in TABLES {
+        let Some((oid, _, _)) = found.iter().find(|t| t.1 == table) else {
+            return Err(StoreError::SchemaMismatch {
+                found: format!("schema version {SCHEMA_VERSION} without table {q}.{table}"),
+                expected: format!("tables {q}.sessions, {q}.events and {q}.holds"),
+            });
+        };
+        check_table(client, *oid, &q, table, location)?;
+    }
+    Ok(DbState::Current)
+}
+
+/// Compares one table's (non-generated) columns and primary key with the
+/// expected ones.
+fn check_table(
+    client: &mut Client,
+    oid: u32,
+    q: &str,
+    table: &str,
+    location: &str,
+) -> Result<(), StoreError> {
+    let err = |e| pg_err(e, location, "the schema", "reading the schema");
+    let rows = client
+        .query_typed(
+            "SELECT attname::text, format_type(atttypid, atttypmod), attnotnull \
+             FROM pg_catalog.pg_attribute \
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
+             ORDER BY attnum",
+            &[(&oid, Type::OID)],
+        )
+        .map_err(err)?;
+    let columns: Vec<(String, String, bool)> = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<Result<_, postgres::Error>>()
+        .map_err(err)?;
+    let (want, want_pk) = expected_columns(table);
+    let want_cols: Vec<(String, String, bool)> =
+        want.iter().map(|(n, t, nn)| (n.to_string(), t.to_string(), *nn)).collect();
+    if columns != want_cols {
+        return Err(StoreError::SchemaMismatch {
+            found: format!("table {q}.{table} ({})", describe(&columns)),
+            expected: format!("table {q}.{table} ({})", describe(&want_cols)),
+        });
+    }
+    let pk: Option<Vec<String>> = client
+        .query_typed_opt(
+            "SELECT array_agg(a.attname::text ORDER BY k.ord) \
+             FROM pg_catalog.pg_index i \
+             CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = $1 AND i.indisprimary",
+            &[(&oid, Type::OID)],
+        )
+        .map_err(err)?
+        .map(|r| r.try_get::<_, Option<Vec<String>>>(0))
+        .transpose()
+        .map_err(err)?
+        .flatten();
+    let pk = pk.unwrap_or_default();
+    if pk != want_pk {
+        return Err(StoreError::SchemaMismatch {
+            found: format!("table {q}.{table} with primary key ({})", pk.join(", ")),
+            expected: format!("table {q}.{table} with primary key ({})", want_pk.join(", ")),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the store's tables in `schema` and creates them when none exist,
+/// in one transaction under an advisory lock, so that two stores opening
+/// the same new schema race safely (the loser finds the winner's tables and
+/// checks them). Returns whether it created them.
+pub(crate) fn open_checked(client: &mut Client, schema: &str, location: &str) -> Result<bool, StoreError> {
+    if inspect(client, schema, location)? == DbState::Current {
+        return Ok(false);
+    }
+    let err = |e| pg_err(e, location, "the schema", "initialising the schema");
+    client.batch_execute("BEGIN").map_err(err)?;
+    let result = (|| {
+        client
+            .query_typed(
+                "SELECT pg_advisory_xact_lock(hashtext('palimpsest-schema:' || $1))",
+                &[(&schema, Type::TEXT)],
+            )
+            .map_err(err)?;
+        if inspect(client, schema, location)? == DbState::Current {
+            return Ok(false);
+        }
+        let exists = client
+            .query_typed_opt(
+                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+                &[(&schema, Type::TEXT)],
+            )
+            .map_err(err)?
+            .is_some();
+        if !exists {
+            client.batch_execute(&format!("CREATE SCHEMA {}", quote_ident(schema))).map_err(err)?;
+        }
+        client.batch_execute(&schema_sql(schema)).map_err(err)?;
+        Ok(true)
+    })();
+    match result {
+        Ok(created) => {
+            client.batch_execute("COMMIT").map_err(err)?;
+            if created {
+                tracing::debug!(
+                    location,
+                    schema,
+                    schema_version = SCHEMA_VERSION,
+                    "initialised the store's tables"
+                );
+            }
+            Ok(created)
+        }
+        Err(e) => {
+            if let Err(rollback) = client.batch_execute("ROLLBACK") {
+                tracing::debug!(error = %rollback, "rollback after a failed initialisation");
+            }
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,1134 @@
+//! [`PgStore`]: the [`SessionStore`] over one PostgreSQL schema.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use palimpsest_core_session::{Event, LoadError, SessionHeader};
+use palimpsest_persistence::{
+    check_continues, check_header, LoadReport, SessionStore, StoreError, StoredSession,
+};
+use postgres::config::SslMode;
+use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Config};
+
+use crate::codec::{self, Columns, EventRow};
+use crate::error::{invalid_input, is_lost, pg_err};
+use crate::hold::{self, Hold, HoldRow};
+use crate::options::PgOptions;
+use crate::schema::{self, quote_ident};
+use crate::url::redact_url;
+
+/// The longest session id the store takes, in bytes: a primary key entry
+/// must fit a B-tree page (about 2.7 kB) whatever its content.
+pub(crate) const MAX_ID_BYTES: usize = 1024;
+
+/// The statements, with the schema name spelled into each.
+#[derive(Debug)]
+struct Sql {
+    insert_session: String,
+    select_header: String,
+    list: String,
+    /// The stored seq bounds and the hold, locking the session row against
+    /// delete and the hold row against takeover until the write commits.
+    check: String,
+    insert_events: String,
+    max_seq: String,
+    events: String,
+    events_between: String,
+    delete_session: String,
+    delete_events: String,
+    delete_hold: String,
+    session_exists: String,
+    hold_for_update: String,
+    upsert_hold: String,
+    renew_hold: String,
+    release_hold: String,
+}
+
+impl Sql {
+    fn new(schema: &str) -> Sql {
+        let s = quote_ident(schema);
+        let hold_cols = "holder, token, expires_at, expires_at > clock_timestamp() AS live, \
+             extract(epoch FROM expires_at - clock_timestamp())::float8 AS left_s";
+        Sql {
+            insert_session: format!(
+                "INSERT INTO {s}.sessions (id, created_at, cwd, parent_session, seed_length) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING RETURNING 1"
+            ),
+            select_header: format!(
+                "SELECT created_at, cwd, parent_session, seed_length FROM {s}.sessions WHERE id = $1"
+            ),
+            list: format!(
+                "SELECT id, created_at, cwd, parent_session, seed_length FROM {s}.sessions \
+                 ORDER BY id COLLATE \"C\""
+            ),
+            check: format!(
+                "SELECT b.lo, b.hi, h.holder, h.token, h.expires_at, h.live, h.left_s \
+                 FROM (SELECT (SELECT min(seq) FROM {s}.events WHERE session_id = $1) AS lo, \
+                              (SELECT max(seq) FROM {s}.events WHERE session_id = $1) AS hi \
+                       FROM {s}.sessions WHERE id = $1 FOR KEY SHARE) AS b \
+                 LEFT JOIN LATERAL (SELECT {hold_cols} FROM {s}.holds WHERE session_id = $1 FOR SHARE) AS h \
+                 ON true"
+            ),
+            insert_events: format!(
+                "INSERT INTO {s}.events (session_id, seq, time, type, data, source_event_seqs, surface_op) \
+                 SELECT $1, u.* FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], \
+                 $6::text[], $7::text[]) AS u"
+            ),
+            max_seq: format!("SELECT max(seq) FROM {s}.events WHERE session_id = $1"),
+            events: format!(
+                "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                 WHERE session_id = $1 ORDER BY seq"
+            ),
+            events_between: format!(
+                "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                 WHERE session_id = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq"
+            ),
+            delete_session: format!("DELETE FROM {s}.sessions WHERE id = $1 RETURNING 1"),
+            delete_events: format!("DELETE FROM {s}.events WHERE session_id = $1"),
+            delete_hold: format!("DELETE FROM {s}.holds WHERE session_id = $1"),
+            session_exists: format!("SELECT 1 FROM {s}.sessions WHERE id = $1 FOR KEY SHARE"),
+            hold_for_update: format!(
+                "SELECT h.holder, h.token, h.expires_at, h.live, h.left_s, n.now_us \
+                 FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us) AS n \
+                 LEFT JOIN LATERAL (SELECT {hold_cols} FROM {s}.holds WHERE session_id = $1 FOR UPDATE) AS h \
+                 ON true"
+            ),
+            upsert_hold: format!(
+                "INSERT INTO {s}.holds (session_id, holder, token, expires_at) \
+                 VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4)) \
+                 ON CONFLICT (session_id) DO UPDATE SET holder = excluded.holder, token = excluded.token, \
+                 expires_at = excluded.expires_at RETURNING expires_at"
+            ),
+            renew_hold: format!(
+                "UPDATE {s}.holds SET expires_at = clock_timestamp() + make_interval(secs => $3) \
+                 WHERE session_id = $1 AND token = $2 RETURNING expires_at"
+            ),
+            release_hold: format!(
+                "UPDATE {s}.holds SET expires_at = clock_timestamp() WHERE session_id = $1 AND token = $2"
+            ),
+        }
+    }
+}
+
+/// A [`SessionStore`] keeping every session in the tables of one
+/// PostgreSQL schema.
+///
+/// Opening checks the schema (see the [crate docs](crate)); each append is
+/// one transaction, compare-and-append on the primary key `(session_id,
+/// seq)`. One connection serves the store behind a mutex, so the store is
+/// `Send + Sync`; any number of stores, on any number of machines, may
+/// use the same schema. Neither `Debug` nor any error shows the password
+/// of the connection string.
+///
+/// ```no_run
+/// use palimpsest_core_session::SessionHeader;
+/// use palimpsest_persistence::SessionStore;
+/// use palimpsest_persistence_postgres::{PgOptions, PgStore};
+///
+/// let options = PgOptions { schema: Some("palimpsest".into()), ..PgOptions::default() };
+/// let store = PgStore::connect_with("postgres://app:secret@db.example/logs", options)?;
+/// store.create(&SessionHeader::new("s1", 1_700_000_000_000))?;
+/// assert!(!format!("{store:?}").contains("secret"));
+/// # Ok::<(), palimpsest_persistence::StoreError>(())
+/// ```
+pub struct PgStore {
+    inner: Mutex<Inner>,
+    config: Config,
+    /// The connection string, password redacted: what errors name.
+    location: String,
+    schema: String,
+    options: PgOptions,
+    sql: Sql,
+    /// `BEGIN` for writes and reads, with this store's timeouts.
+    begin_write: String,
+    begin_read: String,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.location)
+            .field("schema", &self.schema)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    /// `None` after the connection was lost, until the next operation
+    /// connects again.
+    client: Option<Client>,
+    /// The server process of `client`.
+    backend_pid: Option<i32>,
+    /// A write whose outcome is unknown (its `COMMIT` was sent, then the
+    /// connection was lost, and the server could not be asked since):
+    /// every later write first reads it back, and is refused until then.
+    pending: Option<PendingWrite>,
+    /// The tokens of the holds this store took, by session id.
+    holds: HashMap<String, u64>,
+}
+
+/// A write to read back.
+#[derive(Debug, Clone)]
+enum PendingWrite {
+    Create(SessionHeader),
+    Append { session_id: String, events: Vec<Event> },
+    Delete(String),
+}
+
+/// One write, borrowed.
+#[derive(Debug, Clone, Copy)]
+enum Write<'a> {
+    Create(&'a SessionHeader),
+    Append { session_id: &'a str, events: &'a [Event] },
+    Delete(&'a str),
+}
+
+impl Write<'_> {
+    fn what(&self) -> &'static str {
+        match self {
+            Write::Create(_) => "creating a session",
+            Write::Append { .. } => "appending",
+            Write::Delete(_) => "deleting a session",
+        }
+    }
+
+    fn to_pending(self) -> PendingWrite {
+        match self {
+            Write::Create(h) => PendingWrite::Create(h.clone()),
+            Write::Append { session_id, events } => {
+                PendingWrite::Append { session_id: session_id.to_owned(), events: events.to_vec() }
+            }
+            Write::Delete(id) => PendingWrite::Delete(id.to_owned()),
+        }
+    }
+}
+
+impl PendingWrite {
+    fn as_write(&self) -> Write<'_> {
+        match self {
+            PendingWrite::Create(h) => Write::Create(h),
+            PendingWrite::Append { session_id, events } => Write::Append { session_id, events },
+            PendingWrite::Delete(id) => Write::Delete(id),
+        }
+    }
+}
+
+/// A failure inside a transaction.
+enum TxError {
+    /// A refusal decided by the store: roll back, nothing written.
+    Refused(StoreError),
+    /// A client error.
+    Pg(postgres::Error),
+}
+
+impl From<postgres::Error> for TxError {
+    fn from(e: postgres::Error) -> TxError {
+        TxError::Pg(e)
+    }
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> TxError {
+        TxError::Refused(e)
+    }
+}
+
+/// How one attempt at a transaction ended, when it did not commit.
+enum Attempt {
+    /// Refused by the store, rolled back.
+    Refused(StoreError),
+    /// Refused by the server, rolled back; the connection is still usable.
+    Failed(postgres::Error),
+    /// The connection was lost. `committing`: after `COMMIT` was sent, so
+    /// the outcome is unknown; before, the server rolled it back.
+    Lost { committing: bool, error: postgres::Error },
+}
+
+/// What reading a write back found.
+enum Outcome {
+    /// It is stored.
+    Landed,
+    /// It is not (and nothing of it is).
+    NotLanded,
+    /// It is not, and it never can be as it stands: another writer got
+    /// there first.
+    Refused(StoreError),
+}
+
+impl PgStore {
+    /// Connects to the server at `url` (a `postgres://` or `postgresql://`
+    /// URL, or a `key=value` connection string) with the default
+    /// [`PgOptions`], and opens the store in the connection's current schema.
+    ///
+    /// Tables that do not exist are created (schema version
+    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)); a store of any other
+    /// version is refused with `schema-mismatch` naming both versions, and
+    /// so are tables of that name that are not a Palimpsest store. A
+    /// connection string that cannot be read, or a server that cannot be
+    /// reached, is `io`; no error shows the password.
+    ///
+    /// ```no_run
+    /// use palimpsest_persistence_postgres::PgStore;
+    ///
+    /// let store = PgStore::connect("postgres://postgres@127.0.0.1:5432/test")?;
+    /// assert_eq!(store.location(), "postgres://postgres@127.0.0.1:5432/test");
+    /// # Ok::<(), palimpsest_persistence::StoreError>(())
+    /// ```
+    pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+        PgStore::connect_with(url, PgOptions::default())
+    }
+
+    /// Like [`PgStore::connect`], with options (the schema, timeouts).
+    ///
+    /// ```no_run
+    /// use palimpsest_persistence_postgres::{PgOptions, PgStore};
+    ///
+    /// let options = PgOptions { schema: Some("tenant_a".into()), ..PgOptions::default() };
+    /// let store = PgStore::connect_with("postgres://postgres@127.0.0.1/test", options)?;
+    /// assert_eq!(store.schema(), "tenant_a");
+    /// # Ok::<(), palimpsest_persistence::StoreError>(())
+    /// ```
+    pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
+        let location = redact_url(url);
+        let mut config: Config = url.parse().map_err(|e: postgres::Error| {
+            invalid_input(format!("reading the connection string {location}"), e.to_string())
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("palimpsest");
+        }
+        let (mut client, pid) = connect(&config, &location)?;
+        let schema = match &options.schema {
+            Some(s) => s.clone(),
+            None => client
+                .query_typed_one("SELECT current_schema()::text", &[])
+                .and_then(|r| r.try_get::<_, Option<String>>(0))
+                .map_err(|e| pg_err(e, &location, "the schema", "reading current_schema()"))?
+                .ok_or_else(|| {
+                    invalid_input(
+                        format!("opening a store at {location}"),
+                        "the connection has no current schema (empty search_path): name one in PgOptions",
+                    )
+                })?,
+        };
+        if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
+            return Err(invalid_input(
+                format!("opening a store at {location}"),
+                format!("schema name {schema:?} is not a PostgreSQL identifier (1 to 63 bytes, no NUL)"),
+            ));
+        }
+        let created = schema::open_checked(&mut client, &schema, &location)?;
+        tracing::debug!(location = %location, schema = %schema, created, backend_pid = pid, "opened PostgreSQL store");
+        let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
+        let timeouts = format!(
+            "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",
+            ms(options.lock_timeout),
+            ms(options.idle_in_transaction_timeout)
+        );
+        Ok(PgStore {
+            inner: Mutex::new(Inner {
+                client: Some(client),
+                backend_pid: Some(pid),
+                pending: None,
+                holds: HashMap::new(),
+            }),
+            config,
+            sql: Sql::new(&schema),
+            begin_write: format!("BEGIN ISOLATION LEVEL READ COMMITTED; {timeouts}"),
+            begin_read: format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {timeouts}"),
+            location,
+            schema,
+            options,
+        })
+    }
+
+    /// The connection string, its password replaced by `***`.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The PostgreSQL schema holding the store's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &PgOptions {
+        &self.options
+    }
+
+    /// The server process id (`pg_backend_pid()`) of the store's
+    /// connection, `None` while it has none (after the connection was lost,
+    /// until the next operation connects again). For diagnostics: it is
+    /// what `pg_stat_activity` and `pg_terminate_backend` take.
+    pub fn backend_pid(&self) -> Option<i32> {
+        self.lock().backend_pid
+    }
+
+    /// Whether an earlier write's outcome is still unknown (the connection
+    /// was lost after its `COMMIT` was sent and the server could not be
+    /// asked since): while it is, writes are refused with `io`; each one
+    /// first tries to read the outcome back.
+    pub fn has_unresolved_write(&self) -> bool {
+        self.lock().pending.is_some()
+    }
+
+    /// Takes the hold on `session_id` for `holder`, for `ttl` by the
+    /// server's clock (see [`Hold`] and the crate docs).
+    ///
+    /// `locked`, naming the holder and when its hold expires, while another
+    /// holder's hold is live; `not-found` for a session that does not
+    /// exist. A hold that expired (or was released) is taken over with a
+    /// new token, fencing out its old holder. A live hold of the same
+    /// holder name is taken again with a new token (a restarted holder
+    /// fences out its earlier self); this store's own live hold is renewed.
+    /// From now on this store's appends to the session are fenced by the
+    /// hold's token.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use palimpsest_persistence_postgres::PgStore;
+    ///
+    /// let a = PgStore::connect("postgres://postgres@127.0.0.1/test")?;
+    /// let b = PgStore::connect("postgres://postgres@127.0.0.1/test")?;
+    /// a.hold("s1", "worker-a", Duration::from_secs(30))?;
+    /// let refused = b.hold("s1", "worker-b", Duration::from_secs(30)).unwrap_err();
+    /// assert_eq!(refused.code(), "locked");
+    /// assert!(refused.to_string().contains("worker-a"));
+    /// # Ok::<(), palimpsest_persistence::StoreError>(())
+    /// ```
+    pub fn hold(&self, session_id: &str, holder: &str, ttl: Duration) -> Result<Hold, StoreError> {
+        check_id(session_id)?;
+        codec::nul_free("holder", holder).map_err(|why| invalid_input("taking a hold", why))?;
+        let mut inner = self.lock();
+        let ours = inner.holds.get(session_id).copied();
+        let hold = self.with_retry(&mut inner, "taking a hold", |store, client| {
+            store.write_tx(client, |client| {
+                exists_or_not_found(client, &store.sql.session_exists, session_id)?;
+                let (row, now_us) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
+                let token = match &row {
+                    Some(r) if r.live && ours == Some(r.token) => r.token,
+                    Some(r) if r.live && r.holder != holder => {
+                        return Err(TxError::Refused(StoreError::Locked {
+                            what: format!("session {session_id:?} (hold of {})", r.describe()),
+                        }))
+                    }
+                    Some(r) => (r.token + 1).max(codec::from_sql_int(now_us.max(0))),
+                    None => codec::from_sql_int(now_us.max(0)),
+                };
+                let expires_at: SystemTime = client
+                    .query_typed_one(
+                        &store.sql.upsert_hold,
+                        &[
+                            (&session_id, Type::TEXT),
+                            (&holder, Type::TEXT),
+                            (&codec::to_sql_int(token), Type::INT8),
+                            (&hold::ttl_seconds(ttl), Type::FLOAT8),
+                        ],
+                    )?
+                    .try_get(0)?;
+                Ok(Hold { session_id: session_id.to_owned(), holder: holder.to_owned(), token, expires_at })
+            })
+        })?;
+        inner.holds.insert(session_id.to_owned(), hold.token);
+        tracing::debug!(session_id, holder, token = hold.token, "took hold");
+        Ok(hold)
+    }
+
+    /// Extends `hold` to `ttl` from now (server clock), keeping its token.
+    /// Works on an expired hold nobody took over; `locked` (naming the new
+    /// holder) once it was taken over, `not-found` once the session is gone.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use palimpsest_persistence_postgres::PgStore;
+    /// # let store = PgStore::connect("postgres://postgres@127.0.0.1/test")?;
+    /// let hold = store.hold("s1", "worker-a", Duration::from_secs(30))?;
+    /// let renewed = store.renew(&hold, Duration::from_secs(30))?;
+    /// assert_eq!(renewed.token(), hold.token());
+    /// # Ok::<(), palimpsest_persistence::StoreError>(())
+    /// ```
+    pub fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
+        let mut inner = self.lock();
+        let session_id = hold.session_id.as_str();
+        let renewed = self.with_retry(&mut inner, "renewing a hold", |store, client| {
+            store.write_tx(client, |client| {
+                exists_or_not_found(client, &store.sql.session_exists, session_id)?;
+                let (row, _) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
+                check_fence(session_id, Some(hold.token), row.as_ref())?;
+                let expires_at: SystemTime = client
+                    .query_typed_one(
+                        &store.sql.renew_hold,
+                        &[
+                            (&session_id, Type::TEXT),
+                            (&codec::to_sql_int(hold.token), Type::INT8),
+                            (&hold::ttl_seconds(ttl), Type::FLOAT8),
+                        ],
+                    )?
+                    .try_get(0)?;
+                Ok(Hold { expires_at, ..hold.clone() })
+            })
+        })?;
+        inner.holds.insert(session_id.to_owned(), hold.token);
+        Ok(renewed)
+    }
+
+    /// Gives `hold` up: it expires now, so another holder may take the
+    /// session at once; this store's appends are no longer fenced by it.
+    /// Releasing a hold that was taken over, or whose session is gone,
+    /// changes nothing and is not an error.
+    pub fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let session_id = hold.session_id.as_str();
+        self.with_retry(&mut inner, "releasing a hold", |store, client| {
+            store.write_tx(client, |client| {
+                client.query_typed(
+                    &store.sql.release_hold,
+                    &[(&session_id, Type::TEXT), (&codec::to_sql_int(hold.token), Type::INT8)],
+                )?;
+                Ok(())
+            })
+        })?;
+        if inner.holds.get(session_id) == Some(&hold.token) {
+            inner.holds.remove(session_id);
+        }
+        tracing::debug!(session_id, token = hold.token, "released hold");
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while the lock was held leaves at worst an open
+        // transaction on the connection: drop the connection (the server
+        // rolls it back) and reconnect.
+        self.inner.lock().unwrap_or_else(|p| {
+            let mut inner = p.into_inner();
+            inner.client = None;
+            inner.backend_pid = None;
+            inner
+        })
+    }
+
+    /// The connection, connecting again if it was lost.
+    fn client<'a>(&self, inner: &'a mut Inner) -> Result<&'a mut Client, StoreError> {
+        if inner.client.as_ref().is_some_and(Client::is_closed) {
+            inner.client = None;
+            inner.backend_pid = None;
+        }
+        if inner.client.is_none() {
+            let (client, pid) = connect(&self.config, &self.location)?;
+            tracing::info!(location = %self.location, backend_pid = pid, "reconnected");
+            inner.client = Some(client);
+            inner.backend_pid = Some(pid);
+        }
+        inner.client.as_mut().ok_or_else(|| invalid_input("connecting", "no connection"))
+    }
+
+    fn drop_client(inner: &mut Inner) {
+        inner.client = None;
+        inner.backend_pid = None;
+    }
+
+    /// Runs `f` in one write transaction (with this store's lock and idle
+    /// timeouts) and commits it.
+    fn write_tx<T>(
+        &self,
+        client: &mut Client,
+        f: impl FnOnce(&mut Client) -> Result<T, TxError>,
+    ) -> Result<T, Attempt> {
+        self.tx(client, &self.begin_write, f)
+    }
+
+    fn tx<T>(
+        &self,
+        client: &mut Client,
+        begin: &str,
+        f: impl FnOnce(&mut Client) -> Result<T, TxError>,
+    ) -> Result<T, Attempt> {
+        let lost_or_failed = |error: postgres::Error, committing: bool| {
+            if is_lost(&error) {
+                Attempt::Lost { committing, error }
+            } else {
+                Attempt::Failed(error)
+            }
+        };
+        client.batch_execute(begin).map_err(|e| lost_or_failed(e, false))?;
+        let rollback = |client: &mut Client| {
+            if let Err(e) = client.batch_execute("ROLLBACK") {
+                tracing::debug!(error = %e, "rollback failed; the server rolls back when the connection ends");
+            }
+        };
+        match f(client) {
+            Ok(value) => {
+                client.batch_execute("COMMIT").map_err(|e| lost_or_failed(e, true))?;
+                Ok(value)
+            }
+            Err(TxError::Refused(e)) => {
+                rollback(client);
+                Err(Attempt::Refused(e))
+            }
+            Err(TxError::Pg(e)) => {
+                if is_lost(&e) {
+                    return Err(Attempt::Lost { committing: false, error: e });
+                }
+                rollback(client);
+                Err(Attempt::Failed(e))
+            }
+        }
+    }
+
+    /// Runs an operation that is safe to run again (a read, a hold
+    /// operation): after a lost connection it connects again and retries
+    /// once.
+    fn with_retry<T>(
+        &self,
+        inner: &mut Inner,
+        what: &str,
+        mut f: impl FnMut(&PgStore, &mut Client) -> Result<T, Attempt>,
+    ) -> Result<T, StoreError> {
+        let mut retried = false;
+        loop {
+            let client = self.client(inner)?;
+            match f(self, client) {
+                Ok(v) => return Ok(v),
+                Err(Attempt::Refused(e)) => return Err(e),
+                Err(Attempt::Failed(e)) => return Err(pg_err(e, &self.location, "the store", what)),
+                Err(Attempt::Lost { error, .. }) => {
+                    PgStore::drop_client(inner);
+                    if retried {
+                        return Err(pg_err(error, &self.location, "the store", what));
+                    }
+                    tracing::warn!(location = %self.location, error = %error, what, "connection lost; retrying");
+                    retried = true;
+                }
+            }
+        }
+    }
+
+    /// Runs one write: first settles any earlier write whose outcome is
+    /// unknown, then the write itself; after a lost connection it connects
+    /// again and reads the outcome back before anything else is written.
+    fn write(&self, write: Write<'_>) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        self.settle_pending(&mut inner)?;
+        let what = write.what();
+        let mut retried = false;
+        loop {
+            let token = match write {
+                Write::Append { session_id, .. } | Write::Delete(session_id) => {
+                    inner.holds.get(session_id).copied()
+                }
+                Write::Create(_) => None,
+            };
+            let client = self.client(&mut inner)?;
+            let attempt = self.attempt(client, write, token);
+            let error = match attempt {
+                Ok(()) => return Ok(()),
+                Err(Attempt::Refused(e)) => return Err(e),
+                Err(Attempt::Failed(e)) => {
+                    return Err(pg_err(e, &self.location, &describe_target(write), what))
+                }
+                Err(Attempt::Lost { committing: false, error }) => {
+                    PgStore::drop_client(&mut inner);
+                    tracing::warn!(location = %self.location, error = %error, what, "connection lost before commit; nothing was written");
+                    error
+                }
+                Err(Attempt::Lost { committing: true, error }) => {
+                    PgStore::drop_client(&mut inner);
+                    tracing::warn!(location = %self.location, error = %error, what, "connection lost during commit; reading the outcome back");
+                    match self.resolve(&mut inner, write) {
+                        Ok(Outcome::Landed) => {
+                            tracing::info!(what, "the commit whose acknowledgement was lost is stored");
+                            return Ok(());
+                        }
+                        Ok(Outcome::Refused(e)) => return Err(e),
+                        Ok(Outcome::NotLanded) => error,
+                        Err(unreachable) => {
+                            inner.pending = Some(write.to_pending());
+                            tracing::error!(location = %self.location, error = %unreachable, what, "outcome unknown; refusing writes until it is read back");
+                            return Err(StoreError::Io {
+                                context: format!(
+                                    "{what} at {}: the connection was lost after COMMIT was sent and the server \
+                                     cannot be asked whether it landed; further writes are refused until it can \
+                                     (each write tries again) or the store is reopened",
+                                    self.location
+                                ),
+                                source: Box::new(error),
+                            });
+                        }
+                    }
+                }
+            };
+            if retried {
+                return Err(StoreError::Io {
+                    context: format!(
+                        "{what} at {}: the connection was lost twice; nothing was written",
+                        self.location
+                    ),
+                    source: Box::new(error),
+                });
+            }
+            retried = true;
+        }
+    }
+
+    /// Reads back a write whose outcome is unknown, or refuses while the
+    /// server cannot be asked.
+    fn settle_pending(&self, inner: &mut Inner) -> Result<(), StoreError> {
+        let Some(pending) = inner.pending.take() else { return Ok(()) };
+        match self.resolve(inner, pending.as_write()) {
+            Ok(outcome) => {
+                let landed = matches!(outcome, Outcome::Landed);
+                tracing::info!(
+                    what = pending.as_write().what(),
+                    landed,
+                    "read back the write whose outcome was unknown"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                inner.pending = Some(pending);
+                Err(StoreError::Io {
+                    context: format!(
+                        "{} refuses writes: an earlier write's outcome is unknown and the server cannot be \
+                         asked yet; reopen the store or try again",
+                        self.location
+                    ),
+                    source: Box::new(e),
+                })
+            }
+        }
+    }
+
+    /// Connects again and reads back whether `write` is stored.
+    fn resolve(&self, inner: &mut Inner, write: Write<'_>) -> Result<Outcome, StoreError> {
+        let client = self.client(inner)?;
+        let err =
+            |e| pg_err(e, &self.location, &describe_target(write), "reading back an unacknowledged write");
+        match write {
+            Write::Create(header) => {
+                let row = client
+                    .query_typed_opt(&self.sql.select_header, &[(&header.id, Type::TEXT)])
+                    .map_err(err)?;
+                match row {
+                    None => Ok(Outcome::NotLanded),
+                    Some(row) => match header_from_row(&header.id, &row, 0) {
+                        Ok(stored) if stored == *header => Ok(Outcome::Landed),
+                        _ => {
+                            Ok(Outcome::Refused(StoreError::AlreadyExists { session_id: header.id.clone() }))
+                        }
+                    },
+                }
+            }
+            Write::Delete(id) => {
+                let row =
+                    client.query_typed_opt(&self.sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
+                Ok(if row.is_none() { Outcome::Landed } else { Outcome::NotLanded })
+            }
+            Write::Append { session_id, events } => {
+                let (Some(first), Some(last)) = (events.first(), events.last()) else {
+                    return Ok(Outcome::Landed);
+                };
+                let rows = client
+                    .query_typed(
+                        &self.sql.events_between,
+                        &[
+                            (&session_id, Type::TEXT),
+                            (&codec::to_sql_int(first.seq()), Type::INT8),
+                            (&codec::to_sql_int(last.seq()), Type::INT8),
+                        ],
+                    )
+                    .map_err(err)?;
+                if rows.is_empty() {
+                    return Ok(Outcome::NotLanded);
+                }
+                let stored: Vec<Option<Event>> = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        EventRow::read(r, 0).ok().and_then(|row| row.decode(first.seq() + i as u64).ok())
+                    })
+                    .collect();
+                let same = stored.len() == events.len()
+                    && stored.iter().zip(events).all(|(s, e)| s.as_ref() == Some(e));
+                if same {
+                    return Ok(Outcome::Landed);
+                }
+                let max: Option<i64> = client
+                    .query_typed_one(&self.sql.max_seq, &[(&session_id, Type::TEXT)])
+                    .and_then(|r| r.try_get(0))
+                    .map_err(err)?;
+                Ok(Outcome::Refused(StoreError::Conflict {
+                    session_id: session_id.to_owned(),
+                    expected: max.map_or(0, |m| codec::from_sql_int(m) + 1),
+                    found: first.seq(),
+                }))
+            }
+        }
+    }
+
+    /// One attempt at a write, in one transaction.
+    fn attempt(&self, client: &mut Client, write: Write<'_>, token: Option<u64>) -> Result<(), Attempt> {
+        match write {
+            Write::Create(header) => self.write_tx(client, |client| {
+                let inserted = client.query_typed_opt(
+                    &self.sql.insert_session,
+                    &[
+                        (&header.id, Type::TEXT),
+                        (&codec::to_sql_int(header.created_at), Type::INT8),
+                        (&header.cwd, Type::TEXT),
+                        (&header.parent_session, Type::TEXT),
+                        (&header.seed_length.map(codec::to_sql_int), Type::INT8),
+                    ],
+                )?;
+                match inserted {
+                    Some(_) => Ok(()),
+                    None => {
+                        Err(TxError::Refused(StoreError::AlreadyExists { session_id: header.id.clone() }))
+                    }
+                }
+            }),
+            Write::Delete(session_id) => self.write_tx(client, |client| {
+                self.check_session(client, session_id, token)?;
+                if client.query_typed_opt(&self.sql.delete_session, &[(&session_id, Type::TEXT)])?.is_none() {
+                    return Err(StoreError::NotFound { session_id: session_id.to_owned() }.into());
+                }
+                client.query_typed(&self.sql.delete_events, &[(&session_id, Type::TEXT)])?;
+                client.query_typed(&self.sql.delete_hold, &[(&session_id, Type::TEXT)])?;
+                Ok(())
+            }),
+            Write::Append { session_id, events } => {
+                let result = self.write_tx(client, |client| {
+                    let len = self.check_session(client, session_id, token)?;
+                    check_continues(session_id, len, events)?;
+                    if events.is_empty() {
+                        return Ok(());
+                    }
+                    let c = Columns::of(events);
+                    let params: [(&(dyn ToSql + Sync), Type); 7] = [
+                        (&session_id, Type::TEXT),
+                        (&c.seq, Type::INT8_ARRAY),
+                        (&c.time, Type::INT8_ARRAY),
+                        (&c.event_type, Type::TEXT_ARRAY),
+                        (&c.data, Type::TEXT_ARRAY),
+                        (&c.source_event_seqs, Type::TEXT_ARRAY),
+                        (&c.surface_op, Type::TEXT_ARRAY),
+                    ];
+                    client.query_typed(&self.sql.insert_events, &params)?;
+                    Ok(())
+                });
+                match result {
+                    // Another writer committed the same seqs first: a conflict,
+                    // nothing written. Say what the log expects now.
+                    Err(Attempt::Failed(e)) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                        let first = events.first().map_or(0, Event::seq);
+                        let max: Option<i64> = client
+                            .query_typed_one(&self.sql.max_seq, &[(&session_id, Type::TEXT)])
+                            .and_then(|r| r.try_get(0))
+                            .map_err(|e| {
+                                if is_lost(&e) {
+                                    Attempt::Lost { committing: false, error: e }
+                                } else {
+                                    Attempt::Failed(e)
+                                }
+                            })?;
+                        tracing::debug!(session_id, first, "lost the race for the next seq");
+                        Err(Attempt::Refused(StoreError::Conflict {
+                            session_id: session_id.to_owned(),
+                            expected: max.map_or(0, |m| codec::from_sql_int(m) + 1),
+                            found: first,
+                        }))
+                    }
+                    other => other,
+                }
+            }
+        }
+    }
+
+    /// Inside a write transaction: checks that the session exists and that
+    /// this store may write it (the hold fence), locking the session row
+    /// against delete and the hold row against takeover until commit.
+    /// Returns the stored length.
+    fn check_session(
+        &self,
+        client: &mut Client,
+        session_id: &str,
+        token: Option<u64>,
+    ) -> Result<u64, TxError> {
+        let Some(row) = client.query_typed_opt(&self.sql.check, &[(&session_id, Type::TEXT)])? else {
+            return Err(StoreError::NotFound { session_id: session_id.to_owned() }.into());
+        };
+        let (lo, hi): (Option<i64>, Option<i64>) = (row.try_get(0)?, row.try_get(1)?);
+        let hold = hold_from_row(&row, 2)?;
+        check_fence(session_id, token, hold.as_ref())?;
+        match (lo, hi) {
+            (None, _) | (_, None) => Ok(0),
+            (Some(0), Some(max)) if (0..i64::MAX).contains(&max) => Ok(max as u64 + 1),
+            (Some(min), Some(max)) => Err(StoreError::Corrupt {
+                location: format!("{}: events of session {session_id:?}", self.location),
+                detail: format!(
+                    "stored seqs run from {} to {}; a log starts at 0 and counts up, so nothing is appended",
+                    codec::from_sql_int(min),
+                    codec::from_sql_int(max)
+                ),
+                cause: None,
+            }
+            .into()),
+        }
+    }
+
+    /// Runs `f` in one read-only snapshot; after a lost connection it
+    /// connects again and retries once.
+    fn read<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&mut Client) -> Result<T, TxError>,
+    ) -> Result<T, StoreError> {
+        let mut inner = self.lock();
+        self.with_retry(&mut inner, what, |store, client| store.tx(client, &store.begin_read, &mut f))
+    }
+
+    fn corrupt(&self, session_id: &str, index: Option<u64>, cause: LoadError) -> StoreError {
+        let location = match index {
+            Some(i) => {
+                format!("{}: {}.events row ({session_id:?}, {i})", self.location, quote_ident(&self.schema))
+            }
+            None => format!("{}: {}.sessions row {session_id:?}", self.location, quote_ident(&self.schema)),
+        };
+        StoreError::Corrupt { location, detail: cause.to_string(), cause: Some(cause) }
+    }
+}
+
+/// `session "x"`, for errors.
+fn describe_target(write: Write<'_>) -> String {
+    match write {
+        Write::Create(h) => format!("session {:?}", h.id),
+        Write::Append { session_id, .. } | Write::Delete(session_id) => format!("session {session_id:?}"),
+    }
+}
+
+/// Connects and reads the server process id.
+fn connect(config: &Config, location: &str) -> Result<(Client, i32), StoreError> {
+    let mut client = connect_client(config)
+        .map_err(|e| StoreError::Io { context: format!("connecting to {location}"), source: Box::new(e) })?;
+    let pid: i32 = client
+        .query_typed_one("SELECT pg_backend_pid()", &[])
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| pg_err(e, location, "the server", "reading pg_backend_pid()"))?;
+    Ok((client, pid))
+}
+
+#[cfg(feature = "tls")]
+fn connect_client(config: &Config) -> Result<Client, postgres::Error> {
+    if config.get_ssl_mode() == SslMode::Disable {
+        return config.connect(postgres::NoTls);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
+    match tls {
+        Ok(tls) => config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot set up TLS; connecting without it");
+            config.connect(postgres::NoTls)
+        }
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn connect_client(config: &Config) -> Result<Client, postgres::Error> {
+    if config.get_ssl_mode() == SslMode::Require {
+        tracing::warn!("sslmode=require, but this build has no TLS (the crate's `tls` feature is off)");
+    }
+    config.connect(postgres::NoTls)
+}
+
+/// Refuses ids the store cannot hold: NUL (PostgreSQL text cannot store
+/// it) or longer than [`MAX_ID_BYTES`].
+fn check_id(id: &str) -> Result<(), StoreError> {
+    if let Err(reason) = codec::nul_free("the session id", id) {
+        return Err(StoreError::InvalidId { reason });
+    }
+    if id.len() > MAX_ID_BYTES {
+        return Err(StoreError::InvalidId {
+            reason: format!(
+                "a session id of {} bytes; the PostgreSQL store takes at most {MAX_ID_BYTES}",
+                id.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn exists_or_not_found(client: &mut Client, sql: &str, session_id: &str) -> Result<(), TxError> {
+    match client.query_typed_opt(sql, &[(&session_id, Type::TEXT)])? {
+        Some(_) => Ok(()),
+        None => Err(StoreError::NotFound { session_id: session_id.to_owned() }.into()),
+    }
+}
+
+/// Reads the hold columns `holder, token, expires_at, live, left_s`
+/// starting at `first` (all NULL: no hold row).
+fn hold_from_row(row: &postgres::Row, first: usize) -> Result<Option<HoldRow>, postgres::Error> {
+    let holder: Option<String> = row.try_get(first)?;
+    let Some(holder) = holder else { return Ok(None) };
+    Ok(Some(HoldRow {
+        holder,
+        token: codec::from_sql_int(row.try_get(first + 1)?),
+        expires_at: row.try_get(first + 2)?,
+        live: row.try_get(first + 3)?,
+        seconds_left: row.try_get(first + 4)?,
+    }))
+}
+
+/// The hold row, locked for update, and the server's clock in microseconds.
+fn read_hold_for_update(
+    client: &mut Client,
+    sql: &str,
+    session_id: &str,
+) -> Result<(Option<HoldRow>, i64), TxError> {
+    let row = client.query_typed_one(sql, &[(&session_id, Type::TEXT)])?;
+    Ok((hold_from_row(&row, 0)?, row.try_get(5)?))
+}
+
+/// The fence: may a store holding `ours` (or no hold) write a session
+/// whose hold row is `row`? Its own token, or no live hold of anyone's.
+fn check_fence(session_id: &str, ours: Option<u64>, row: Option<&HoldRow>) -> Result<(), StoreError> {
+    match (ours, row) {
+        (Some(t), Some(r)) if r.token == t => Ok(()),
+        (Some(t), Some(r)) => Err(StoreError::Locked {
+            what: format!(
+                "session {session_id:?} (this store's hold, token {t}, was taken over: hold of {})",
+                r.describe()
+            ),
+        }),
+        (Some(t), None) => Err(StoreError::Locked {
+            what: format!(
+                "session {session_id:?} (this store's hold, token {t}, is gone: the session was deleted)"
+            ),
+        }),
+        (None, Some(r)) if r.live => {
+            Err(StoreError::Locked { what: format!("session {session_id:?} (hold of {})", r.describe()) })
+        }
+        (None, _) => Ok(()),
+    }
+}
+
+/// Reads the header columns `created_at, cwd, parent_session, seed_length`,
+/// starting at column `first`.
+fn header_from_row(id: &str, row: &postgres::Row, first: usize) -> Result<SessionHeader, LoadError> {
+    let read = || -> Result<SessionHeader, postgres::Error> {
+        Ok(SessionHeader {
+            id: id.to_owned(),
+            created_at: codec::from_sql_int(row.try_get(first)?),
+            cwd: row.try_get(first + 1)?,
+            parent_session: row.try_get(first + 2)?,
+            seed_length: row.try_get::<_, Option<i64>>(first + 3)?.map(codec::from_sql_int),
+        })
+    };
+    let header = read().map_err(|e| LoadError::HeaderMalformed { detail: e.to_string() })?;
+    // The limit every reader holds a header line to, as written to JSONL.
+    header.check_size()?;
+    Ok(header)
+}
+
+impl SessionStore for PgStore {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        check_id(&header.id)?;
+        check_header(header)?;
+        codec::header_storable(header).map_err(|detail| StoreError::InvalidHeader {
+            session_id: header.id.clone(),
+            cause: LoadError::HeaderMalformed { detail },
+        })?;
+        self.write(Write::Create(header))?;
+        tracing::debug!(session_id = %header.id, "created session");
+        Ok(())
+    }
+
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        check_id(session_id)?;
+        for e in events {
+            codec::nul_free("the event type", e.event_type().as_str()).map_err(|why| {
+                invalid_input(
+                    format!("appending seq {} to session {session_id:?}; nothing was written", e.seq()),
+                    why,
+                )
+            })?;
+        }
+        self.write(Write::Append { session_id, events })?;
+        tracing::trace!(session_id, events = events.len(), "appended");
+        Ok(())
+    }
+
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        check_id(session_id)?;
+        self.read("loading a session", |client| {
+            let header = client
+                .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
+                .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+            let header =
+                header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+            let params: [(&(dyn ToSql + Sync), Type); 1] = [(&session_id, Type::TEXT)];
+            let mut rows = client.query_typed_raw(&self.sql.events, params)?;
+            let mut events = Vec::new();
+            let mut failed = None;
+            while let Some(row) = rows.next()? {
+                let index = events.len() as u64;
+                match EventRow::read(&row, codec::line_of(index)).and_then(|r| r.decode(index)) {
+                    Ok(e) => events.push(e),
+                    Err(e) => {
+                        failed = Some(self.corrupt(session_id, Some(index), e));
+                        break;
+                    }
+                }
+            }
+            drop(rows);
+            if let Some(e) = failed {
+                return Err(TxError::Refused(e));
+            }
+            Ok(StoredSession { header, events, report: LoadReport::default() })
+        })
+    }
+
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        self.read("listing sessions", |client| {
+            let rows = client.query_typed(&self.sql.list, &[])?;
+            let mut headers = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let id: String = row.try_get(0)?;
+                let header = header_from_row(&id, row, 1).map_err(|e| self.corrupt(&id, None, e))?;
+                headers.push(header);
+            }
+            Ok(headers)
+        })
+    }
+
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        check_id(session_id)?;
+        self.write(Write::Delete(session_id))?;
+        self.lock().holds.remove(session_id);
+        tracing::debug!(session_id, "deleted session");
+        Ok(())
+    }
+
+    /// Every acknowledged commit is already durable (the server's
+    /// `synchronous_commit`, `on` by default, decides when COMMIT returns);
+    /// `sync` only settles an earlier write whose outcome is unknown, and is
+    /// `io` while it cannot.
+    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        self.settle_pending(&mut inner)?;
+        tracing::trace!(session_id, "synced (nothing to do: commits are durable)");
+        Ok(())
+    }
+}

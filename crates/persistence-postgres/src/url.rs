@@ -1,0 +1,116 @@
+//! Connection strings without their secrets: what errors, logs and `Debug`
+//! show of a URL.
+
+/// `url` with any password replaced by `***`: the user-info password of a
+/// `postgres://user:password@host/db` URL and a `password=` parameter, in a
+/// URL's query string or a `key=value` connection string. Everything else
+/// is kept, so the result still says which server and database were meant.
+///
+/// ```
+/// use palimpsest_persistence_postgres::redact_url;
+///
+/// assert_eq!(
+///     redact_url("postgres://app:s3cret@db.example:5432/logs?sslmode=require"),
+///     "postgres://app:***@db.example:5432/logs?sslmode=require"
+/// );
+/// assert_eq!(redact_url("host=db password=s3cret user=app"), "host=db password=*** user=app");
+/// assert_eq!(redact_url("postgres://db/logs?password=s3cret&x=1"), "postgres://db/logs?password=***&x=1");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let url = url.trim();
+    if let Some((scheme, rest)) = url.split_once("://") {
+        // Authority ends at the first '/', '?' or '#'; user-info at its last '@'.
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let authority = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{user}:***@{hosts}"),
+                None => format!("{userinfo}@{hosts}"),
+            },
+            None => authority.to_owned(),
+        };
+        let tail = match tail.split_once('?') {
+            Some((path, query)) => {
+                let params: Vec<String> = query
+                    .split('&')
+                    .map(|kv| match kv.split_once('=') {
+                        Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                        _ => kv.to_owned(),
+                    })
+                    .collect();
+                format!("{path}?{}", params.join("&"))
+            }
+            None => tail.to_owned(),
+        };
+        format!("{scheme}://{authority}{tail}")
+    } else {
+        // key=value form; a quoted value may hold spaces.
+        let mut out = String::with_capacity(url.len());
+        let mut rest = url;
+        while let Some(at) = find_password_key(rest) {
+            let (before, after) = rest.split_at(at);
+            out.push_str(before);
+            let after_eq = &after[after.find('=').map_or(after.len(), |i| i + 1)..];
+            let trimmed = after_eq.trim_start();
+            let value_len = if let Some(quoted) = trimmed.strip_prefix('\'') {
+                let mut i = 0;
+                let bytes = quoted.as_bytes();
+                while i < bytes.len() && bytes[i] != b'\'' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                1 + (i + 1).min(quoted.len())
+            } else {
+                trimmed.find(char::is_whitespace).unwrap_or(trimmed.len())
+            };
+            out.push_str("password=***");
+            rest = &trimmed[value_len.min(trimmed.len())..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// Where a `password` key (followed by optional spaces and `=`) starts in a
+/// key=value string, at the start or after whitespace.
+fn find_password_key(s: &str) -> Option<usize> {
+    let lower = s.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(i) = lower[from..].find("password") {
+        let at = from + i;
+        let starts_word = at == 0 || lower.as_bytes()[at - 1].is_ascii_whitespace();
+        let next = lower[at + "password".len()..].trim_start();
+        if starts_word && next.starts_with('=') {
+            return Some(at);
+        }
+        from = at + "password".len();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_hidden_and_everything_else_is_kept() {
+        let cases = [
+            ("postgres://u:p@h/db", "postgres://u:***@h/db"),
+            (
+                "postgresql://u:p%40ss@h1:1,h2:2/db?sslmode=disable",
+                "postgresql://u:***@h1:1,h2:2/db?sslmode=disable",
+            ),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("postgres://h/db", "postgres://h/db"),
+            ("postgres://u:p@h", "postgres://u:***@h"),
+            ("postgres://u:a@b@h/db", "postgres://u:***@h/db"),
+            ("postgres://h/db?PASSWORD=x&user=u", "postgres://h/db?PASSWORD=***&user=u"),
+            ("host=h password = 'a b\\' c' user=u", "host=h password=*** user=u"),
+            ("password=x", "password=***"),
+            ("host=h mypassword=x", "host=h mypassword=x"),
+            ("", ""),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+    }
+}

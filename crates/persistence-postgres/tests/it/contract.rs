@@ -1,0 +1,83 @@
+//! The whole `palimpsest-persistence` contract kit, run against [`PgStore`]
+//! in a fresh schema per check: the same checks JSONL and SQLite pass.
+
+use palimpsest_persistence::testkit::{self, StoreFactory};
+use palimpsest_persistence::SessionStore;
+use palimpsest_persistence_postgres::PgStore;
+
+use crate::common::TestSchema;
+
+struct PgFactory {
+    schema: TestSchema,
+}
+
+impl StoreFactory for PgFactory {
+    fn open(&self) -> Box<dyn SessionStore> {
+        Box::new(self.schema.store())
+    }
+}
+
+/// Runs one check in a fresh schema (skipped, saying so, without a server
+/// outside CI).
+fn run(check: testkit::Check) {
+    if let Some(schema) = TestSchema::new() {
+        check(&PgFactory { schema });
+    }
+}
+
+/// One `#[test]` per check, like `store_contract_tests!`, but each able to
+/// skip when no server is reachable outside CI.
+macro_rules! pg_contract_tests {
+    ($($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                run(testkit::$check);
+            }
+        )*
+
+        #[test]
+        fn pg_contract_tests_cover_every_check() {
+            let generated: &[&str] = &[$(stringify!($check)),*];
+            let all: Vec<&str> = testkit::CHECKS.iter().map(|(name, _)| *name).collect();
+            assert_eq!(generated, all.as_slice(), "pg_contract_tests! is out of date with testkit::CHECKS");
+        }
+    };
+}
+
+pg_contract_tests!(
+    round_trips_every_core_event_kind,
+    source_event_seqs_absent_empty_and_listed_stay_distinct,
+    both_surface_op_forms_round_trip,
+    plugin_events_keep_arbitrary_json_data,
+    unknown_payload_keys_are_kept_verbatim,
+    unicode_and_escapes_round_trip,
+    very_large_payloads_round_trip,
+    batch_is_all_or_nothing,
+    non_contiguous_appends_conflict,
+    unknown_ids_are_not_found,
+    create_twice_is_already_exists,
+    list_returns_every_header,
+    delete_then_load_is_not_found,
+    reopen_after_drop_sees_everything,
+    sessions_are_independent,
+    unusual_ids_work_or_are_refused_cleanly,
+    second_handle_never_breaks_the_log,
+    torn_tail_is_dropped_reported_and_cut_off_if_supported,
+    unterminated_whole_last_record_is_kept_if_supported,
+    durable_open_revalidates_the_stored_log,
+    durable_refused_append_writes_nothing,
+);
+
+/// One size limit for writers and readers: over it nothing is written, at
+/// it everything reads back (issue 15).
+#[test]
+fn size_limits_hold_for_writers_and_readers() {
+    run(testkit::size_limits_hold_for_writers_and_readers);
+}
+
+#[test]
+fn the_store_is_send_and_sync_and_a_boxed_store_is_a_store() {
+    fn assert_store<T: SessionStore + Send + Sync>() {}
+    assert_store::<PgStore>();
+}
