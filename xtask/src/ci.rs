@@ -6,15 +6,19 @@
 //! 3. `clippy`: `cargo clippy --workspace --all-targets -- -D warnings`
 //! 4. `chromium`: `.ci/install-chromium`, which installs Debian's `chromium`
 //!    if it is missing (the CLI's HTML export test renders a page in it)
-//! 5. `tests`: `cargo nextest run --workspace --profile ci` when
+//! 5. `postgres`: `.ci/ensure-postgres`, which checks that the test server
+//!    (`PALIMPSEST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`)
+//!    answers and starts an installed but stopped cluster; the PostgreSQL
+//!    store's tests fail without it under CI
+//! 6. `tests`: `cargo nextest run --workspace --profile ci` when
 //!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
-//! 6. `doctests`: `cargo test --workspace --doc` (only after nextest, which
+//! 7. `doctests`: `cargo test --workspace --doc` (only after nextest, which
 //!    skips doctests; `cargo test` already ran them)
-//! 7. `docs`: `cargo doc --workspace --all-features --no-deps` with
+//! 8. `docs`: `cargo doc --workspace --all-features --no-deps` with
 //!    `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
 //!    feature-gated modules (`persistence`'s `testkit`) are checked too and
 //!    links to them resolve
-//! 8. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
+//! 9. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
 //!    anywhere in the tree
 //!
 //! Tests run with `INSTA_UPDATE=no` and `CI=true`, so a missing or changed
@@ -66,6 +70,7 @@ fn steps(nextest: bool) -> Vec<Step> {
         Step { name: "tidy", action: Action::InProcess(tidy::run) },
         cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
         Step { name: "chromium", action: Action::InProcess(install_chromium) },
+        Step { name: "postgres", action: Action::InProcess(ensure_postgres) },
     ];
     if nextest {
         steps.push(cargo("tests", &["nextest", "run", "--workspace", "--profile", "ci"], TEST_ENV));
@@ -145,14 +150,26 @@ fn print_summary(steps: &[Step], timings: &[(&str, Duration, bool)]) {
 /// script installs Debian's package when needed and fails loudly when it
 /// cannot.
 fn install_chromium(root: &Path) -> anyhow::Result<()> {
-    let script = root.join(".ci/install-chromium");
+    run_script(root, ".ci/install-chromium", "Chromium is needed for the HTML export test")
+}
+
+/// Runs `.ci/ensure-postgres`: the PostgreSQL store's tests need the test
+/// server and, with `CI` set, fail without it. The script starts an
+/// installed but stopped cluster, and fails loudly when no server answers.
+fn ensure_postgres(root: &Path) -> anyhow::Result<()> {
+    run_script(root, ".ci/ensure-postgres", "the PostgreSQL store's tests need a server")
+}
+
+/// Runs the bash script at `root/script`; `why` says what its failure means.
+fn run_script(root: &Path, script: &str, why: &str) -> anyhow::Result<()> {
+    let script = root.join(script);
     let status = Command::new("bash")
         .arg(&script)
         .current_dir(root)
         .status()
         .with_context(|| format!("could not run {}", script.display()))?;
     if !status.success() {
-        bail!("{} exited with {status}: Chromium is needed for the HTML export test", script.display());
+        bail!("{} exited with {status}: {why}", script.display());
     }
     Ok(())
 }
@@ -199,9 +216,12 @@ mod tests {
         let names = |nextest| steps(nextest).iter().map(|s| s.name).collect::<Vec<_>>();
         assert_eq!(
             names(true),
-            ["fmt", "tidy", "clippy", "chromium", "tests", "doctests", "docs", "snapshots"]
+            ["fmt", "tidy", "clippy", "chromium", "postgres", "tests", "doctests", "docs", "snapshots"]
         );
-        assert_eq!(names(false), ["fmt", "tidy", "clippy", "chromium", "tests", "docs", "snapshots"]);
+        assert_eq!(
+            names(false),
+            ["fmt", "tidy", "clippy", "chromium", "postgres", "tests", "docs", "snapshots"]
+        );
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! `palimpsest convert SRC DST`: copies one session or a whole store between
-//! JSONL (a file or a directory) and SQLite, checking every session on the
-//! way.
+//! JSONL (a file or a directory), SQLite and PostgreSQL, checking every
+//! session on the way.
 //!
 //! SRC takes the STORE forms of [`crate::store_arg`]; `--session` picks one
 //! of its sessions. DST is
 //!
+//! * a PostgreSQL store when it is a `postgres://` or `postgresql://` URL;
 //! * a SQLite database when it ends in `.db` or already is one;
 //! * a JSONL session file when it ends in `.jsonl` and SRC names one session
 //!   (a `.jsonl` file, `--session`, or a store holding just one);
@@ -17,8 +18,9 @@
 //! about and copied as they are), and DST is searched for sessions that
 //! already exist (`already-exists`, exit 1: nothing is overwritten); then
 //! each session is loaded again, seeded through `Session::from_log`, and
-//! written (one transaction per session in SQLite, one write per session in
-//! JSONL, synced before the next one).
+//! written whole, all or nothing ([`SessionStore::create_with_events`]: one
+//! transaction per session in SQLite and PostgreSQL, a file that appears
+//! whole in JSONL), synced before the next one.
 //!
 //! Events are written in their canonical form, so JSONL → SQLite → JSONL
 //! gives back a canonical file byte for byte. A torn last line of a JSONL
@@ -33,13 +35,13 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use palimpsest_core_session::{Event, Session, SessionHeader};
 use palimpsest_persistence::{SessionStore, StoreError};
-use palimpsest_persistence_jsonl::{JsonlStore, SessionFile};
-use palimpsest_persistence_sqlite::SqliteStore;
+use palimpsest_persistence_jsonl::SessionFile;
 
 use crate::check::Finding;
 use crate::error::{from_store, CliError, Exit};
+use crate::location::Location;
 use crate::output;
-use crate::store_arg::{looks_like_sqlite, Store};
+use crate::store_arg::Store;
 
 /// How long a conversion runs before its progress bar appears.
 const QUIET_FOR: Duration = Duration::from_millis(300);
@@ -47,35 +49,36 @@ const QUIET_FOR: Duration = Duration::from_millis(300);
 /// Where sessions are copied to.
 #[derive(Debug)]
 enum Dest {
+    /// One JSONL session file.
     File(PathBuf),
-    Dir(JsonlStore),
-    Sqlite(SqliteStore),
+    /// A directory, database or server.
+    Store(Arc<dyn SessionStore>, Location),
 }
 
 impl Dest {
     /// Opens (creating if missing) the destination `path`.
     fn open(path: &Path, one_session: bool, sessions: usize) -> Result<Dest, CliError> {
-        let shown = path.display().to_string();
-        let is_jsonl_name = path.extension().is_some_and(|e| e == "jsonl") && !path.is_dir();
-        if looks_like_sqlite(path) {
-            SqliteStore::open(path).map(Dest::Sqlite).map_err(|e| from_store(&e, &shown))
-        } else if is_jsonl_name && one_session {
-            Ok(Dest::File(path.to_owned()))
-        } else if is_jsonl_name {
-            Err(CliError::usage(format!(
-                "{shown} names one session file, but the source holds {sessions} sessions; \
-                 pick one with --session, or give a directory or a .db file"
-            )))
-        } else {
-            JsonlStore::open(path).map(Dest::Dir).map_err(|e| from_store(&e, &shown))
+        let location = Location::parse(path)?;
+        if let Location::JsonlFile(p) = &location {
+            if !one_session {
+                return Err(CliError::usage(format!(
+                    "{} names one session file, but the source holds {sessions} sessions; \
+                     pick one with --session, or give a directory, a .db file or a postgres:// URL",
+                    p.display()
+                )));
+            }
+            return Ok(Dest::File(p.clone()));
+        }
+        match location.open_for_writing()? {
+            Some(store) => Ok(Dest::Store(store, location)),
+            None => Err(CliError::usage(format!("{}: not a store", location.shown()))),
         }
     }
 
     fn kind(&self) -> &'static str {
         match self {
             Dest::File(_) => "JSONL file",
-            Dest::Dir(_) => "JSONL directory",
-            Dest::Sqlite(_) => "SQLite database",
+            Dest::Store(_, location) => location.kind(),
         }
     }
 
@@ -83,16 +86,7 @@ impl Dest {
     fn existing(&self, ids: &[String], shown: &str) -> Result<Vec<String>, CliError> {
         match self {
             Dest::File(p) => Ok(if p.exists() { ids.to_vec() } else { Vec::new() }),
-            Dest::Dir(s) => {
-                let mut found = Vec::new();
-                for id in ids {
-                    if s.path_of(id).map_err(|e| from_store(&e, shown))?.exists() {
-                        found.push(id.clone());
-                    }
-                }
-                Ok(found)
-            }
-            Dest::Sqlite(s) => {
+            Dest::Store(s, _) => {
                 let there: Vec<String> =
                     s.list().map_err(|e| from_store(&e, shown))?.into_iter().map(|h| h.id).collect();
                 Ok(ids.iter().filter(|id| there.contains(id)).cloned().collect())
@@ -100,25 +94,11 @@ impl Dest {
         }
     }
 
-    /// Writes one whole session, durably.
+    /// Writes one whole session, durably, all or nothing.
     fn write(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
         match self {
-            Dest::File(p) => {
-                let mut f = SessionFile::create(p, header)?;
-                f.append(events)?;
-                f.sync()
-            }
-            Dest::Dir(s) => {
-                s.create(header)?;
-                let written = s.append(&header.id, events).and_then(|()| s.sync(&header.id));
-                // Release the file (and its lock) now, not when the store is dropped.
-                s.close(&header.id);
-                written
-            }
-            Dest::Sqlite(s) => {
-                s.import(header, events)?;
-                s.sync(&header.id)
-            }
+            Dest::File(p) => SessionFile::create_with_events(p, header, events)?.sync(),
+            Dest::Store(s, _) => s.create_with_events(header, events).and_then(|()| s.sync(&header.id)),
         }
     }
 }
@@ -174,8 +154,8 @@ pub(crate) fn convert(
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
     let source = Store::open_existing(src, crate::store_arg::Access::Read)?;
-    let src_shown = src.display().to_string();
-    let dst_shown = dst.display().to_string();
+    let src_shown = source.path().display().to_string();
+    let dst_shown = Location::parse(dst)?.shown();
     let mut ids: Vec<String> = source.list()?.into_iter().map(|h| h.id).collect();
     if let Some(wanted) = session {
         if !ids.iter().any(|id| id == wanted) {
@@ -251,7 +231,7 @@ pub(crate) fn convert(
         out,
         "converted {sessions} ({total_events} events) from {src_shown} ({}) to {} ({})",
         source.kind(),
-        dst.display(),
+        dst_shown,
         dest.kind()
     )?;
     Ok(Exit::Success)

@@ -25,6 +25,7 @@ mod explain;
 mod export;
 mod fork;
 mod inspect;
+mod location;
 mod open_store;
 mod output;
 mod run;
@@ -120,10 +121,10 @@ enum Command {
     /// The child's seed is the parent's events 0..=SEQ; its header names the
     /// parent (`parentSession`) and the seed's length (`seedLength`). A fork
     /// inside a turn gets the repair closers, so the child is valid and can
-    /// be resumed. The parent is never written. The child is written whole
-    /// (one SQLite transaction; one create and one append in a JSONL
-    /// directory; beside a bare JSONL file, in the file a JSONL store would
-    /// give it). Prints the new id.
+    /// be resumed. The parent is never written. The child is written whole,
+    /// all or nothing (one transaction in SQLite and PostgreSQL, a file that
+    /// appears whole in JSONL; beside a bare JSONL file, in the file a JSONL
+    /// store would give it). Prints the new id.
     ///
     /// The default id is `<parent>-fork-<SEQ>`, or `<parent>-fork-<SEQ>-2`,
     /// `-3`, ... when that is taken. The seed must be valid: a log broken at
@@ -215,7 +216,7 @@ enum Command {
     /// default); then shows the log beside the surface, reopens and
     /// validates the store, and sums up. No setup, no network.
     Demo {
-        /// The store: a path ending in `.db` is SQLite, any other a JSONL store directory.
+        /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, any other a JSONL store directory.
         #[arg(long, value_name = "PATH", default_value = demo::DEFAULT_STORE)]
         store: PathBuf,
         /// Continue a stored demo session (after Ctrl-C, a crash, or a normal exit).

@@ -7,7 +7,12 @@
 //! * a **JSONL store directory**: one `<encoded id>.jsonl` file per session
 //!   (`palimpsest_persistence_jsonl::JsonlStore`);
 //! * a **SQLite database**: a file that starts with the SQLite header, or a
-//!   path ending in `.db` (`palimpsest_persistence_sqlite::SqliteStore`).
+//!   path ending in `.db` (`palimpsest_persistence_sqlite::SqliteStore`);
+//! * a **PostgreSQL store**: a `postgres://` or `postgresql://` URL
+//!   (`palimpsest_persistence_postgres::PgStore`).
+//!
+//! [`crate::location`] reads the argument (contract §7); this module opens
+//! it and finds the session.
 //!
 //! `--session` may be left out when the store holds exactly one session;
 //! otherwise the command stops with exit 2 and lists the ids. A STORE that
@@ -16,7 +21,8 @@
 //! A command opens STORE for [`Access::Read`] unless it writes to it
 //! (`repair --write`, `fork`): a SQLite database is then opened read-only
 //! (`SqliteStore::open_read_only`), so reading changes no byte of it,
-//! creates no file beside it, and works where the user cannot write.
+//! creates no file beside it, and works where the user cannot write; a
+//! PostgreSQL store is opened without creating its tables.
 //!
 //! Every command resolves its argument here, so they all accept the same
 //! forms and report the same errors.
@@ -28,15 +34,17 @@ use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
 use palimpsest_persistence_jsonl::name::file_name;
 use palimpsest_persistence_jsonl::{read_session_file, JsonlStore, SessionFile};
+use palimpsest_persistence_postgres::PgStore;
 use palimpsest_persistence_sqlite::SqliteStore;
 
 use crate::check::{self, Checked, Finding, StoreFindings};
 use crate::error::{from_store, CliError, Exit};
+use crate::location::Location;
 
 /// The `STORE [--session ID]` arguments every reading command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StoreArgs {
-    /// A session file (`.jsonl`), a JSONL store directory, or a SQLite database (`.db`).
+    /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
     #[arg(value_name = "STORE")]
     pub(crate) store: PathBuf,
     /// The session to read; may be left out when STORE holds exactly one.
@@ -53,6 +61,8 @@ pub(crate) enum Store {
     Dir(JsonlStore),
     /// A SQLite database.
     Sqlite(SqliteStore),
+    /// A PostgreSQL store, and how messages name it (no password).
+    Postgres(Box<PgStore>, PathBuf),
 }
 
 /// What a command does to the STORE it opens.
@@ -64,29 +74,40 @@ pub(crate) enum Access {
     Write,
 }
 
-/// Whether `path` names a SQLite database: it has the SQLite header, or
-/// (for a file that does not exist yet) it ends in `.db`.
-pub(crate) fn looks_like_sqlite(path: &Path) -> bool {
-    SqliteStore::is_sqlite_file(path) || path.extension().is_some_and(|e| e == "db")
-}
-
 impl Store {
     /// Opens an existing STORE, for reading only or also for writing.
     pub(crate) fn open_existing(path: &Path, access: Access) -> Result<Store, CliError> {
-        let shown = path.display().to_string();
+        let location = Location::parse(path)?;
+        let shown = location.shown();
+        if let Location::Postgres(url) = &location {
+            let store = Location::connect_postgres(url, access == Access::Write)?;
+            return Ok(Store::Postgres(Box::new(store), PathBuf::from(shown)));
+        }
         let meta =
             fs::metadata(path).map_err(|e| CliError::io(shown.clone(), format!("cannot read: {e}")))?;
-        if JsonlStore::is_store_dir(path) {
-            return JsonlStore::open(path).map(Store::Dir).map_err(|e| from_store(&e, &shown));
+        match location {
+            Location::Sqlite(_) if meta.is_file() => {
+                let opened = match access {
+                    Access::Read => SqliteStore::open_read_only(path),
+                    Access::Write => SqliteStore::open(path),
+                };
+                opened.map(Store::Sqlite).map_err(|e| from_store(&e, &shown))
+            }
+            _ if JsonlStore::is_store_dir(path) => {
+                JsonlStore::open(path).map(Store::Dir).map_err(|e| from_store(&e, &shown))
+            }
+            _ => Ok(Store::File(path.to_owned())),
         }
-        if meta.is_file() && looks_like_sqlite(path) {
-            let opened = match access {
-                Access::Read => SqliteStore::open_read_only(path),
-                Access::Write => SqliteStore::open(path),
-            };
-            return opened.map(Store::Sqlite).map_err(|e| from_store(&e, &shown));
+    }
+
+    /// The store behind a directory, database or server; `None` for a bare file.
+    fn backend(&self) -> Option<&dyn SessionStore> {
+        match self {
+            Store::File(_) => None,
+            Store::Dir(s) => Some(s),
+            Store::Sqlite(s) => Some(s),
+            Store::Postgres(s, _) => Some(&**s),
         }
-        Ok(Store::File(path.to_owned()))
     }
 
     /// The path the user gave.
@@ -95,6 +116,7 @@ impl Store {
             Store::File(p) => p,
             Store::Dir(s) => s.dir(),
             Store::Sqlite(s) => s.path().unwrap_or(Path::new(":memory:")),
+            Store::Postgres(_, shown) => shown,
         }
     }
 
@@ -108,15 +130,16 @@ impl Store {
             Store::File(_) => "JSONL file",
             Store::Dir(_) => "JSONL directory",
             Store::Sqlite(_) => "SQLite database",
+            Store::Postgres(..) => "PostgreSQL store",
         }
     }
 
     /// The headers of every session, sorted by id.
     pub(crate) fn list(&self) -> Result<Vec<SessionHeader>, CliError> {
-        match self {
-            Store::File(p) => Ok(vec![self.read_file(p)?.header]),
-            Store::Dir(s) => s.list().map_err(|e| from_store(&e, &self.shown())),
-            Store::Sqlite(s) => s.list().map_err(|e| from_store(&e, &self.shown())),
+        match (self, self.backend()) {
+            (Store::File(p), _) => Ok(vec![self.read_file(p)?.header]),
+            (_, Some(s)) => s.list().map_err(|e| from_store(&e, &self.shown())),
+            (_, None) => Ok(Vec::new()),
         }
     }
 
@@ -189,9 +212,9 @@ impl Store {
                     _ => Ok(checked),
                 }
             }
-            Store::Sqlite(s) => {
-                let origin = format!("{}#{id}", self.shown());
-                let stored = s.load(id).map_err(|e| self.load_error(&e, id, &origin))?;
+            Store::Sqlite(_) | Store::Postgres(..) => {
+                let origin = self.origin(id);
+                let stored = self.load(id)?;
                 Ok(check::check_events(stored.header, stored.events, origin))
             }
         }
@@ -201,10 +224,10 @@ impl Store {
     /// against each other); a bare file's one session whatever `id` says.
     pub(crate) fn load(&self, id: &str) -> Result<StoredSession, CliError> {
         let origin = self.origin(id);
-        match self {
-            Store::File(p) => self.read_file(p),
-            Store::Dir(s) => s.load(id).map_err(|e| self.load_error(&e, id, &origin)),
-            Store::Sqlite(s) => s.load(id).map_err(|e| self.load_error(&e, id, &origin)),
+        match (self, self.backend()) {
+            (Store::File(p), _) => self.read_file(p),
+            (_, Some(s)) => s.load(id).map_err(|e| self.load_error(&e, id, &origin)),
+            (_, None) => Err(self.not_found(id)),
         }
     }
 
@@ -213,7 +236,7 @@ impl Store {
         match self {
             Store::File(_) => self.shown(),
             Store::Dir(s) => s.path_of(id).map_or_else(|_| self.shown(), |p| p.display().to_string()),
-            Store::Sqlite(_) => format!("{}#{id}", self.shown()),
+            Store::Sqlite(_) | Store::Postgres(..) => format!("{}#{id}", self.shown()),
         }
     }
 
@@ -222,13 +245,13 @@ impl Store {
     /// `conflict` if the log changed since it was read.
     pub(crate) fn append(&self, id: &str, events: &[Event]) -> Result<(), CliError> {
         let origin = self.origin(id);
-        let result = match self {
-            Store::File(p) => SessionFile::open(p).and_then(|mut f| {
+        let result = match (self, self.backend()) {
+            (Store::File(p), _) => SessionFile::open(p).and_then(|mut f| {
                 f.append(events)?;
                 f.sync()
             }),
-            Store::Dir(s) => s.append(id, events).and_then(|()| s.sync(id)),
-            Store::Sqlite(s) => s.append(id, events).and_then(|()| s.sync(id)),
+            (_, Some(s)) => s.append(id, events).and_then(|()| s.sync(id)),
+            (_, None) => Err(StoreError::NotFound { session_id: id.to_owned() }),
         };
         result.map_err(|e| {
             let mut error = from_store(&e, &origin);
@@ -252,54 +275,38 @@ impl Store {
                 Ok(beside.exists() || self.read_file(p).is_ok_and(|s| s.header.id == id))
             }
             Store::Dir(s) => Ok(s.path_of(id).map_err(|e| from_store(&e, &self.shown()))?.exists()),
-            Store::Sqlite(_) => Ok(self.list()?.iter().any(|h| h.id == id)),
+            Store::Sqlite(_) | Store::Postgres(..) => Ok(self.list()?.iter().any(|h| h.id == id)),
         }
     }
 
-    /// Writes a new, whole session and syncs it: one transaction in SQLite
-    /// ([`SqliteStore::import`]: all or nothing); in a JSONL directory the
-    /// file is created with its header (it appears whole, see
-    /// [`SessionFile::create`]), then every event is written by one append.
-    /// A bare JSONL file holds one session, so the new one goes beside it,
-    /// in the file a JSONL store would give it. `already-exists` (exit 1)
-    /// when the id is taken. Returns how messages name the new session.
+    /// Writes a new, whole session and syncs it, all or nothing
+    /// ([`SessionStore::create_with_events`] on a directory, database or
+    /// server; [`SessionFile::create_with_events`] for a bare file). A bare
+    /// JSONL file holds one session, so the new one goes beside it, in the
+    /// file a JSONL store would give it. `already-exists` (exit 1) when the
+    /// id is taken. Returns how messages name the new session.
     pub(crate) fn write_new(&self, header: &SessionHeader, events: &[Event]) -> Result<String, CliError> {
         let id = &header.id;
-        match self {
-            Store::File(p) => {
+        match (self, self.backend()) {
+            (Store::File(p), _) => {
                 let path = self.new_file_path(p, id)?;
                 let shown = path.display().to_string();
-                let mut file = SessionFile::create(&path, header).map_err(|e| from_store(&e, &shown))?;
-                if let Err(e) = file.append(events).and_then(|()| file.sync()) {
-                    // Take back the header-only file rather than leave half a session.
-                    drop(file);
-                    if let Err(rm) = fs::remove_file(&path) {
-                        tracing::warn!(path = %shown, error = %rm, "could not remove a half-written session file");
-                    }
-                    return Err(from_store(&e, &shown));
-                }
-                Ok(shown)
+                let written =
+                    SessionFile::create_with_events(&path, header, events).and_then(|mut f| f.sync());
+                written.map(|()| shown.clone()).map_err(|e| from_store(&e, &shown))
             }
-            Store::Dir(s) => {
+            (_, Some(s)) => {
                 let origin = self.origin(id);
-                s.create(header).map_err(|e| from_store(&e, &origin))?;
-                let appended = s.append(id, events).and_then(|()| s.sync(id));
-                if let Err(e) = appended {
-                    // Take back the header-only file rather than leave half a session.
-                    if let Err(rm) = s.delete(id) {
-                        tracing::warn!(session_id = %id, error = %rm, "could not remove a half-written session");
-                    }
-                    return Err(from_store(&e, &origin));
+                s.create_with_events(header, events)
+                    .and_then(|()| s.sync(id))
+                    .map_err(|e| from_store(&e, &origin))?;
+                if let Store::Dir(dir) = self {
+                    // Release the file (and its lock) now, not when the store is dropped.
+                    dir.close(id);
                 }
-                // Release the file (and its lock) now, not when the store is dropped.
-                s.close(id);
                 Ok(origin)
             }
-            Store::Sqlite(s) => {
-                let origin = self.origin(id);
-                let written = s.import(header, events).and_then(|()| s.sync(id));
-                written.map(|()| origin.clone()).map_err(|e| from_store(&e, &origin))
-            }
+            (_, None) => Err(self.not_found(id)),
         }
     }
 
@@ -384,16 +391,6 @@ pub(crate) fn open(args: &StoreArgs, access: Access) -> Result<Target, CliError>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_db_path_or_sqlite_header_means_sqlite() {
-        assert!(looks_like_sqlite(Path::new("does/not/exist.db")));
-        assert!(!looks_like_sqlite(Path::new("does/not/exist.jsonl")));
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let db = dir.path().join("sessions.sqlite");
-        drop(SqliteStore::open(&db));
-        assert!(looks_like_sqlite(&db), "recognised by its header, whatever its name");
-    }
 
     #[test]
     fn a_missing_store_is_an_io_error_and_is_not_created() {

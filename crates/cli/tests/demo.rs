@@ -21,7 +21,7 @@ fn the_demo_needs_no_setup_and_leaves_a_valid_sqlite_store_in_the_current_direct
     let o = run(dir.path(), &["demo", "--pace", "0", "--color", "never"]);
     let text = stdout(&o);
     assert!(o.status.success(), "{text}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert!(text.contains("store:     palimpsest-demo.db (SQLite)"), "{text}");
+    assert!(text.contains("store:     palimpsest-demo.db (SQLite database)"), "{text}");
     assert!(dir.path().join("palimpsest-demo.db").is_file());
     assert!(text.contains("valid, every surface rule and invariant holds"), "{text}");
     assert!(text.contains("── the full log beside the surface"), "{text}");

@@ -156,13 +156,35 @@ impl SessionFile {
     /// whole or not at all (no reader sees a file without its header). On
     /// file systems without hard links it is created in place.
     pub fn create(path: impl AsRef<Path>, header: &SessionHeader) -> Result<SessionFile, StoreError> {
+        SessionFile::create_with_events(path, header, &[])
+    }
+
+    /// Creates a session file holding `header` and `events` (seqs `0..n`,
+    /// else `conflict`), and locks it. `already-exists` if `path` exists.
+    ///
+    /// As [`create`](SessionFile::create), the whole file is written to a
+    /// hidden temporary file (synced first, when it holds events) and then
+    /// hard-linked to `path`: the session appears with every event or not
+    /// at all, even across a crash. Only on file systems without hard links
+    /// is it written in place, where a crash can leave part of it.
+    pub fn create_with_events(
+        path: impl AsRef<Path>,
+        header: &SessionHeader,
+        events: &[Event],
+    ) -> Result<SessionFile, StoreError> {
         let path = path.as_ref();
         check_header(header)?;
-        let line = header_line(header);
+        check_continues(&header.id, 0, events)?;
+        let mut bytes = header_line(header).into_bytes();
+        write_events(events, &mut bytes);
         let dir = parent_of(path);
         let (tmp, file) = create_temp(dir)?;
         let created = lock(&file, &tmp)
-            .and_then(|()| (&file).write_all(line.as_bytes()).map_err(|e| io_err(format!("write {}", shown(&tmp)), e)))
+            .and_then(|()| (&file).write_all(&bytes).map_err(|e| io_err(format!("write {}", shown(&tmp)), e)))
+            .and_then(|()| match events.is_empty() {
+                true => Ok(()),
+                false => file.sync_data().map_err(|e| io_err(format!("sync {}", shown(&tmp)), e)),
+            })
             .and_then(|()| match fs::hard_link(&tmp, path) {
                 Ok(()) => Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -179,16 +201,16 @@ impl SessionFile {
         }
         let file = match created? {
             true => file,
-            false => create_in_place(path, header, line.as_bytes())?,
+            false => create_in_place(path, header, &bytes)?,
         };
-        let len = line.len() as u64;
+        let len = bytes.len() as u64;
         tracing::debug!(session_id = %header.id, path = %path.display(), "created session file");
         Ok(SessionFile {
             path: path.to_owned(),
             file,
             tail: Some(Tail {
                 id: header.id.clone(),
-                next_seq: Ok(0),
+                next_seq: Ok(events.len() as u64),
                 file_len: len,
                 torn: None,
                 missing_newline: false,
@@ -551,7 +573,7 @@ fn create_temp(dir: &Path) -> Result<(PathBuf, File), StoreError> {
 }
 
 /// The fallback of [`SessionFile::create`] without hard links.
-fn create_in_place(path: &Path, header: &SessionHeader, line: &[u8]) -> Result<File, StoreError> {
+fn create_in_place(path: &Path, header: &SessionHeader, bytes: &[u8]) -> Result<File, StoreError> {
     let file = match OpenOptions::new().read(true).append(true).create_new(true).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -560,7 +582,7 @@ fn create_in_place(path: &Path, header: &SessionHeader, line: &[u8]) -> Result<F
         Err(e) => return Err(io_err(format!("create {}", shown(path)), e)),
     };
     lock(&file, path)?;
-    (&file).write_all(line).map_err(|e| io_err(format!("write {}", shown(path)), e))?;
+    (&file).write_all(bytes).map_err(|e| io_err(format!("write {}", shown(path)), e))?;
     Ok(file)
 }
 

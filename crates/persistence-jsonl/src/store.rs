@@ -171,6 +171,14 @@ impl SessionStore for JsonlStore {
         Ok(())
     }
 
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        let path = self.path_of(&header.id)?;
+        let mut handles = self.handles();
+        let file = SessionFile::create_with_events(&path, header, events)?.with_read_options(self.read);
+        handles.insert(header.id.clone(), Arc::new(Mutex::new(file)));
+        Ok(())
+    }
+
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         let handle = self.handle(session_id)?;
         let mut file = lock_handle(&handle);

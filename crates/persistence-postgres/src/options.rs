@@ -31,6 +31,11 @@ pub struct PgOptions {
     /// paused, say) before the server ends it and frees its locks (`SET
     /// LOCAL idle_in_transaction_session_timeout`). Default 30 seconds.
     pub idle_in_transaction_timeout: Duration,
+    /// Whether opening a schema without the store's tables creates them.
+    /// Default `true`; `false` for a reader that must change nothing (the
+    /// command line's reading commands): such a schema is then refused with
+    /// `io` (a `NotFound` source), and nothing is created.
+    pub create_missing: bool,
 }
 
 impl Default for PgOptions {
@@ -40,6 +45,7 @@ impl Default for PgOptions {
             connect_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(30),
+            create_missing: true,
         }
     }
 }

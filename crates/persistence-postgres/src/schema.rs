@@ -265,10 +265,25 @@ fn check_table(
 /// Checks the store's tables in `schema` and creates them when none exist,
 /// in one transaction under an advisory lock, so that two stores opening
 /// the same new schema race safely (the loser finds the winner's tables and
-/// checks them). Returns whether it created them.
-pub(crate) fn open_checked(client: &mut Client, schema: &str, location: &str) -> Result<bool, StoreError> {
+/// checks them). Returns whether it created them. Without
+/// `create_missing`, a schema without them is `io` and nothing is created.
+pub(crate) fn open_checked(
+    client: &mut Client,
+    schema: &str,
+    location: &str,
+    create_missing: bool,
+) -> Result<bool, StoreError> {
     if inspect(client, schema, location)? == DbState::Current {
         return Ok(false);
+    }
+    if !create_missing {
+        return Err(StoreError::Io {
+            context: format!(
+                "opening {location}: schema {} holds no Palimpsest store (reading creates none)",
+                quote_ident(schema)
+            ),
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        });
     }
     let err = |e| pg_err(e, location, "the schema", "initialising the schema");
     client.batch_execute("BEGIN").map_err(err)?;

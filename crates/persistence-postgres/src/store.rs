@@ -177,6 +177,7 @@ struct Inner {
 #[derive(Debug, Clone)]
 enum PendingWrite {
     Create(SessionHeader),
+    CreateWithEvents(SessionHeader, Vec<Event>),
     Append { session_id: String, events: Vec<Event> },
     Delete(String),
 }
@@ -185,6 +186,7 @@ enum PendingWrite {
 #[derive(Debug, Clone, Copy)]
 enum Write<'a> {
     Create(&'a SessionHeader),
+    CreateWithEvents(&'a SessionHeader, &'a [Event]),
     Append { session_id: &'a str, events: &'a [Event] },
     Delete(&'a str),
 }
@@ -193,6 +195,7 @@ impl Write<'_> {
     fn what(&self) -> &'static str {
         match self {
             Write::Create(_) => "creating a session",
+            Write::CreateWithEvents(..) => "creating a whole session",
             Write::Append { .. } => "appending",
             Write::Delete(_) => "deleting a session",
         }
@@ -201,6 +204,7 @@ impl Write<'_> {
     fn to_pending(self) -> PendingWrite {
         match self {
             Write::Create(h) => PendingWrite::Create(h.clone()),
+            Write::CreateWithEvents(h, events) => PendingWrite::CreateWithEvents(h.clone(), events.to_vec()),
             Write::Append { session_id, events } => {
                 PendingWrite::Append { session_id: session_id.to_owned(), events: events.to_vec() }
             }
@@ -213,6 +217,7 @@ impl PendingWrite {
     fn as_write(&self) -> Write<'_> {
         match self {
             PendingWrite::Create(h) => Write::Create(h),
+            PendingWrite::CreateWithEvents(h, events) => Write::CreateWithEvents(h, events),
             PendingWrite::Append { session_id, events } => Write::Append { session_id, events },
             PendingWrite::Delete(id) => Write::Delete(id),
         }
@@ -325,7 +330,7 @@ impl PgStore {
                 format!("schema name {schema:?} is not a PostgreSQL identifier (1 to 63 bytes, no NUL)"),
             ));
         }
-        let created = schema::open_checked(&mut client, &schema, &location)?;
+        let created = schema::open_checked(&mut client, &schema, &location, options.create_missing)?;
         tracing::debug!(location = %location, schema = %schema, created, backend_pid = pid, "opened PostgreSQL store");
         let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
         let timeouts = format!(
@@ -625,7 +630,7 @@ impl PgStore {
                 Write::Append { session_id, .. } | Write::Delete(session_id) => {
                     inner.holds.get(session_id).copied()
                 }
-                Write::Create(_) => None,
+                Write::Create(_) | Write::CreateWithEvents(..) => None,
             };
             let client = self.client(&mut inner)?;
             let attempt = self.attempt(client, write, token);
@@ -713,20 +718,18 @@ impl PgStore {
         let err =
             |e| pg_err(e, &self.location, &describe_target(write), "reading back an unacknowledged write");
         match write {
-            Write::Create(header) => {
-                let row = client
-                    .query_typed_opt(&self.sql.select_header, &[(&header.id, Type::TEXT)])
-                    .map_err(err)?;
-                match row {
-                    None => Ok(Outcome::NotLanded),
-                    Some(row) => match header_from_row(&header.id, &row, 0) {
-                        Ok(stored) if stored == *header => Ok(Outcome::Landed),
-                        _ => {
-                            Ok(Outcome::Refused(StoreError::AlreadyExists { session_id: header.id.clone() }))
-                        }
-                    },
-                }
-            }
+            Write::Create(header) => self.resolve_header(client, header),
+            Write::CreateWithEvents(header, events) => match self.resolve_header(client, header)? {
+                // One transaction: the header landed, so did the events,
+                // unless another writer created the same session first.
+                Outcome::Landed => match self
+                    .resolve(inner, Write::Append { session_id: &header.id, events })?
+                {
+                    Outcome::Landed => Ok(Outcome::Landed),
+                    _ => Ok(Outcome::Refused(StoreError::AlreadyExists { session_id: header.id.clone() })),
+                },
+                other => Ok(other),
+            },
             Write::Delete(id) => {
                 let row =
                     client.query_typed_opt(&self.sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
@@ -774,26 +777,72 @@ impl PgStore {
         }
     }
 
+    /// Whether `header` is stored (a create whose outcome was unknown).
+    fn resolve_header(&self, client: &mut Client, header: &SessionHeader) -> Result<Outcome, StoreError> {
+        let row =
+            client.query_typed_opt(&self.sql.select_header, &[(&header.id, Type::TEXT)]).map_err(|e| {
+                pg_err(
+                    e,
+                    &self.location,
+                    &format!("session {:?}", header.id),
+                    "reading back an unacknowledged write",
+                )
+            })?;
+        match row {
+            None => Ok(Outcome::NotLanded),
+            Some(row) => match header_from_row(&header.id, &row, 0) {
+                Ok(stored) if stored == *header => Ok(Outcome::Landed),
+                _ => Ok(Outcome::Refused(StoreError::AlreadyExists { session_id: header.id.clone() })),
+            },
+        }
+    }
+
+    /// Inside a write transaction: inserts the session row, `already-exists`
+    /// if the id is taken.
+    fn insert_session(&self, client: &mut Client, header: &SessionHeader) -> Result<(), TxError> {
+        let inserted = client.query_typed_opt(
+            &self.sql.insert_session,
+            &[
+                (&header.id, Type::TEXT),
+                (&codec::to_sql_int(header.created_at), Type::INT8),
+                (&header.cwd, Type::TEXT),
+                (&header.parent_session, Type::TEXT),
+                (&header.seed_length.map(codec::to_sql_int), Type::INT8),
+            ],
+        )?;
+        match inserted {
+            Some(_) => Ok(()),
+            None => Err(TxError::Refused(StoreError::AlreadyExists { session_id: header.id.clone() })),
+        }
+    }
+
+    /// Inside a write transaction: inserts `events` of `session_id` with one
+    /// statement.
+    fn insert_events(&self, client: &mut Client, session_id: &str, events: &[Event]) -> Result<(), TxError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let c = Columns::of(events);
+        let params: [(&(dyn ToSql + Sync), Type); 7] = [
+            (&session_id, Type::TEXT),
+            (&c.seq, Type::INT8_ARRAY),
+            (&c.time, Type::INT8_ARRAY),
+            (&c.event_type, Type::TEXT_ARRAY),
+            (&c.data, Type::TEXT_ARRAY),
+            (&c.source_event_seqs, Type::TEXT_ARRAY),
+            (&c.surface_op, Type::TEXT_ARRAY),
+        ];
+        client.query_typed(&self.sql.insert_events, &params)?;
+        Ok(())
+    }
+
     /// One attempt at a write, in one transaction.
     fn attempt(&self, client: &mut Client, write: Write<'_>, token: Option<u64>) -> Result<(), Attempt> {
         match write {
-            Write::Create(header) => self.write_tx(client, |client| {
-                let inserted = client.query_typed_opt(
-                    &self.sql.insert_session,
-                    &[
-                        (&header.id, Type::TEXT),
-                        (&codec::to_sql_int(header.created_at), Type::INT8),
-                        (&header.cwd, Type::TEXT),
-                        (&header.parent_session, Type::TEXT),
-                        (&header.seed_length.map(codec::to_sql_int), Type::INT8),
-                    ],
-                )?;
-                match inserted {
-                    Some(_) => Ok(()),
-                    None => {
-                        Err(TxError::Refused(StoreError::AlreadyExists { session_id: header.id.clone() }))
-                    }
-                }
+            Write::Create(header) => self.write_tx(client, |client| self.insert_session(client, header)),
+            Write::CreateWithEvents(header, events) => self.write_tx(client, |client| {
+                self.insert_session(client, header)?;
+                self.insert_events(client, &header.id, events)
             }),
             Write::Delete(session_id) => self.write_tx(client, |client| {
                 self.check_session(client, session_id, token)?;
@@ -808,21 +857,7 @@ impl PgStore {
                 let result = self.write_tx(client, |client| {
                     let len = self.check_session(client, session_id, token)?;
                     check_continues(session_id, len, events)?;
-                    if events.is_empty() {
-                        return Ok(());
-                    }
-                    let c = Columns::of(events);
-                    let params: [(&(dyn ToSql + Sync), Type); 7] = [
-                        (&session_id, Type::TEXT),
-                        (&c.seq, Type::INT8_ARRAY),
-                        (&c.time, Type::INT8_ARRAY),
-                        (&c.event_type, Type::TEXT_ARRAY),
-                        (&c.data, Type::TEXT_ARRAY),
-                        (&c.source_event_seqs, Type::TEXT_ARRAY),
-                        (&c.surface_op, Type::TEXT_ARRAY),
-                    ];
-                    client.query_typed(&self.sql.insert_events, &params)?;
-                    Ok(())
+                    self.insert_events(client, session_id, events)
                 });
                 match result {
                     // Another writer committed the same seqs first: a conflict,
@@ -895,6 +930,30 @@ impl PgStore {
         self.with_retry(&mut inner, what, |store, client| store.tx(client, &store.begin_read, &mut f))
     }
 
+    /// Refuses, before anything is sent, a header the store cannot hold.
+    fn check_creatable(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        check_id(&header.id)?;
+        check_header(header)?;
+        codec::header_storable(header).map_err(|detail| StoreError::InvalidHeader {
+            session_id: header.id.clone(),
+            cause: LoadError::HeaderMalformed { detail },
+        })
+    }
+
+    /// Refuses, before anything is sent, events the store cannot hold (an
+    /// event type with NUL).
+    fn check_storable(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        for e in events {
+            codec::nul_free("the event type", e.event_type().as_str()).map_err(|why| {
+                invalid_input(
+                    format!("writing seq {} of session {session_id:?}; nothing was written", e.seq()),
+                    why,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
     fn corrupt(&self, session_id: &str, index: Option<u64>, cause: LoadError) -> StoreError {
         let location = match index {
             Some(i) => {
@@ -909,7 +968,7 @@ impl PgStore {
 /// `session "x"`, for errors.
 fn describe_target(write: Write<'_>) -> String {
     match write {
-        Write::Create(h) => format!("session {:?}", h.id),
+        Write::Create(h) | Write::CreateWithEvents(h, _) => format!("session {:?}", h.id),
         Write::Append { session_id, .. } | Write::Delete(session_id) => format!("session {session_id:?}"),
     }
 }
@@ -1044,27 +1103,25 @@ fn header_from_row(id: &str, row: &postgres::Row, first: usize) -> Result<Sessio
 
 impl SessionStore for PgStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
-        check_id(&header.id)?;
-        check_header(header)?;
-        codec::header_storable(header).map_err(|detail| StoreError::InvalidHeader {
-            session_id: header.id.clone(),
-            cause: LoadError::HeaderMalformed { detail },
-        })?;
+        self.check_creatable(header)?;
         self.write(Write::Create(header))?;
         tracing::debug!(session_id = %header.id, "created session");
         Ok(())
     }
 
+    /// One transaction: the session row and every event, or nothing.
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        self.check_creatable(header)?;
+        check_continues(&header.id, 0, events)?;
+        self.check_storable(&header.id, events)?;
+        self.write(Write::CreateWithEvents(header, events))?;
+        tracing::debug!(session_id = %header.id, events = events.len(), "created a whole session");
+        Ok(())
+    }
+
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         check_id(session_id)?;
-        for e in events {
-            codec::nul_free("the event type", e.event_type().as_str()).map_err(|why| {
-                invalid_input(
-                    format!("appending seq {} to session {session_id:?}; nothing was written", e.seq()),
-                    why,
-                )
-            })?;
-        }
+        self.check_storable(session_id, events)?;
         self.write(Write::Append { session_id, events })?;
         tracing::trace!(session_id, events = events.len(), "appended");
         Ok(())

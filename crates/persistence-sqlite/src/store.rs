@@ -174,7 +174,7 @@ impl SqliteStore {
     /// is refused the same way. Where SQLite cannot read the file, the
     /// `io` error says why and keeps SQLite's error as its source. Every
     /// write ([`create`](SessionStore::create), [`append`](SessionStore::append),
-    /// [`delete`](SessionStore::delete), [`import`](SqliteStore::import)) is
+    /// [`delete`](SessionStore::delete), [`create_with_events`](SessionStore::create_with_events)) is
     /// refused with `io`; [`sync`](SessionStore::sync) has nothing to do.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_read_only_with(path, SqliteOptions::default())
@@ -236,22 +236,6 @@ impl SqliteStore {
     /// [`SqliteStore::open`] checks that. `false` when it cannot be read.
     pub fn is_sqlite_file(path: &Path) -> bool {
         file::has_sqlite_magic(path)
-    }
-
-    /// Creates a session holding `events`, in one transaction: either the
-    /// whole session exists afterwards or nothing changed. For copying a
-    /// session from elsewhere (`palimpsest convert`). Like
-    /// [`create`](SessionStore::create) then [`append`](SessionStore::append),
-    /// the events are stored as given (check them with
-    /// [`Session::from_log`](palimpsest_core_session::Session::from_log)
-    /// first); their seqs must run from 0 (`conflict` otherwise).
-    pub fn import(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
-        self.write("importing a session", |tx| {
-            insert_session(tx, header)?;
-            check_continues(&header.id, 0, events)?;
-            insert_events(tx, &header.id, events)?;
-            Ok(())
-        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -515,6 +499,22 @@ impl SessionStore for SqliteStore {
         check_header(header)?;
         self.write("creating a session", |tx| insert_session(tx, header))?;
         tracing::debug!(session_id = %header.id, "created session");
+        Ok(())
+    }
+
+    /// One transaction: either the whole session exists afterwards or
+    /// nothing changed. The events are stored as given (check them with
+    /// [`Session::from_log`](palimpsest_core_session::Session::from_log)
+    /// first).
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        check_header(header)?;
+        self.write("creating a whole session", |tx| {
+            check_continues(&header.id, 0, events)?;
+            insert_session(tx, header)?;
+            insert_events(tx, &header.id, events)?;
+            Ok(())
+        })?;
+        tracing::debug!(session_id = %header.id, events = events.len(), "created a whole session");
         Ok(())
     }
 

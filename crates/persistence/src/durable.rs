@@ -240,6 +240,9 @@ mod tests {
         fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
             self.inner.create(header)
         }
+        fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+            self.inner.create_with_events(header, events)
+        }
         fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
             if self.io {
                 self.inner.append(session_id, events)?;

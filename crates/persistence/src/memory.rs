@@ -34,6 +34,17 @@ impl SessionStore for MemoryStore {
         Ok(())
     }
 
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        check_header(header)?;
+        check_continues(&header.id, 0, events)?;
+        let mut map = self.lock();
+        if map.contains_key(&header.id) {
+            return Err(StoreError::AlreadyExists { session_id: header.id.clone() });
+        }
+        map.insert(header.id.clone(), (header.clone(), events.to_vec()));
+        Ok(())
+    }
+
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         let mut map = self.lock();
         let (_, log) = map

@@ -53,6 +53,17 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// Creates an empty session. `already-exists` if the id is taken.
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError>;
 
+    /// Creates a session holding `events` (seqs `0..n`), atomically: after
+    /// an error no part of it is stored, and no reader ever sees the
+    /// session without all its events. `already-exists` if the id is
+    /// taken, `conflict` if the seqs do not count up from 0. Durable, like
+    /// an append, once [`sync`](SessionStore::sync) returned.
+    ///
+    /// This is how whole sessions are written (a conversion between
+    /// backends, a fork): `create` followed by `append` would leave an
+    /// empty or partial session behind a crash or a refused batch.
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError>;
+
     /// Appends a batch atomically. `conflict` if `events[0].seq()` is not the
     /// stored length or the batch's seqs are not contiguous.
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError>;
@@ -76,6 +87,9 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
 impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
         (**self).create(header)
+    }
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        (**self).create_with_events(header, events)
     }
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         (**self).append(session_id, events)

@@ -103,6 +103,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("non_contiguous_appends_conflict", non_contiguous_appends_conflict),
     ("unknown_ids_are_not_found", unknown_ids_are_not_found),
     ("create_twice_is_already_exists", create_twice_is_already_exists),
+    ("create_with_events_is_all_or_nothing", create_with_events_is_all_or_nothing),
     ("list_returns_every_header", list_returns_every_header),
     ("delete_then_load_is_not_found", delete_then_load_is_not_found),
     ("reopen_after_drop_sees_everything", reopen_after_drop_sees_everything),
@@ -166,6 +167,7 @@ macro_rules! store_contract_tests {
             non_contiguous_appends_conflict,
             unknown_ids_are_not_found,
             create_twice_is_already_exists,
+            create_with_events_is_all_or_nothing,
             list_returns_every_header,
             delete_then_load_is_not_found,
             reopen_after_drop_sees_everything,
@@ -856,6 +858,48 @@ pub fn create_twice_is_already_exists(factory: &dyn StoreFactory) {
     let store = factory.open();
     must_fail(store.create(&again), "already-exists", "create after reopen");
     assert_stored(&*store, &h, &ticks(0..2), "the first session after reopen");
+}
+
+/// [`SessionStore::create_with_events`] writes a whole session or nothing:
+/// seqs that do not count up from 0 are `conflict` and leave *no* session
+/// (not even an empty one); a taken id is `already-exists` and leaves the
+/// first session untouched; a whole session, large batch included, reads
+/// back exactly, also after reopen, and continues with `append`.
+pub fn create_with_events_is_all_or_nothing(factory: &dyn StoreFactory) {
+    let h = SessionHeader { cwd: Some("/whole".into()), seed_length: Some(2), ..header("kit-whole") };
+    let store = factory.open();
+    let refused: [(&str, Vec<Event>); 3] = [
+        ("first seq 1", vec![tick(1), tick(2)]),
+        ("a gap after a valid prefix", vec![tick(0), tick(1), tick(3)]),
+        ("a repeated seq", vec![tick(0), tick(0)]),
+    ];
+    for (what, events) in &refused {
+        must_fail(store.create_with_events(&h, events), "conflict", what);
+        must_fail(store.load(&h.id), "not-found", &format!("after a refused whole session ({what})"));
+        assert!(must(store.list(), "list").is_empty(), "a refused whole session is listed ({what})");
+    }
+    let events = sample_events();
+    must(store.create_with_events(&h, &events), "a whole session");
+    must(store.sync(&h.id), "sync");
+    assert_stored(&*store, &h, &events, "a whole session");
+    let other = SessionHeader::new("kit-whole", 1);
+    must_fail(store.create_with_events(&other, &ticks(0..3)), "already-exists", "a taken id");
+    must_fail(store.create_with_events(&other, &[]), "already-exists", "a taken id, no events");
+    assert_stored(&*store, &h, &events, "the first whole session");
+    let n = events.len() as u64;
+    append(&*store, &h.id, &[tick(n)]);
+    let empty = header("kit-whole-empty");
+    must(store.create_with_events(&empty, &[]), "a whole session of no events");
+    let big = header("kit-whole-big");
+    must(store.create_with_events(&big, &ticks(0..2_000)), "a whole session of 2000 events");
+    must(store.sync(&big.id), "sync");
+    drop(store);
+    let store = factory.open();
+    let mut longer = events.clone();
+    longer.push(tick(n));
+    assert_stored(&*store, &h, &longer, "after reopen");
+    assert_stored(&*store, &empty, &[], "the empty whole session after reopen");
+    assert_stored(&*store, &big, &ticks(0..2_000), "the large whole session after reopen");
 }
 
 /// `list` returns exactly the headers created (optional fields included),

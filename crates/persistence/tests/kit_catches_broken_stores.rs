@@ -39,6 +39,9 @@ enum Fault {
     ForgetsOnReopen,
     /// Cuts `data` longer than 1 MiB.
     TruncatesHugeLines,
+    /// `create_with_events` is `create` then `append`: a refused batch
+    /// leaves an empty session behind.
+    CreateThenAppend,
 }
 
 #[derive(Debug, Default)]
@@ -111,6 +114,23 @@ impl SessionStore for BytesStore {
                 write_events(&log.events, &mut bytes);
             }
         }
+        files.live.insert(key, bytes);
+        Ok(())
+    }
+
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        if self.fault == Fault::CreateThenAppend {
+            self.create(header)?;
+            return self.append(&header.id, events);
+        }
+        check_continues(&header.id, 0, events)?;
+        let key = self.key(&header.id);
+        let mut files = self.files();
+        if files.live.contains_key(&key) {
+            return Err(StoreError::AlreadyExists { session_id: header.id.clone() });
+        }
+        let mut bytes = header_line(header).into_bytes();
+        bytes.extend(self.encode(events));
         files.live.insert(key, bytes);
         Ok(())
     }
@@ -253,6 +273,7 @@ fn each_fault_is_caught_by_its_check() {
         (Fault::ForgetsOnReopen, "reopen_after_drop_sees_everything"),
         (Fault::ForgetsOnReopen, "create_twice_is_already_exists"),
         (Fault::TruncatesHugeLines, "very_large_payloads_round_trip"),
+        (Fault::CreateThenAppend, "create_with_events_is_all_or_nothing"),
     ];
     let missed: Vec<String> = cases
         .iter()

@@ -32,7 +32,7 @@ use palimpsest_core_session::payload::{Settings, TurnEnd, TurnEndReason};
 use palimpsest_core_session::{EventType, SurfaceOp};
 
 use crate::error::Exit;
-use crate::open_store::{open_store, store_kind};
+use crate::open_store::open_store;
 use crate::store_arg::Store;
 
 pub(crate) use script::TURNS;
@@ -123,7 +123,9 @@ pub(crate) fn run(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<
 
 async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let started = Instant::now();
-    let store = open_store(&options.store)?;
+    let opened = open_store(&options.store)?;
+    let shown = opened.shown();
+    let store = opened.store.clone();
     let workspace =
         tempfile::Builder::new().prefix("palimpsest-demo-").tempdir().context("creating the workspace")?;
     seed_workspace(workspace.path())?;
@@ -136,7 +138,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     let builder = builder(workspace.path(), clock.clone(), ids, tx, options.pace)?;
 
     writeln!(out, "Palimpsest demo: a scripted agent with real tools, writing a durable session log.")?;
-    writeln!(out, "store:     {} ({})", options.store.display(), store_kind(&options.store))?;
+    writeln!(out, "store:     {shown} ({})", opened.kind())?;
     writeln!(
         out,
         "workspace: {} (a throwaway sandbox)",
@@ -219,8 +221,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
             };
             writeln!(
                 out,
-                "\nThe turn ended {why}. Resume with:\n  palimpsest demo --store {} --resume {id}",
-                options.store.display()
+                "\nThe turn ended {why}. Resume with:\n  palimpsest demo --store {shown} --resume {id}"
             )?;
             interrupted = true;
             break;
@@ -247,8 +248,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     writeln!(out, "\n── summary ──────────────────────────────────────────────────────")?;
     writeln!(
         out,
-        "reopened {} and validated session {id}: {}",
-        options.store.display(),
+        "reopened {shown} and validated session {id}: {}",
         if checked.is_valid() {
             "valid, every surface rule and invariant holds"
         } else {
@@ -266,7 +266,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         writeln!(out, "on disk:    {} bytes", bytes_on_disk(&options.store))?;
         writeln!(out, "time:       {:.2} s", started.elapsed().as_secs_f64())?;
     }
-    writeln!(out, "next:       palimpsest inspect {} --session {id}", options.store.display())?;
+    writeln!(out, "next:       palimpsest inspect {shown} --session {id}")?;
     if !checked.is_valid() {
         return Ok(Exit::Invalid);
     }

@@ -40,7 +40,8 @@ use palimpsest_persistence::SessionStore;
 use tokio::sync::mpsc;
 
 use crate::error::{from_store, CliError, Exit};
-use crate::open_store::{open_store, store_kind};
+use crate::location::Location;
+use crate::open_store::{open_store, writable_location, OpenedStore};
 use crate::output;
 use echo::{Echo, EchoPlugin};
 
@@ -73,7 +74,7 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 /// unless a turn failed with an error (1). Usage and I/O errors are 2.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RunArgs {
-    /// The store: a path ending in `.db` is SQLite, any other a JSONL store directory (created if missing).
+    /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, any other a JSONL store directory (created if missing).
     #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
     pub(crate) store: PathBuf,
     /// Continue this stored session instead of starting a new one.
@@ -111,10 +112,10 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     // Everything that can be refused is checked before the store is
     // changed. A resumed session's settings are read first: they are the
     // defaults its flags override.
-    if args.session.is_some() && !args.store.exists() {
+    let location = writable_location(&args.store)?;
+    if args.session.is_some() && !matches!(location, Location::Postgres(_)) && !args.store.exists() {
         // Resuming reads the store: it is never created for that.
-        let shown = args.store.display().to_string();
-        return Err(CliError::io(shown, "cannot read: no such file or directory").into());
+        return Err(CliError::io(location.shown(), "cannot read: no such file or directory").into());
     }
     if let Some(dir) = &args.tools {
         if !dir.is_dir() {
@@ -127,7 +128,7 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let (store, logged_seq, logged) = match &args.session {
         Some(id) => {
             let store = open_store(&args.store)?;
-            let (seq, logged) = logged_settings(&*store, id, &args.store.display().to_string())?;
+            let (seq, logged) = logged_settings(&*store.store, id, &store.shown())?;
             (Some(store), seq, Some(logged))
         }
         None => (None, None, None),
@@ -258,12 +259,13 @@ fn config_error(e: ConfigError) -> anyhow::Error {
 async fn run_async(
     args: RunArgs,
     Run { resolved, logged_seq }: Run,
-    store: Arc<dyn SessionStore>,
+    opened: OpenedStore,
     provider: OpenAiProvider,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install().context("listening for Ctrl-C")?;
-    let shown = args.store.display().to_string();
+    let shown = opened.shown();
+    let store = opened.store.clone();
     let about_model = format!("model {} at {}", provider.config().model, provider.shown_endpoint());
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
@@ -306,7 +308,7 @@ async fn run_async(
             let agent = builder.create(store, id.clone()).map_err(|e| loop_error(e, &shown))?;
             output::note(&format!(
                 "new session {id} in {shown} ({}); continue it with --session {id}",
-                store_kind(&args.store)
+                opened.kind()
             ));
             agent
         }

@@ -269,6 +269,9 @@ impl SessionStore for FailingStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
         self.inner.create(header)
     }
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        self.inner.create_with_events(header, events)
+    }
 
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         if self.ok.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err() {

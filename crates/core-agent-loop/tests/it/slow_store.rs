@@ -26,6 +26,9 @@ impl SessionStore for SlowStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
         self.inner.create(header)
     }
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        self.inner.create_with_events(header, events)
+    }
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         std::thread::sleep(WRITE);
         *self.appends.lock().unwrap_or_else(|p| p.into_inner()) += 1;

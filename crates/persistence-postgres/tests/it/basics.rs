@@ -312,3 +312,34 @@ fn the_default_schema_is_the_connections_current_schema() {
     let explicit = schema.store();
     assert_eq!(explicit.list().map(|l| l.len()).unwrap_or_default(), 1);
 }
+
+/// A reader that must change nothing (`create_missing: false`) is refused
+/// a schema without the store's tables, and creates neither the tables nor
+/// a missing schema; once a writer made them, it opens.
+#[test]
+fn a_reader_creates_nothing() {
+    let Some(schema) = TestSchema::new() else { return };
+    let reader = |name: &str| PgOptions {
+        schema: Some(name.to_owned()),
+        create_missing: false,
+        ..PgOptions::default()
+    };
+    let err = PgStore::connect_with(&url(), reader(&schema.name)).err().unwrap_or_else(|| panic!("opened"));
+    assert_eq!(err.code(), "io");
+    assert!(err.to_string().contains("holds no Palimpsest store"), "{err}");
+    let mut client = schema.client();
+    let tables: i64 = client
+        .query_one("SELECT count(*) FROM pg_tables WHERE schemaname = $1", &[&schema.name])
+        .and_then(|r| r.try_get(0))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tables, 0, "the reader created tables");
+    let missing = format!("{}_missing", schema.name);
+    assert!(PgStore::connect_with(&url(), reader(&missing)).is_err());
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&missing])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(exists.is_none(), "the reader created a schema");
+    schema.store().create(&SessionHeader::new("r", 1)).unwrap_or_else(|e| panic!("{e}"));
+    let store = PgStore::connect_with(&url(), reader(&schema.name)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(store.list().map(|l| l.len()).unwrap_or_default(), 1);
+}

@@ -57,6 +57,7 @@ pg_contract_tests!(
     non_contiguous_appends_conflict,
     unknown_ids_are_not_found,
     create_twice_is_already_exists,
+    create_with_events_is_all_or_nothing,
     list_returns_every_header,
     delete_then_load_is_not_found,
     reopen_after_drop_sees_everything,

@@ -22,7 +22,10 @@ fn a_second_holder_is_refused_naming_the_holder_and_the_expiry() {
     let err = b.hold("s", "worker-b", Duration::from_secs(60)).err().unwrap_or_else(|| panic!("two holders"));
     assert_eq!(err.code(), "locked");
     let text = err.to_string();
-    assert!(text.contains("\"worker-a\"") && text.contains("until 20") && text.contains("s from now"), "{text}");
+    assert!(
+        text.contains("\"worker-a\"") && text.contains("until 20") && text.contains("s from now"),
+        "{text}"
+    );
     // Without the hold, b can neither append nor delete; a can.
     assert_eq!(code(b.append("s", &[tick(0, "b")])), Err("locked"));
     assert_eq!(code(b.delete("s")), Err("locked"));

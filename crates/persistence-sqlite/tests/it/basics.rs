@@ -71,7 +71,7 @@ fn every_fixture_round_trips_byte_for_byte() {
             store.create(&header).expect("create");
             store.append(&header.id, &events).expect("append");
         } else {
-            store.import(&header, &events).expect("import");
+            store.create_with_events(&header, &events).expect("import");
         }
     }
     drop(store);
@@ -89,7 +89,7 @@ fn columns_hold_exactly_the_json_of_each_field() {
     let (_dir, path) = temp_db();
     let store = SqliteStore::open(&path).expect("open");
     let (header, events) = parse(&fixtures().into_iter().next().expect("a fixture").1);
-    store.import(&header, &events).expect("import");
+    store.create_with_events(&header, &events).expect("import");
     let extra = [
         r#"{"seq":0,"time":1,"type":"assistant/message","data":{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}},"zExtra":  [1, 2]},"sourceEventSeqs":[],"surfaceOp":"append"}"#,
         r#"{"seq":1,"time":2,"type":"user/message","data":{"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}},"surfaceOp":"append"}"#,
@@ -97,7 +97,7 @@ fn columns_hold_exactly_the_json_of_each_field() {
         r#"{"seq":3,"time":18446744073709551615,"type":"plug\"in/odd","data":null}"#,
     ];
     let extra: Vec<Event> = extra.iter().map(|j| Event::from_json(j).expect("event")).collect();
-    store.import(&SessionHeader::new("x", 1), &extra).expect("import");
+    store.create_with_events(&SessionHeader::new("x", 1), &extra).expect("import");
     drop(store);
 
     let conn = Connection::open(&path).expect("raw open");
@@ -210,13 +210,13 @@ fn delete_removes_the_session_and_its_events_only() {
 }
 
 #[test]
-fn import_is_all_or_nothing() {
+fn create_with_events_is_all_or_nothing() {
     let store = SqliteStore::open_in_memory().expect("open");
     let header = SessionHeader::new("s", 0);
-    assert_eq!(code(store.import(&header, &ticks(1, 3, "a"))), Err("conflict"));
+    assert_eq!(code(store.create_with_events(&header, &ticks(1, 3, "a"))), Err("conflict"));
     assert_eq!(code(store.load("s")), Err("not-found"), "a refused import leaves no session");
-    store.import(&header, &ticks(0, 3, "a")).expect("import");
-    assert_eq!(code(store.import(&header, &ticks(0, 1, "b"))), Err("already-exists"));
+    store.create_with_events(&header, &ticks(0, 3, "a")).expect("import");
+    assert_eq!(code(store.create_with_events(&header, &ticks(0, 1, "b"))), Err("already-exists"));
     assert_eq!(store.load("s").expect("load").events, ticks(0, 3, "a"));
 }
 

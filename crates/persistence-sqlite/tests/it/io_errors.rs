@@ -62,7 +62,7 @@ fn limited_writer() {
     assert_eq!(code(store.sync("s")), Err("io"));
     assert_eq!(code(store.create(&SessionHeader::new("t", 0))), Err("io"));
     assert_eq!(code(store.delete("s")), Err("io"));
-    assert_eq!(code(store.import(&SessionHeader::new("u", 0), &[])), Err("io"));
+    assert_eq!(code(store.create_with_events(&SessionHeader::new("u", 0), &[])), Err("io"));
     // Reads still work and show exactly what was acknowledged.
     assert_eq!(store.load("s").expect("load").events.len() as u64, acked);
     std::fs::write(env("RESULT"), acked.to_string()).expect("result");

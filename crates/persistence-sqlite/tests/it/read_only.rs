@@ -135,7 +135,7 @@ fn writes_on_a_read_only_store_are_refused_and_change_nothing() {
     assert_eq!(err.to_string(), format!("io: {} was opened read-only: appending is refused", path.display()));
     assert_eq!(code(store.create(&SessionHeader::new("t", 0))), Err("io"));
     assert_eq!(code(store.delete("s")), Err("io"));
-    assert_eq!(code(store.import(&SessionHeader::new("u", 0), &ticks(0, 1, "u"))), Err("io"));
+    assert_eq!(code(store.create_with_events(&SessionHeader::new("u", 0), &ticks(0, 1, "u"))), Err("io"));
     assert_eq!(code(store.sync("s")), Ok(()), "nothing was written, so nothing to sync");
     assert_eq!(store.load("s").expect("reads go on").events.len(), 3);
     drop(store);

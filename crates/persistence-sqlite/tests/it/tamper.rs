@@ -17,7 +17,7 @@ fn store_with_fixture(path: &Path) -> String {
         fixtures().into_iter().find(|(n, _)| n == "compaction-and-prune.jsonl").expect("the worked example");
     let (header, events) = parse(&bytes);
     let store = SqliteStore::open(path).expect("open");
-    store.import(&header, &events).expect("import");
+    store.create_with_events(&header, &events).expect("import");
     header.id
 }
 

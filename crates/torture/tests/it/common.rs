@@ -215,6 +215,9 @@ impl SessionStore for AckingStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
         self.inner.create(header)
     }
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        self.inner.create_with_events(header, events)
+    }
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         // Announce a large write, so the parent can aim a kill at it.
         if events.iter().map(|e| e.data().len()).sum::<usize>() > BIG {

@@ -1,0 +1,156 @@
+//! What a STORE argument names: the one place the contract's rule (§7) is
+//! read, used by every command that takes a store.
+//!
+//! * a `postgres://` or `postgresql://` URL is a PostgreSQL store;
+//! * a path ending in `.db`, or a file that starts with the SQLite header, is
+//!   a SQLite store;
+//! * a path ending in `.jsonl` (that is not a directory) is one JSONL
+//!   session file;
+//! * any other path is a JSONL store directory, except that an existing
+//!   regular file is read as a JSONL session file whatever its name.
+//!
+//! A path ending in `.sqlite` or `.sqlite3` that does not exist yet is
+//! refused rather than made a JSONL directory of that name: the contract
+//! names `.db` alone, and a directory called `x.sqlite` is never what was
+//! meant (see `docs/contract-notes.md`, note 19).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use palimpsest_persistence::SessionStore;
+use palimpsest_persistence_jsonl::JsonlStore;
+use palimpsest_persistence_postgres::{redact_url, PgOptions, PgStore};
+use palimpsest_persistence_sqlite::SqliteStore;
+
+use crate::error::{from_store, CliError};
+
+/// A STORE argument, read by the rule of contract §7.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Location {
+    /// A PostgreSQL server: the URL as given (it may hold a password:
+    /// show it only through [`Location::shown`]).
+    Postgres(String),
+    /// A SQLite database file.
+    Sqlite(PathBuf),
+    /// One JSONL session file.
+    JsonlFile(PathBuf),
+    /// A JSONL store directory.
+    JsonlDir(PathBuf),
+}
+
+impl Location {
+    /// Reads a STORE argument.
+    pub(crate) fn parse(arg: &Path) -> Result<Location, CliError> {
+        if let Some(url) = arg.to_str().filter(|s| is_postgres_url(s)) {
+            return Ok(Location::Postgres(url.to_owned()));
+        }
+        let ext = arg.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        if ext == "db" || SqliteStore::is_sqlite_file(arg) {
+            return Ok(Location::Sqlite(arg.to_owned()));
+        }
+        if arg.is_dir() {
+            return Ok(Location::JsonlDir(arg.to_owned()));
+        }
+        if ext == "jsonl" || arg.is_file() {
+            return Ok(Location::JsonlFile(arg.to_owned()));
+        }
+        if matches!(ext, "sqlite" | "sqlite3") {
+            return Err(CliError::usage(format!(
+                "{}: a new SQLite store is named `.db` (contract §7); a `.{ext}` path that does not exist \
+                 would be a JSONL directory, which is surely not what you meant",
+                arg.display()
+            )));
+        }
+        Ok(Location::JsonlDir(arg.to_owned()))
+    }
+
+    /// How messages name the store: the path, or the URL without its password.
+    pub(crate) fn shown(&self) -> String {
+        match self {
+            Location::Postgres(url) => redact_url(url),
+            Location::Sqlite(p) | Location::JsonlFile(p) | Location::JsonlDir(p) => p.display().to_string(),
+        }
+    }
+
+    /// What kind of store this is, for messages.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Location::Postgres(_) => "PostgreSQL store",
+            Location::Sqlite(_) => "SQLite database",
+            Location::JsonlFile(_) => "JSONL file",
+            Location::JsonlDir(_) => "JSONL directory",
+        }
+    }
+
+    /// Opens a PostgreSQL store: creating its tables when `create` (a
+    /// writing command), or refusing a schema without them (a reader
+    /// changes nothing).
+    pub(crate) fn connect_postgres(url: &str, create: bool) -> Result<PgStore, CliError> {
+        let options = PgOptions { create_missing: create, ..PgOptions::default() };
+        PgStore::connect_with(url, options).map_err(|e| from_store(&e, &redact_url(url)))
+    }
+
+    /// Opens (creating when missing) a store that sessions are written
+    /// into through [`SessionStore`]: a directory, a database or a server.
+    /// A bare session file is not such a store (`None`).
+    pub(crate) fn open_for_writing(&self) -> Result<Option<Arc<dyn SessionStore>>, CliError> {
+        let shown = self.shown();
+        Ok(Some(match self {
+            Location::Postgres(url) => Arc::new(Location::connect_postgres(url, true)?),
+            Location::Sqlite(p) => Arc::new(SqliteStore::open(p).map_err(|e| from_store(&e, &shown))?),
+            Location::JsonlDir(p) => Arc::new(JsonlStore::open(p).map_err(|e| from_store(&e, &shown))?),
+            Location::JsonlFile(_) => return Ok(None),
+        }))
+    }
+}
+
+/// Whether `s` is a PostgreSQL URL (contract §7).
+pub(crate) fn is_postgres_url(s: &str) -> bool {
+    ["postgres://", "postgresql://"]
+        .iter()
+        .any(|scheme| s.len() >= scheme.len() && s[..scheme.len()].eq_ignore_ascii_case(scheme))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Location, String> {
+        Location::parse(Path::new(s)).map_err(|e| e.code)
+    }
+
+    #[test]
+    fn every_form_of_contract_section_7() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let at = |name: &str| dir.path().join(name);
+        assert_eq!(parse("postgres://u:pw@h/db"), Ok(Location::Postgres("postgres://u:pw@h/db".into())));
+        assert_eq!(parse("PostgreSQL://h/db"), Ok(Location::Postgres("PostgreSQL://h/db".into())));
+        let new_db = at("new.db");
+        assert_eq!(Location::parse(&new_db).ok(), Some(Location::Sqlite(new_db.clone())));
+        let new_file = at("new.jsonl");
+        assert_eq!(Location::parse(&new_file).ok(), Some(Location::JsonlFile(new_file.clone())));
+        let new_dir = at("sessions");
+        assert_eq!(Location::parse(&new_dir).ok(), Some(Location::JsonlDir(new_dir.clone())));
+        // A database is known by its header, whatever its name.
+        let db = at("store.sqlite");
+        drop(SqliteStore::open(&db));
+        assert_eq!(Location::parse(&db).ok(), Some(Location::Sqlite(db.clone())));
+        // A new `.sqlite` path is refused, not made a directory.
+        assert_eq!(parse(&at("other.sqlite").display().to_string()), Err("usage".to_owned()));
+        // An existing directory named `.jsonl` is a directory; an existing
+        // file of any name is a session file.
+        let odd_dir = at("d.jsonl");
+        std::fs::create_dir(&odd_dir).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(Location::parse(&odd_dir).ok(), Some(Location::JsonlDir(odd_dir.clone())));
+        let log = at("session.log");
+        std::fs::write(&log, "{}\n").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(Location::parse(&log).ok(), Some(Location::JsonlFile(log.clone())));
+    }
+
+    #[test]
+    fn a_postgres_location_never_shows_its_password() {
+        let l = Location::Postgres("postgres://app:s3cret@db:5432/x".into());
+        assert_eq!(l.shown(), "postgres://app:***@db:5432/x");
+        assert_eq!(l.kind(), "PostgreSQL store");
+    }
+}
