@@ -300,58 +300,60 @@ impl PgStore {
     /// # Ok::<(), palimpsest_persistence::StoreError>(())
     /// ```
     pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
-        let location = redact_url(url);
-        let mut config: Config = url.parse().map_err(|e: postgres::Error| {
-            invalid_input(format!("reading the connection string {location}"), e.to_string())
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(options.connect_timeout);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("palimpsest");
-        }
-        let (mut client, pid) = connect(&config, &location)?;
-        let schema = match &options.schema {
-            Some(s) => s.clone(),
-            None => client
-                .query_typed_one("SELECT current_schema()::text", &[])
-                .and_then(|r| r.try_get::<_, Option<String>>(0))
-                .map_err(|e| pg_err(e, &location, "the schema", "reading current_schema()"))?
-                .ok_or_else(|| {
-                    invalid_input(
-                        format!("opening a store at {location}"),
-                        "the connection has no current schema (empty search_path): name one in PgOptions",
-                    )
-                })?,
-        };
-        if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
-            return Err(invalid_input(
-                format!("opening a store at {location}"),
-                format!("schema name {schema:?} is not a PostgreSQL identifier (1 to 63 bytes, no NUL)"),
-            ));
-        }
-        let created = schema::open_checked(&mut client, &schema, &location, options.create_missing)?;
-        tracing::debug!(location = %location, schema = %schema, created, backend_pid = pid, "opened PostgreSQL store");
-        let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
-        let timeouts = format!(
-            "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",
-            ms(options.lock_timeout),
-            ms(options.idle_in_transaction_timeout)
-        );
-        Ok(PgStore {
-            inner: Mutex::new(Inner {
-                client: Some(client),
-                backend_pid: Some(pid),
-                pending: None,
-                holds: HashMap::new(),
-            }),
-            config,
-            sql: Sql::new(&schema),
-            begin_write: format!("BEGIN ISOLATION LEVEL READ COMMITTED; {timeouts}"),
-            begin_read: format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {timeouts}"),
-            location,
-            schema,
-            options,
+        off_the_runtime(|| {
+            let location = redact_url(url);
+            let mut config: Config = url.parse().map_err(|e: postgres::Error| {
+                invalid_input(format!("reading the connection string {location}"), e.to_string())
+            })?;
+            if config.get_connect_timeout().is_none() {
+                config.connect_timeout(options.connect_timeout);
+            }
+            if config.get_application_name().is_none() {
+                config.application_name("palimpsest");
+            }
+            let (mut client, pid) = connect(&config, &location)?;
+            let schema = match &options.schema {
+                Some(s) => s.clone(),
+                None => client
+                    .query_typed_one("SELECT current_schema()::text", &[])
+                    .and_then(|r| r.try_get::<_, Option<String>>(0))
+                    .map_err(|e| pg_err(e, &location, "the schema", "reading current_schema()"))?
+                    .ok_or_else(|| {
+                        invalid_input(
+                            format!("opening a store at {location}"),
+                            "the connection has no current schema (empty search_path): name one in PgOptions",
+                        )
+                    })?,
+            };
+            if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
+                return Err(invalid_input(
+                    format!("opening a store at {location}"),
+                    format!("schema name {schema:?} is not a PostgreSQL identifier (1 to 63 bytes, no NUL)"),
+                ));
+            }
+            let created = schema::open_checked(&mut client, &schema, &location, options.create_missing)?;
+            tracing::debug!(location = %location, schema = %schema, created, backend_pid = pid, "opened PostgreSQL store");
+            let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
+            let timeouts = format!(
+                "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",
+                ms(options.lock_timeout),
+                ms(options.idle_in_transaction_timeout)
+            );
+            Ok(PgStore {
+                inner: Mutex::new(Inner {
+                    client: Some(client),
+                    backend_pid: Some(pid),
+                    pending: None,
+                    holds: HashMap::new(),
+                }),
+                config,
+                sql: Sql::new(&schema),
+                begin_write: format!("BEGIN ISOLATION LEVEL READ COMMITTED; {timeouts}"),
+                begin_read: format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {timeouts}"),
+                location,
+                schema,
+                options,
+            })
         })
     }
 
@@ -411,41 +413,48 @@ impl PgStore {
     /// # Ok::<(), palimpsest_persistence::StoreError>(())
     /// ```
     pub fn hold(&self, session_id: &str, holder: &str, ttl: Duration) -> Result<Hold, StoreError> {
-        check_id(session_id)?;
-        codec::nul_free("holder", holder).map_err(|why| invalid_input("taking a hold", why))?;
-        let mut inner = self.lock();
-        let ours = inner.holds.get(session_id).copied();
-        let hold = self.with_retry(&mut inner, "taking a hold", |store, client| {
-            store.write_tx(client, |client| {
-                exists_or_not_found(client, &store.sql.session_exists, session_id)?;
-                let (row, now_us) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
-                let token = match &row {
-                    Some(r) if r.live && ours == Some(r.token) => r.token,
-                    Some(r) if r.live && r.holder != holder => {
-                        return Err(TxError::Refused(StoreError::Locked {
-                            what: format!("session {session_id:?} (hold of {})", r.describe()),
-                        }))
-                    }
-                    Some(r) => (r.token + 1).max(codec::from_sql_int(now_us.max(0))),
-                    None => codec::from_sql_int(now_us.max(0)),
-                };
-                let expires_at: SystemTime = client
-                    .query_typed_one(
-                        &store.sql.upsert_hold,
-                        &[
-                            (&session_id, Type::TEXT),
-                            (&holder, Type::TEXT),
-                            (&codec::to_sql_int(token), Type::INT8),
-                            (&hold::ttl_seconds(ttl), Type::FLOAT8),
-                        ],
-                    )?
-                    .try_get(0)?;
-                Ok(Hold { session_id: session_id.to_owned(), holder: holder.to_owned(), token, expires_at })
-            })
-        })?;
-        inner.holds.insert(session_id.to_owned(), hold.token);
-        tracing::debug!(session_id, holder, token = hold.token, "took hold");
-        Ok(hold)
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            codec::nul_free("holder", holder).map_err(|why| invalid_input("taking a hold", why))?;
+            let mut inner = self.lock();
+            let ours = inner.holds.get(session_id).copied();
+            let hold = self.with_retry(&mut inner, "taking a hold", |store, client| {
+                store.write_tx(client, |client| {
+                    exists_or_not_found(client, &store.sql.session_exists, session_id)?;
+                    let (row, now_us) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
+                    let token = match &row {
+                        Some(r) if r.live && ours == Some(r.token) => r.token,
+                        Some(r) if r.live && r.holder != holder => {
+                            return Err(TxError::Refused(StoreError::Locked {
+                                what: format!("session {session_id:?} (hold of {})", r.describe()),
+                            }))
+                        }
+                        Some(r) => (r.token + 1).max(codec::from_sql_int(now_us.max(0))),
+                        None => codec::from_sql_int(now_us.max(0)),
+                    };
+                    let expires_at: SystemTime = client
+                        .query_typed_one(
+                            &store.sql.upsert_hold,
+                            &[
+                                (&session_id, Type::TEXT),
+                                (&holder, Type::TEXT),
+                                (&codec::to_sql_int(token), Type::INT8),
+                                (&hold::ttl_seconds(ttl), Type::FLOAT8),
+                            ],
+                        )?
+                        .try_get(0)?;
+                    Ok(Hold {
+                        session_id: session_id.to_owned(),
+                        holder: holder.to_owned(),
+                        token,
+                        expires_at,
+                    })
+                })
+            })?;
+            inner.holds.insert(session_id.to_owned(), hold.token);
+            tracing::debug!(session_id, holder, token = hold.token, "took hold");
+            Ok(hold)
+        })
     }
 
     /// Extends `hold` to `ttl` from now (server clock), keeping its token.
@@ -462,28 +471,30 @@ impl PgStore {
     /// # Ok::<(), palimpsest_persistence::StoreError>(())
     /// ```
     pub fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
-        let mut inner = self.lock();
-        let session_id = hold.session_id.as_str();
-        let renewed = self.with_retry(&mut inner, "renewing a hold", |store, client| {
-            store.write_tx(client, |client| {
-                exists_or_not_found(client, &store.sql.session_exists, session_id)?;
-                let (row, _) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
-                check_fence(session_id, Some(hold.token), row.as_ref())?;
-                let expires_at: SystemTime = client
-                    .query_typed_one(
-                        &store.sql.renew_hold,
-                        &[
-                            (&session_id, Type::TEXT),
-                            (&codec::to_sql_int(hold.token), Type::INT8),
-                            (&hold::ttl_seconds(ttl), Type::FLOAT8),
-                        ],
-                    )?
-                    .try_get(0)?;
-                Ok(Hold { expires_at, ..hold.clone() })
-            })
-        })?;
-        inner.holds.insert(session_id.to_owned(), hold.token);
-        Ok(renewed)
+        off_the_runtime(|| {
+            let mut inner = self.lock();
+            let session_id = hold.session_id.as_str();
+            let renewed = self.with_retry(&mut inner, "renewing a hold", |store, client| {
+                store.write_tx(client, |client| {
+                    exists_or_not_found(client, &store.sql.session_exists, session_id)?;
+                    let (row, _) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
+                    check_fence(session_id, Some(hold.token), row.as_ref())?;
+                    let expires_at: SystemTime = client
+                        .query_typed_one(
+                            &store.sql.renew_hold,
+                            &[
+                                (&session_id, Type::TEXT),
+                                (&codec::to_sql_int(hold.token), Type::INT8),
+                                (&hold::ttl_seconds(ttl), Type::FLOAT8),
+                            ],
+                        )?
+                        .try_get(0)?;
+                    Ok(Hold { expires_at, ..hold.clone() })
+                })
+            })?;
+            inner.holds.insert(session_id.to_owned(), hold.token);
+            Ok(renewed)
+        })
     }
 
     /// Gives `hold` up: it expires now, so another holder may take the
@@ -491,22 +502,24 @@ impl PgStore {
     /// Releasing a hold that was taken over, or whose session is gone,
     /// changes nothing and is not an error.
     pub fn release(&self, hold: &Hold) -> Result<(), StoreError> {
-        let mut inner = self.lock();
-        let session_id = hold.session_id.as_str();
-        self.with_retry(&mut inner, "releasing a hold", |store, client| {
-            store.write_tx(client, |client| {
-                client.query_typed(
-                    &store.sql.release_hold,
-                    &[(&session_id, Type::TEXT), (&codec::to_sql_int(hold.token), Type::INT8)],
-                )?;
-                Ok(())
-            })
-        })?;
-        if inner.holds.get(session_id) == Some(&hold.token) {
-            inner.holds.remove(session_id);
-        }
-        tracing::debug!(session_id, token = hold.token, "released hold");
-        Ok(())
+        off_the_runtime(|| {
+            let mut inner = self.lock();
+            let session_id = hold.session_id.as_str();
+            self.with_retry(&mut inner, "releasing a hold", |store, client| {
+                store.write_tx(client, |client| {
+                    client.query_typed(
+                        &store.sql.release_hold,
+                        &[(&session_id, Type::TEXT), (&codec::to_sql_int(hold.token), Type::INT8)],
+                    )?;
+                    Ok(())
+                })
+            })?;
+            if inner.holds.get(session_id) == Some(&hold.token) {
+                inner.holds.remove(session_id);
+            }
+            tracing::debug!(session_id, token = hold.token, "released hold");
+            Ok(())
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -965,6 +978,32 @@ impl PgStore {
     }
 }
 
+/// Runs `f` where the synchronous client may block. The `postgres` crate
+/// drives each call on a runtime of its own, which panics on a thread that
+/// is inside another tokio runtime (an async caller, or a store call made
+/// in `block_in_place` on a current-thread runtime). There `f` runs on a
+/// scoped thread of its own; elsewhere, inline.
+fn off_the_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
+impl Drop for PgStore {
+    /// Closing the connection blocks too (the client says goodbye to the
+    /// server): off the runtime, like every call.
+    fn drop(&mut self) {
+        let client = self.inner.get_mut().map_or_else(|p| p.into_inner().client.take(), |i| i.client.take());
+        if let Some(client) = client {
+            off_the_runtime(move || drop(client));
+        }
+    }
+}
+
 /// `session "x"`, for errors.
 fn describe_target(write: Write<'_>) -> String {
     match write {
@@ -1103,79 +1142,91 @@ fn header_from_row(id: &str, row: &postgres::Row, first: usize) -> Result<Sessio
 
 impl SessionStore for PgStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
-        self.check_creatable(header)?;
-        self.write(Write::Create(header))?;
-        tracing::debug!(session_id = %header.id, "created session");
-        Ok(())
+        off_the_runtime(|| {
+            self.check_creatable(header)?;
+            self.write(Write::Create(header))?;
+            tracing::debug!(session_id = %header.id, "created session");
+            Ok(())
+        })
     }
 
     /// One transaction: the session row and every event, or nothing.
     fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
-        self.check_creatable(header)?;
-        check_continues(&header.id, 0, events)?;
-        self.check_storable(&header.id, events)?;
-        self.write(Write::CreateWithEvents(header, events))?;
-        tracing::debug!(session_id = %header.id, events = events.len(), "created a whole session");
-        Ok(())
+        off_the_runtime(|| {
+            self.check_creatable(header)?;
+            check_continues(&header.id, 0, events)?;
+            self.check_storable(&header.id, events)?;
+            self.write(Write::CreateWithEvents(header, events))?;
+            tracing::debug!(session_id = %header.id, events = events.len(), "created a whole session");
+            Ok(())
+        })
     }
 
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
-        check_id(session_id)?;
-        self.check_storable(session_id, events)?;
-        self.write(Write::Append { session_id, events })?;
-        tracing::trace!(session_id, events = events.len(), "appended");
-        Ok(())
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            self.check_storable(session_id, events)?;
+            self.write(Write::Append { session_id, events })?;
+            tracing::trace!(session_id, events = events.len(), "appended");
+            Ok(())
+        })
     }
 
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
-        check_id(session_id)?;
-        self.read("loading a session", |client| {
-            let header = client
-                .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
-                .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
-            let header =
-                header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
-            let params: [(&(dyn ToSql + Sync), Type); 1] = [(&session_id, Type::TEXT)];
-            let mut rows = client.query_typed_raw(&self.sql.events, params)?;
-            let mut events = Vec::new();
-            let mut failed = None;
-            while let Some(row) = rows.next()? {
-                let index = events.len() as u64;
-                match EventRow::read(&row, codec::line_of(index)).and_then(|r| r.decode(index)) {
-                    Ok(e) => events.push(e),
-                    Err(e) => {
-                        failed = Some(self.corrupt(session_id, Some(index), e));
-                        break;
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            self.read("loading a session", |client| {
+                let header = client
+                    .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
+                    .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+                let header =
+                    header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&session_id, Type::TEXT)];
+                let mut rows = client.query_typed_raw(&self.sql.events, params)?;
+                let mut events = Vec::new();
+                let mut failed = None;
+                while let Some(row) = rows.next()? {
+                    let index = events.len() as u64;
+                    match EventRow::read(&row, codec::line_of(index)).and_then(|r| r.decode(index)) {
+                        Ok(e) => events.push(e),
+                        Err(e) => {
+                            failed = Some(self.corrupt(session_id, Some(index), e));
+                            break;
+                        }
                     }
                 }
-            }
-            drop(rows);
-            if let Some(e) = failed {
-                return Err(TxError::Refused(e));
-            }
-            Ok(StoredSession { header, events, report: LoadReport::default() })
+                drop(rows);
+                if let Some(e) = failed {
+                    return Err(TxError::Refused(e));
+                }
+                Ok(StoredSession { header, events, report: LoadReport::default() })
+            })
         })
     }
 
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
-        self.read("listing sessions", |client| {
-            let rows = client.query_typed(&self.sql.list, &[])?;
-            let mut headers = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let id: String = row.try_get(0)?;
-                let header = header_from_row(&id, row, 1).map_err(|e| self.corrupt(&id, None, e))?;
-                headers.push(header);
-            }
-            Ok(headers)
+        off_the_runtime(|| {
+            self.read("listing sessions", |client| {
+                let rows = client.query_typed(&self.sql.list, &[])?;
+                let mut headers = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let id: String = row.try_get(0)?;
+                    let header = header_from_row(&id, row, 1).map_err(|e| self.corrupt(&id, None, e))?;
+                    headers.push(header);
+                }
+                Ok(headers)
+            })
         })
     }
 
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
-        check_id(session_id)?;
-        self.write(Write::Delete(session_id))?;
-        self.lock().holds.remove(session_id);
-        tracing::debug!(session_id, "deleted session");
-        Ok(())
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            self.write(Write::Delete(session_id))?;
+            self.lock().holds.remove(session_id);
+            tracing::debug!(session_id, "deleted session");
+            Ok(())
+        })
     }
 
     /// Every acknowledged commit is already durable (the server's
@@ -1183,9 +1234,11 @@ impl SessionStore for PgStore {
     /// `sync` only settles an earlier write whose outcome is unknown, and is
     /// `io` while it cannot.
     fn sync(&self, session_id: &str) -> Result<(), StoreError> {
-        let mut inner = self.lock();
-        self.settle_pending(&mut inner)?;
-        tracing::trace!(session_id, "synced (nothing to do: commits are durable)");
-        Ok(())
+        off_the_runtime(|| {
+            let mut inner = self.lock();
+            self.settle_pending(&mut inner)?;
+            tracing::trace!(session_id, "synced (nothing to do: commits are durable)");
+            Ok(())
+        })
     }
 }

@@ -144,14 +144,19 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         "workspace: {} (a throwaway sandbox)",
         if options.deterministic { "<temp>".into() } else { workspace.path().display().to_string() }
     )?;
+    // Kept until the demo ends: no other worker writes the session meanwhile.
+    let _hold;
     let (mut agent, first_turn) = match &options.resume {
         None => {
             let id =
                 if options.deterministic { "demo".to_owned() } else { format!("demo-{}", clock.now_ms()) };
-            let agent = builder.create(store.clone(), id).context("creating the demo session")?;
+            let agent = builder.create(store.clone(), id.clone()).context("creating the demo session")?;
+            _hold = opened.hold(&id)?;
             (agent, 0)
         }
         Some(id) => {
+            // Held before it is opened: opening may append repair events.
+            _hold = opened.hold(id)?;
             let (agent, report) =
                 builder.open(store.clone(), id).with_context(|| format!("resuming session {id:?}"))?;
             let done = completed_turns(agent.session());

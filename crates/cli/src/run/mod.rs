@@ -302,10 +302,13 @@ async fn run_async(
         }))
         .plugin(EchoPlugin::new(tx));
 
+    // Kept until the run ends: no other worker writes the session meanwhile.
+    let _hold;
     let agent = match &args.session {
         None => {
             let id = new_session_id();
             let agent = builder.create(store, id.clone()).map_err(|e| loop_error(e, &shown))?;
+            _hold = opened.hold(&id)?;
             output::note(&format!(
                 "new session {id} in {shown} ({}); continue it with --session {id}",
                 opened.kind()
@@ -313,6 +316,8 @@ async fn run_async(
             agent
         }
         Some(id) => {
+            // Held before it is opened: opening may append repair events.
+            _hold = opened.hold(id)?;
             let (agent, report) = builder.open(store, id).map_err(|e| loop_error(e, &shown))?;
             let turns = agent.last_turn();
             output::note(&format!(

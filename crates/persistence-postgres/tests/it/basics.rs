@@ -343,3 +343,31 @@ fn a_reader_creates_nothing() {
     let store = PgStore::connect_with(&url(), reader(&schema.name)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(store.list().map(|l| l.len()).unwrap_or_default(), 1);
 }
+
+/// The synchronous client runs a runtime of its own per call; the store
+/// works from inside an async caller's runtime anyway (current-thread and
+/// multi-threaded), opened, used and dropped there.
+#[test]
+fn the_store_works_inside_a_tokio_runtime() {
+    let Some(schema) = TestSchema::new() else { return };
+    let options = schema.options();
+    for runtime in [
+        tokio::runtime::Builder::new_current_thread().build(),
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).build(),
+    ] {
+        let runtime = runtime.unwrap_or_else(|e| panic!("{e}"));
+        let options = options.clone();
+        let events = runtime.block_on(async move {
+            let store = PgStore::connect_with(&url(), options).unwrap_or_else(|e| panic!("{e}"));
+            let id = format!("rt-{}", store.list().map(|l| l.len()).unwrap_or_default());
+            store.create_with_events(&SessionHeader::new(&id, 1), &[tick(0, "a")]).unwrap_or_else(|e| panic!("{e}"));
+            store.append(&id, &[tick(1, "b")]).unwrap_or_else(|e| panic!("{e}"));
+            let hold = store.hold(&id, "w", std::time::Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
+            store.release(&hold).unwrap_or_else(|e| panic!("{e}"));
+            let n = store.load(&id).map(|s| s.events.len()).unwrap_or_default();
+            drop(store);
+            n
+        });
+        assert_eq!(events, 2);
+    }
+}

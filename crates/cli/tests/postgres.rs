@@ -1,0 +1,160 @@
+//! Every command that takes a STORE, against a real PostgreSQL server
+//! (`PALIMPSEST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`),
+//! each test in a schema of its own, chosen by the URL's `options`. Under
+//! CI an unreachable server fails the tests; elsewhere they say so and pass.
+//! The URL carries a password (the test server trusts every connection) so
+//! the tests can check it never reaches output or errors.
+
+mod support;
+
+use std::fs;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use support::*;
+
+const SECRET: &str = "hunter2-never-shown";
+
+fn base_url() -> String {
+    std::env::var("PALIMPSEST_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A schema of its own, dropped at the end.
+struct Schema {
+    name: String,
+}
+
+impl Schema {
+    fn new() -> Option<Schema> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let mut client = match postgres::Client::connect(&base_url(), postgres::NoTls) {
+            Ok(c) => c,
+            Err(e) if std::env::var_os("CI").is_some() => panic!("no PostgreSQL server and CI is set: {e}"),
+            Err(e) => {
+                eprintln!("skipped: no PostgreSQL server ({e}); under CI this fails");
+                return None;
+            }
+        };
+        let name = format!("cli_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"))
+            .expect("schema");
+        Some(Schema { name })
+    }
+
+    /// The store's URL: the test server, this schema, and a password.
+    fn url(&self) -> String {
+        let url = base_url().replacen("://postgres@", &format!("://postgres:{SECRET}@"), 1);
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}options=-csearch_path%3D{}", self.name)
+    }
+
+    fn tables(&self) -> i64 {
+        let mut client = postgres::Client::connect(&base_url(), postgres::NoTls).expect("connect");
+        client
+            .query_one("SELECT count(*) FROM pg_tables WHERE schemaname = $1", &[&self.name])
+            .and_then(|r| r.try_get(0))
+            .expect("count")
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&base_url(), postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
+
+fn no_secret(run: &Run) {
+    assert!(!run.stdout.contains(SECRET) && !run.stderr.contains(SECRET), "the password leaked: {run:?}");
+}
+
+#[test]
+fn demo_sessions_inspect_export_fork_and_convert_work_on_a_postgres_url() {
+    let Some(schema) = Schema::new() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let url = schema.url();
+
+    let demo = palimpsest(d, &["demo", "--store", &url, "--pace", "0", "--quiet", "--color", "never"]);
+    no_secret(&demo);
+    assert_eq!(demo.code, 0, "{demo:?}");
+    assert!(demo.stdout.contains("(PostgreSQL store)"), "{}", demo.stdout);
+    assert!(demo.stdout.contains("postgres:***@"), "the URL is shown redacted: {}", demo.stdout);
+
+    let sessions = ok(palimpsest(d, &["sessions", &url]));
+    no_secret(&sessions);
+    let id = sessions
+        .stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("demo-"))
+        .unwrap_or_else(|| panic!("no demo session listed: {}", sessions.stdout))
+        .to_owned();
+
+    let valid = ok(palimpsest(d, &["validate", "--json", &url, "--session", &id])).json();
+    assert_eq!(valid["valid"], true, "{valid}");
+    let events = valid["events"].as_u64().unwrap_or_default();
+    assert!(events > 50, "{valid}");
+    no_secret(&ok(palimpsest(d, &["inspect", &url, "--session", &id, "--color", "never"])));
+    let md = ok(palimpsest(d, &["export", &url, "--session", &id, "--format", "markdown"]));
+    assert!(md.stdout.contains("# "), "{}", md.stdout);
+
+    // Fork inside the store: the child is written whole, and is valid.
+    let fork = ok(palimpsest(d, &["fork", &url, "--session", &id, "--at", "10"]));
+    no_secret(&fork);
+    let child = fork.stdout.trim().to_owned();
+    let child_report = ok(palimpsest(d, &["validate", "--json", &url, "--session", &child])).json();
+    assert_eq!(child_report["valid"], true, "{child_report}");
+
+    // PostgreSQL -> JSONL -> another schema -> JSONL: byte for byte.
+    ok(palimpsest(d, &["convert", &url, "--session", &id, "a.jsonl"]));
+    let other = Schema::new().expect("a second schema");
+    let conv = ok(palimpsest(d, &["convert", "a.jsonl", &other.url()]));
+    no_secret(&conv);
+    assert!(conv.stdout.contains(&format!("converted 1 session ({events} events)")), "{}", conv.stdout);
+    ok(palimpsest(d, &["convert", &other.url(), "--session", &id, "b.jsonl"]));
+    assert_eq!(fs::read(d.join("a.jsonl")).expect("a"), fs::read(d.join("b.jsonl")).expect("b"));
+    // A second conversion into it is refused: nothing overwritten.
+    let again = palimpsest(d, &["convert", "a.jsonl", &other.url()]);
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(again.stderr.contains("already-exists"), "{}", again.stderr);
+
+    // demo --resume of a finished session continues on the server.
+    let resumed = palimpsest(d, &["demo", "--store", &url, "--resume", &id, "--pace", "0", "--quiet"]);
+    no_secret(&resumed);
+    assert_eq!(resumed.code, 0, "{resumed:?}");
+}
+
+#[test]
+fn reading_a_schema_without_a_store_creates_nothing_and_says_so() {
+    let Some(schema) = Schema::new() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for args in [vec!["sessions", "URL"], vec!["validate", "URL"], vec!["inspect", "URL"]] {
+        let args: Vec<String> =
+            args.iter().map(|a| if *a == "URL" { schema.url() } else { a.to_string() }).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = palimpsest(dir.path(), &args);
+        no_secret(&run);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.contains("holds no Palimpsest store"), "{}", run.stderr);
+    }
+    assert_eq!(schema.tables(), 0, "a reading command created tables");
+}
+
+#[test]
+fn an_unreachable_server_is_an_io_error_without_the_password() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    // Port 1 on loopback: nothing listens.
+    let url = format!("postgres://app:{SECRET}@127.0.0.1:1/nowhere?connect_timeout=2");
+    for args in [vec!["sessions", url.as_str()], vec!["demo", "--store", url.as_str(), "--pace", "0"]] {
+        let run = palimpsest(dir.path(), &args);
+        no_secret(&run);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(
+            run.stderr.contains("error[io]") && run.stderr.contains("app:***@127.0.0.1:1"),
+            "{}",
+            run.stderr
+        );
+    }
+}
