@@ -32,7 +32,9 @@ impl Schema {
             Err(e) if std::env::var_os("CI").is_some() => panic!("no PostgreSQL server and CI is set: {e}"),
             Err(e) => {
                 #[allow(clippy::print_stderr)]
-                eprintln!("skipped: no PostgreSQL server ({e}); under CI this fails");
+                {
+                    eprintln!("skipped: no PostgreSQL server ({e}); under CI this fails");
+                }
                 return None;
             }
         };
