@@ -360,9 +360,12 @@ fn the_store_works_inside_a_tokio_runtime() {
         let events = runtime.block_on(async move {
             let store = PgStore::connect_with(&url(), options).unwrap_or_else(|e| panic!("{e}"));
             let id = format!("rt-{}", store.list().map(|l| l.len()).unwrap_or_default());
-            store.create_with_events(&SessionHeader::new(&id, 1), &[tick(0, "a")]).unwrap_or_else(|e| panic!("{e}"));
+            store
+                .create_with_events(&SessionHeader::new(&id, 1), &[tick(0, "a")])
+                .unwrap_or_else(|e| panic!("{e}"));
             store.append(&id, &[tick(1, "b")]).unwrap_or_else(|e| panic!("{e}"));
-            let hold = store.hold(&id, "w", std::time::Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
+            let hold =
+                store.hold(&id, "w", std::time::Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
             store.release(&hold).unwrap_or_else(|e| panic!("{e}"));
             let n = store.load(&id).map(|s| s.events.len()).unwrap_or_default();
             drop(store);

@@ -8,4 +8,5 @@
 mod basics;
 mod common;
 mod contract;
+mod faults;
 mod holds;

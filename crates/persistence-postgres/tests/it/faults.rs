@@ -1,0 +1,113 @@
+//! Faults against the real server: our connection's backend terminated
+//! (`pg_terminate_backend`) over and over while a writer appends. Every
+//! acknowledged append is stored whole; an append that failed with `io`
+//! (its outcome unknown, as the trait says of `io`) is stored whole or not
+//! at all, never in part and never twice; the store reconnects by itself,
+//! and the log ends holding exactly the batches that landed, in order.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::SessionStore;
+use palimpsest_persistence_postgres::PgStore;
+
+use crate::common::{admin, ticks, url, TestSchema};
+
+/// The test server's URL with an application name of this test's own, so
+/// the killer terminates only this store's connections.
+fn tagged_url(app: &str) -> String {
+    let base = url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}application_name={app}")
+}
+
+#[test]
+fn appends_survive_their_backend_being_terminated_again_and_again() {
+    let Some(schema) = TestSchema::new() else { return };
+    let app = format!("kill_{}", schema.name);
+    let store = PgStore::connect_with(&tagged_url(&app), schema.options()).unwrap_or_else(|e| panic!("{e}"));
+    store.create(&SessionHeader::new("k", 1)).unwrap_or_else(|e| panic!("{e}"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let kills = Arc::new(AtomicU64::new(0));
+    let killer = {
+        let (stop, kills, app) = (stop.clone(), kills.clone(), app.clone());
+        std::thread::spawn(move || {
+            let mut client = admin().unwrap_or_else(|| panic!("the server went away"));
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                std::thread::sleep(Duration::from_millis(2 + n % 13));
+                let killed: i64 = client
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                        &[&app],
+                    )
+                    .and_then(|r| r.try_get(0))
+                    .unwrap_or(0);
+                kills.fetch_add(killed as u64, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let mut acked: Vec<Event> = Vec::new();
+    let (mut refused, mut landed_anyway, mut rounds) = (0u32, 0u32, 0u32);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        rounds += 1;
+        let batch = ticks(acked.len() as u64, 1 + u64::from(rounds % 40), &format!("r{rounds}"));
+        match store.append("k", &batch) {
+            Ok(()) => acked.extend(batch),
+            Err(e) => {
+                assert_eq!(e.code(), "io", "a lost connection is io, got [{}] {e}", e.code());
+                refused += 1;
+                // Read on a connection of its own: the acknowledged events,
+                // then the failed batch whole or not at all.
+                let stored = schema.store().load("k").map(|s| s.events).unwrap_or_else(|e| panic!("{e}"));
+                let mut with_batch = acked.clone();
+                with_batch.extend(batch);
+                if stored == with_batch {
+                    landed_anyway += 1;
+                    acked = with_batch;
+                } else {
+                    assert_eq!(stored, acked, "round {rounds}: a failed append left part of itself: {e}");
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    killer.join().unwrap_or_else(|_| panic!("killer panicked"));
+
+    let stored = schema.store().load("k").map(|s| s.events).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(stored, acked, "the log holds exactly the acknowledged batches, none twice");
+    assert!(
+        kills.load(Ordering::Relaxed) >= 10,
+        "the backend was terminated only {} times",
+        kills.load(Ordering::Relaxed)
+    );
+    assert!(acked.len() > 100, "too few appends landed to prove anything: {}", acked.len());
+    // The store reconnected by itself and still writes.
+    let next = ticks(acked.len() as u64, 1, "after");
+    let mut landed = false;
+    for _ in 0..5 {
+        if store.append("k", &next).is_ok() {
+            landed = true;
+            break;
+        }
+    }
+    assert!(landed, "the store never recovered");
+    eprintln_summary(rounds, refused, landed_anyway, kills.load(Ordering::Relaxed));
+}
+
+/// What the run exercised, for whoever reads the test output.
+fn eprintln_summary(rounds: u32, refused: u32, landed_anyway: u32, kills: u64) {
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!(
+            "{rounds} appends, {refused} failed with io ({landed_anyway} of them had landed), \
+             {kills} backends terminated"
+        );
+    }
+}
