@@ -161,3 +161,29 @@ mod line_tests {
         assert_eq!(first_text(&[]), "");
     }
 }
+
+/// `word` as the shell reads it back: as it is when it holds only safe
+/// characters, else in single quotes (a URL's `?` and `&` would otherwise
+/// glob or fork). For the commands the CLI suggests.
+pub(crate) fn shell_word(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod shell_word_tests {
+    use super::shell_word;
+
+    #[test]
+    fn only_words_the_shell_would_change_are_quoted() {
+        assert_eq!(shell_word("palimpsest-demo.db"), "palimpsest-demo.db");
+        assert_eq!(shell_word("postgres://u@h:5432/db"), "postgres://u@h:5432/db");
+        assert_eq!(shell_word("postgres://u:***@h/db"), "'postgres://u:***@h/db'");
+        assert_eq!(shell_word("postgres://h/db?a=1&b=2"), "'postgres://h/db?a=1&b=2'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+}

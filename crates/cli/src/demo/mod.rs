@@ -226,7 +226,8 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
             };
             writeln!(
                 out,
-                "\nThe turn ended {why}. Resume with:\n  palimpsest demo --store {shown} --resume {id}"
+                "\nThe turn ended {why}. Resume with:\n  palimpsest demo --store {} --resume {id}",
+                crate::output::shell_word(&shown)
             )?;
             interrupted = true;
             break;
@@ -268,10 +269,12 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     )?;
     writeln!(out, "rewrites:   {} replaces: {compactions} compaction(s), {prunes} pruned tool result(s); nothing was deleted", replaces.len())?;
     if !options.deterministic {
-        writeln!(out, "on disk:    {} bytes", bytes_on_disk(&options.store))?;
+        if !matches!(opened.location, crate::location::Location::Postgres(_)) {
+            writeln!(out, "on disk:    {} bytes", bytes_on_disk(&options.store))?;
+        }
         writeln!(out, "time:       {:.2} s", started.elapsed().as_secs_f64())?;
     }
-    writeln!(out, "next:       palimpsest inspect {shown} --session {id}")?;
+    writeln!(out, "next:       palimpsest inspect {} --session {id}", crate::output::shell_word(&shown))?;
     if !checked.is_valid() {
         return Ok(Exit::Invalid);
     }

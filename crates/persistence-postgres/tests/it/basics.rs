@@ -374,3 +374,46 @@ fn the_store_works_inside_a_tokio_runtime() {
         assert_eq!(events, 2);
     }
 }
+
+/// `docs/scaling.md` says the schema partitions by session id unchanged:
+/// tables made by hand from `schema_sql`, with `events` hash-partitioned
+/// on `session_id`, are accepted, and each session's rows land in one
+/// partition.
+#[test]
+fn hash_partitioned_events_work_unchanged() {
+    let Some(schema) = TestSchema::new() else { return };
+    let sql = schema_sql(&schema.name).replace(
+        "PRIMARY KEY (session_id, seq)\n);",
+        "PRIMARY KEY (session_id, seq)\n) PARTITION BY HASH (session_id);",
+    );
+    assert!(sql.contains("PARTITION BY HASH"), "schema_sql changed shape: {sql}");
+    let mut client = schema.client();
+    client.batch_execute(&sql).unwrap_or_else(|e| panic!("{e}"));
+    for r in 0..4 {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {s}.events_p{r} PARTITION OF {s}.events FOR VALUES WITH (MODULUS 4, REMAINDER {r})",
+                s = schema.name
+            ))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let store = schema.store();
+    for i in 0..8 {
+        let id = format!("s{i}");
+        store.create(&SessionHeader::new(&id, 1)).unwrap_or_else(|e| panic!("{e}"));
+        store.append(&id, &ticks(0, 3, &id)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.load(&id).map(|s| s.events).unwrap_or_default(), ticks(0, 3, &id));
+    }
+    let spread: Vec<(String, i64)> = client
+        .query("SELECT tableoid::regclass::text, count(DISTINCT session_id) FROM events GROUP BY 1", &[])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(spread.len() > 1, "all sessions in one partition: {spread:?}");
+    let one_each: i64 = client
+        .query_one("SELECT count(*) FROM (SELECT session_id FROM events GROUP BY session_id HAVING count(DISTINCT tableoid) > 1) x", &[])
+        .and_then(|r| r.try_get(0))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(one_each, 0, "a session's rows spread over partitions");
+}
