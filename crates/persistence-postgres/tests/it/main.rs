@@ -10,3 +10,4 @@ mod common;
 mod contract;
 mod faults;
 mod holds;
+mod processes;
