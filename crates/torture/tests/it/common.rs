@@ -18,6 +18,7 @@ use palimpsest_core_session::payload::Block;
 use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::{Durability, MemoryStore, SessionStore, StoreError, StoredSession};
 use palimpsest_persistence_jsonl::JsonlStore;
+use palimpsest_persistence_postgres::{PgOptions, PgStore};
 use palimpsest_persistence_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use palimpsest_torture::SplitMix64;
 
@@ -150,6 +151,8 @@ pub(crate) fn kill_and_drain(mut child: Child, rx: &Receiver<(String, u64)>) -> 
 pub(crate) enum Kind {
     Jsonl,
     Sqlite,
+    /// A schema of its own on the test server (`PALIMPSEST_TEST_PG_URL`).
+    Postgres,
 }
 
 impl Kind {
@@ -157,6 +160,7 @@ impl Kind {
         match self {
             Kind::Jsonl => "jsonl",
             Kind::Sqlite => "sqlite",
+            Kind::Postgres => "postgres",
         }
     }
 
@@ -164,15 +168,33 @@ impl Kind {
         match s {
             "jsonl" => Kind::Jsonl,
             "sqlite" => Kind::Sqlite,
+            "postgres" => Kind::Postgres,
             other => panic!("unknown store kind {other:?}"),
         }
     }
 
-    /// Where this kind's store lives inside a test directory.
+    /// Where this kind's store lives inside a test directory: for
+    /// PostgreSQL, the name of a schema of its own (made from the
+    /// directory's name; dropped by [`Kind::clean_up`]).
     pub(crate) fn location(self, dir: &Path) -> PathBuf {
         match self {
             Kind::Jsonl => dir.join("sessions"),
             Kind::Sqlite => dir.join("store.db"),
+            Kind::Postgres => {
+                let name = dir.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+                let name: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+                PathBuf::from(format!("torture_{}_{name}", std::process::id()))
+            }
+        }
+    }
+
+    /// Removes what [`Kind::location`] made outside the test directory.
+    pub(crate) fn clean_up(self, location: &Path) {
+        if self == Kind::Postgres {
+            if let Ok(mut client) = postgres::Client::connect(&pg_url(), postgres::NoTls) {
+                let _ =
+                    client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", location.display()));
+            }
         }
     }
 
@@ -189,8 +211,19 @@ impl Kind {
                 let options = SqliteOptions { synchronous, ..SqliteOptions::default() };
                 Arc::new(SqliteStore::open_with(location, options)?)
             }
+            Kind::Postgres => {
+                let options =
+                    PgOptions { schema: Some(location.display().to_string()), ..PgOptions::default() };
+                Arc::new(PgStore::connect_with(&pg_url(), options)?)
+            }
         })
     }
+}
+
+/// The test PostgreSQL server.
+pub(crate) fn pg_url() -> String {
+    std::env::var("PALIMPSEST_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
 /// A batch of more than this many bytes of data is announced (`BIG seq`).

@@ -65,6 +65,16 @@ fn sqlite_survives_sigkill_at_random_moments() {
     kill_many(Kind::Sqlite, test_name(module_path!(), "sqlite_survives_sigkill_at_random_moments"));
 }
 
+/// The same against PostgreSQL (a schema per kill): an acknowledged append
+/// is a committed transaction.
+#[test]
+fn postgres_survives_sigkill_at_random_moments() {
+    if role().is_some() {
+        return crash_child();
+    }
+    kill_many(Kind::Postgres, test_name(module_path!(), "postgres_survives_sigkill_at_random_moments"));
+}
+
 /// The child: run the workload into the store, acknowledging every sync.
 fn crash_child() {
     let kind = Kind::parse(&env("KIND"));
@@ -139,6 +149,7 @@ fn kill_many(kind: Kind, test: String) {
         let acked = seen.iter().filter(|(w, _)| w == "ACK").map(|(_, n)| *n).max();
         tally.after_done += u64::from(seen.iter().any(|(w, _)| w == "DONE"));
         verify_after_kill(kind, &location, &header, &expected, acked, &ctx, &mut tally);
+        kind.clean_up(&location);
         tally.kills += 1;
     }
     #[allow(clippy::print_stderr)] // the figures docs/reliability.md quotes
@@ -239,6 +250,9 @@ fn verify_after_kill(
                 .query_row("PRAGMA integrity_check", [], |r| r.get(0))
                 .unwrap_or_else(|e| panic!("{ctx}: integrity_check: {e}"));
             assert_eq!(check, "ok", "{ctx}: SQLite integrity_check");
+        }
+        Kind::Postgres => {
+            assert_eq!(loaded.report.torn_tail, None, "{ctx}: PostgreSQL has no torn tails");
         }
     }
 

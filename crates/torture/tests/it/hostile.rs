@@ -417,6 +417,7 @@ fn damaged_store_files_give_typed_errors_never_panics() {
         let file_of = |location: &Path| match kind {
             Kind::Jsonl => location.join(format!("{SID}.jsonl")),
             Kind::Sqlite => location.to_owned(),
+            Kind::Postgres => unreachable!("store files are JSONL and SQLite"),
         };
         let pristine = std::fs::read(file_of(&location)).unwrap_or_else(|e| panic!("{e}"));
         let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
