@@ -6,8 +6,10 @@
 //! (`CI` set) and is skipped, saying so, elsewhere.
 
 mod basics;
+mod cluster;
 mod common;
 mod contract;
+mod failover;
 mod faults;
 mod holds;
 mod processes;
