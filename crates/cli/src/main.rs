@@ -3,8 +3,8 @@
 //! reading.
 //!
 //! Every command that reads a session takes `STORE [--session ID]`: a JSONL
-//! session file, a JSONL store directory or a SQLite database (see
-//! [`store_arg`]); `convert` copies sessions between them, `sessions`
+//! session file, a JSONL store directory, a SQLite database or a PostgreSQL
+//! URL (see [`location`] and [`store_arg`]); `convert` copies sessions between them, `sessions`
 //! lists them and `fork` branches one inside its store.
 //!
 //! The commands and their output follow section 7 of the session format
@@ -110,7 +110,7 @@ enum Command {
     /// the lineage instead: each fork under its parent, with the seq it was
     /// forked after.
     Sessions {
-        /// A session file (`.jsonl`), a JSONL store directory, or a SQLite database (`.db`).
+        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
         store: PathBuf,
         /// Show forks under their parents.
         #[arg(long)]
@@ -197,11 +197,12 @@ enum Command {
     },
     /// Copy one session or a whole store between JSONL and SQLite, checking each.
     ///
-    /// DST ending in `.db` is a SQLite database; DST ending in `.jsonl` is a
-    /// session file (when one session is copied); any other DST is a JSONL
-    /// store directory. Existing sessions in DST are never overwritten.
+    /// DST is a postgres:// URL for PostgreSQL; DST ending in `.db` is a
+    /// SQLite database; DST ending in `.jsonl` is a session file (when one
+    /// session is copied); any other DST is a JSONL store directory.
+    /// Existing sessions in DST are never overwritten.
     Convert {
-        /// Where to copy from: a session file, a JSONL store directory or a SQLite database.
+        /// Where to copy from: a session file, a JSONL store directory, a SQLite database or a postgres:// URL.
         src: PathBuf,
         /// Where to copy to (created if missing).
         dst: PathBuf,

@@ -105,7 +105,7 @@ impl Drop for SessionHold {
 }
 
 /// Who holds a session: `<host>:<pid>`, so `locked` names the worker.
-fn holder_name() -> String {
+pub(crate) fn holder_name() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())

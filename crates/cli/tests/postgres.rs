@@ -161,3 +161,37 @@ fn an_unreachable_server_is_an_io_error_without_the_password() {
         );
     }
 }
+
+#[test]
+fn repair_write_closes_a_crashed_session_on_the_server_unless_a_worker_holds_it() {
+    let Some(schema) = Schema::new() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let url = schema.url();
+    let fixture = test_data("ok/crash-open.jsonl");
+    ok(palimpsest(d, &["convert", fixture.to_str().expect("utf-8"), &url]));
+    let id = "crash-1";
+    assert!(ok(palimpsest(d, &["sessions", &url])).stdout.contains(id));
+    let before = ok(palimpsest(d, &["validate", "--json", &url])).json()["events"].as_u64();
+
+    // A worker holds the session: repair --write is refused, nothing written.
+    let mut schema_url = base_url();
+    schema_url.push_str(if schema_url.contains('?') { "&" } else { "?" });
+    schema_url.push_str(&format!("options=-csearch_path%3D{}", schema.name));
+    let worker = palimpsest_persistence_postgres::PgStore::connect(&schema_url).expect("connect");
+    let hold = worker.hold(id, "worker-9", std::time::Duration::from_secs(60)).expect("hold");
+    let refused = palimpsest(d, &["repair", "--write", &url]);
+    no_secret(&refused);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("locked") && refused.stderr.contains("worker-9"), "{}", refused.stderr);
+    assert_eq!(ok(palimpsest(d, &["validate", "--json", &url])).json()["events"].as_u64(), before);
+    worker.release(&hold).expect("release");
+
+    // Released: the closers are appended, and the session validates closed.
+    let closers = ok(palimpsest(d, &["repair", "--write", &url])).json();
+    let n = closers.as_array().map_or(0, Vec::len) as u64;
+    assert!(n > 0, "{closers}");
+    let after = ok(palimpsest(d, &["validate", "--json", &url])).json();
+    assert_eq!(after["events"].as_u64(), before.map(|b| b + n), "{after}");
+    assert_eq!(ok(palimpsest(d, &["repair", &url])).stdout.trim(), "[]");
+}
