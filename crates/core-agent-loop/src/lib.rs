@@ -70,8 +70,35 @@
 //! batch (`turn/start` with the user message, a message with its calls, a
 //! failed step's closers with `turn/end`, the repair closers). With the
 //! default [`Durability::TurnBoundary`](palimpsest_persistence::Durability)
-//! the store syncs at each `turn/end`. Store calls are synchronous and run
-//! on the loop's task.
+//! the store syncs at each `turn/end`. Store calls are synchronous; on a
+//! multi-threaded tokio runtime they run in
+//! [`block_in_place`](tokio::task::block_in_place), so a slow store (a
+//! network database) does not stall the runtime's other tasks.
+//!
+//! # Runtime requirements
+//!
+//! [`AgentLoop::run_turn`] is a future that needs a tokio runtime with the
+//! time driver enabled (`enable_time()` or `enable_all()`: the chunk flush
+//! window is a timer). A multi-threaded runtime is recommended whenever
+//! the store can be slow; on a current-thread runtime store writes run
+//! inline and hold up other tasks while they wait. Building and opening a
+//! loop (`create`, `open`) needs no runtime. The crate enables tokio's
+//! `rt`, `rt-multi-thread`, `sync`, `macros` and `time` features.
+//!
+//! # One import: the prelude
+//!
+//! An agent author needs types from four crates; [`prelude`] re-exports
+//! them without the name clashes (`payload::ToolError` and
+//! `payload::ToolCall` stay out of it):
+//!
+//! ```
+//! use palimpsest_core_agent_loop::prelude::*;
+//!
+//! let store: std::sync::Arc<dyn SessionStore> = std::sync::Arc::new(MemoryStore::default());
+//! let reply = Message::assistant("a1", "Hi!", "scripted", "scripted-1");
+//! assert_eq!(reply.role, Role::Assistant);
+//! # drop(store);
+//! ```
 //!
 //! # Determinism
 //!
@@ -144,13 +171,30 @@ pub use error::LoopError;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
 pub use plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
 pub use provider::{
-    complete, wire_arguments, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest, Provider,
-    ProviderError, SharedError, StreamItem, ToolSpec,
+    complete, stream_from, wire_arguments, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest,
+    Provider, ProviderError, SharedError, StreamItem, ToolSpec,
 };
 pub use scripted::{ScriptedProvider, ScriptedResponse, SCRIPT_EXHAUSTED};
 /// Re-exported: the token that cancels a turn ([`TurnInput::with_cancel`]).
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};
+
+/// Everything an agent author needs, from this crate and the three below
+/// it, in one glob import without name clashes: the loop and its builder,
+/// providers and streams, tools, the session payloads a provider or tool
+/// builds, and the stores.
+pub mod prelude {
+    pub use crate::{
+        stream_from, AgentConfig, AgentLoop, AgentLoopBuilder, BoxFuture, CancellationToken, ChunkStream,
+        Completion, FinishReason, FnTool, ModelRequest, Plugin, PluginContext, Provider, ProviderError,
+        StreamItem, Tool, ToolContext, ToolError, ToolRegistry, ToolSpec, TurnInput, TurnOutcome,
+    };
+    pub use palimpsest_core_session::payload::{
+        Block, Message, Role, Source, StreamChunk, TurnEndReason, Usage,
+    };
+    pub use palimpsest_core_session::{Event, Session, SessionHeader};
+    pub use palimpsest_persistence::{Durability, DurableSession, MemoryStore, SessionStore, StoreError};
+}
 
 /// The stable codes the loop writes into the log: `tool/result`
 /// `data.error.code`, and the `turn/end` error code for failures that are

@@ -28,6 +28,36 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// complete; an `Err` item ends it early (the loop reads nothing after it).
 pub type ChunkStream<'a> = Pin<Box<dyn Stream<Item = Result<StreamItem, ProviderError>> + Send + 'a>>;
 
+/// A [`ChunkStream`] of items already at hand: for providers that receive
+/// a whole response at once, for tests, and for examples. Each item is
+/// ready as soon as it is polled; an `Err` item ends the stream.
+///
+/// ```
+/// use palimpsest_core_agent_loop::{stream_from, StreamItem, FinishReason};
+///
+/// let stream = stream_from(vec![Ok(StreamItem::Finish(FinishReason::Stop))]);
+/// # drop(stream);
+/// ```
+pub fn stream_from(items: Vec<Result<StreamItem, ProviderError>>) -> ChunkStream<'static> {
+    Box::pin(ItemsStream { items: items.into() })
+}
+
+/// The stream behind [`stream_from`].
+struct ItemsStream {
+    items: std::collections::VecDeque<Result<StreamItem, ProviderError>>,
+}
+
+impl Stream for ItemsStream {
+    type Item = Result<StreamItem, ProviderError>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::task::Poll::Ready(self.items.pop_front())
+    }
+}
+
 /// A shareable error, for the `source` of a [`ProviderError`].
 pub type SharedError = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -282,6 +312,48 @@ impl ModelRequest {
 /// }
 /// let provider: std::sync::Arc<dyn Provider> = std::sync::Arc::new(Offline);
 /// assert_eq!(provider.name(), "offline");
+/// ```
+///
+/// A provider that answers: it streams two text pieces, a usage chunk and
+/// its finish reason. A real one maps its API's events to
+/// [`StreamItem`]s as they arrive (any `futures_core::Stream` boxed as a
+/// [`ChunkStream`]); [`stream_from`] serves a response already at hand.
+///
+/// ```
+/// use std::sync::Arc;
+/// use palimpsest_core_agent_loop::prelude::*;
+///
+/// #[derive(Debug)]
+/// struct Echo;
+///
+/// impl Provider for Echo {
+///     fn name(&self) -> &str { "echo" }
+///     fn model(&self) -> &str { "echo-1" }
+///     fn stream(&self, request: ModelRequest) -> BoxFuture<'_, Result<ChunkStream<'_>, ProviderError>> {
+///         let last = request.messages.last().map(Message::text).unwrap_or_default();
+///         let (head, tail) = last.split_at(last.len() / 2);
+///         let text = |t: &str| Ok(StreamItem::Chunk(StreamChunk::TextDelta { index: 0, text: t.to_owned() }));
+///         let usage = Usage { input_tokens: 3, output_tokens: 2, ..Usage::default() };
+///         let items = vec![
+///             text(head),
+///             text(tail),
+///             Ok(StreamItem::Chunk(StreamChunk::Usage(usage))),
+///             Ok(StreamItem::Finish(FinishReason::Stop)),
+///         ];
+///         Box::pin(async move { Ok(stream_from(items)) })
+///     }
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+/// let mut agent = AgentLoop::builder(Arc::new(Echo)).create(store, "echo-session")?;
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// let outcome = runtime.block_on(agent.run_turn(TurnInput::text("ping pong")))?;
+/// assert_eq!(outcome.reason, TurnEndReason::Completed);
+/// let history = agent.session().derive_messages();
+/// assert_eq!(history[1].message.text(), "ping pong");
+/// # Ok(())
+/// # }
 /// ```
 pub trait Provider: Send + Sync + fmt::Debug {
     /// The provider's name, written into each assistant message's source.

@@ -136,12 +136,15 @@ impl fmt::Display for EventType {
 pub enum SurfaceOp {
     /// Pushed onto the tail.
     Append,
-    /// Took the place of the surface entries from `start` through `end`
-    /// (by surface position, both inclusive).
+    /// Took the place of a run of surface entries: the entry whose **seq**
+    /// is `start` through the entry whose **seq** is `end`, both inclusive,
+    /// and every entry between them in surface order. `start` and `end` are
+    /// seqs, not positions: the run is found by looking the two seqs up on
+    /// the surface, and `start` must come first there.
     Replace {
-        /// First shadowed seq.
+        /// The seq of the first shadowed surface entry.
         start: u64,
-        /// Last shadowed seq.
+        /// The seq of the last shadowed surface entry.
         end: u64,
     },
 }
@@ -182,10 +185,20 @@ impl SurfaceIntent {
         SurfaceIntent { op: SurfaceOp::Append, sources: Some(sources) }
     }
 
-    /// Replace the surface range `start..=end` (by position), citing
-    /// `sources`, which must include every shadowed seq.
-    pub fn replace(start: u64, end: u64, sources: Vec<u64>) -> SurfaceIntent {
-        SurfaceIntent { op: SurfaceOp::Replace { start, end }, sources: Some(sources) }
+    /// Replace the run of surface entries from the one whose seq is
+    /// `first_seq` through the one whose seq is `last_seq` (both inclusive,
+    /// in surface order: seqs, not positions), citing `sources`, which must
+    /// include every shadowed seq.
+    ///
+    /// ```
+    /// use palimpsest_core_session::{SurfaceIntent, SurfaceOp};
+    ///
+    /// // Shadow the surface entries of seqs 4 through 9 (whatever their positions).
+    /// let intent = SurfaceIntent::replace(4, 9, vec![4, 7, 9]);
+    /// assert_eq!(intent.op, SurfaceOp::Replace { start: 4, end: 9 });
+    /// ```
+    pub fn replace(first_seq: u64, last_seq: u64, sources: Vec<u64>) -> SurfaceIntent {
+        SurfaceIntent { op: SurfaceOp::Replace { start: first_seq, end: last_seq }, sources: Some(sources) }
     }
 }
 

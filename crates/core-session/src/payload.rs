@@ -22,6 +22,86 @@ pub struct Message {
     pub source: Source,
 }
 
+impl Message {
+    /// A person's message: role `user`, one text block, source `user`.
+    ///
+    /// ```
+    /// use palimpsest_core_session::payload::{Message, Role, Source};
+    ///
+    /// let m = Message::user("u1", "Hello");
+    /// assert_eq!((m.role, &m.source, m.text()), (Role::User, &Source::User, "Hello".to_owned()));
+    /// ```
+    pub fn user(id: impl Into<String>, text: impl Into<String>) -> Message {
+        Message { id: id.into(), role: Role::User, content: vec![Block::text(text)], source: Source::User }
+    }
+
+    /// A model's reply: role `assistant`, one text block, source `model`.
+    ///
+    /// ```
+    /// use palimpsest_core_session::payload::{Message, Role};
+    ///
+    /// let m = Message::assistant("a1", "Hi!", "openai", "gpt-4o-mini");
+    /// assert_eq!((m.role, m.text()), (Role::Assistant, "Hi!".to_owned()));
+    /// ```
+    pub fn assistant(
+        id: impl Into<String>,
+        text: impl Into<String>,
+        provider: impl Into<String>,
+        model: impl Into<String>,
+    ) -> Message {
+        Message {
+            id: id.into(),
+            role: Role::Assistant,
+            content: vec![Block::text(text)],
+            source: Source::Model { provider: provider.into(), model: model.into() },
+        }
+    }
+
+    /// Text a plugin writes on the user side (a compaction summary, a
+    /// notice): role `user`, one text block, source `plugin`.
+    pub fn from_plugin(id: impl Into<String>, plugin: impl Into<String>, text: impl Into<String>) -> Message {
+        Message {
+            id: id.into(),
+            role: Role::User,
+            content: vec![Block::text(text)],
+            source: Source::Plugin { plugin: plugin.into() },
+        }
+    }
+
+    /// A tool's result for call `call_id`: role `user`, exactly one
+    /// `tool-result` block holding `text`, source `tool` (what a
+    /// [`ToolResult`] payload carries).
+    pub fn tool_result(
+        id: impl Into<String>,
+        call_id: impl Into<String>,
+        text: impl Into<String>,
+        is_error: bool,
+    ) -> Message {
+        let call_id = call_id.into();
+        Message {
+            id: id.into(),
+            role: Role::User,
+            content: vec![Block::ToolResult {
+                tool_call_id: call_id.clone(),
+                is_error,
+                content: vec![Block::text(text)],
+            }],
+            source: Source::Tool { call_id },
+        }
+    }
+
+    /// The text of its text blocks, joined (no separator).
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// The speaker of a [`Message`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -130,7 +210,13 @@ pub enum StreamChunk {
         /// The text piece.
         text: String,
     },
-    /// A piece of a tool call.
+    /// A piece of a tool call. A call usually arrives in several pieces,
+    /// merged by `index` (one content block per index): the argument
+    /// pieces are concatenated in order; the call id and the name are
+    /// taken from the first piece of that index that carries a non-empty
+    /// one (providers send them once, on the first piece, and leave them
+    /// empty or absent after). A call that ends with no id gets one from
+    /// the agent loop (`docs/contract-notes.md`, note 14).
     ToolCallDelta {
         /// Content block index.
         index: u32,

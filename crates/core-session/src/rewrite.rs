@@ -22,9 +22,10 @@ use crate::session::Session;
 /// A range of the surface a compaction may replace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactionPlan {
-    /// First shadowed seq (by surface position; may be a newer summary).
+    /// The seq of the first shadowed surface entry (a seq, not a position;
+    /// it may be a newer summary's).
     pub start: u64,
-    /// Last shadowed seq.
+    /// The seq of the last shadowed surface entry.
     pub end: u64,
     /// Every shadowed seq, in surface order: the summary must cite them all.
     pub shadowed: Vec<u64>,

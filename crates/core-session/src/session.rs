@@ -17,7 +17,7 @@ use crate::derive::{derive_messages, derive_request, effective_settings, Derived
 use crate::error::AppendError;
 use crate::event::{Event, EventType, SurfaceIntent, SurfaceOp};
 use crate::header::SessionHeader;
-use crate::payload::{LogPayload, Settings, SurfacePayload};
+use crate::payload::{LogPayload, Settings, SurfacePayload, TurnEnd, TurnStart};
 use crate::surface::{SurfaceManager, SurfaceStep, SurfaceUndo};
 
 /// A read-only view of a session, handed to an [`AppendGuard`].
@@ -248,6 +248,42 @@ impl Session {
     /// every replay of the log.
     pub fn derive_request(&self) -> DerivedRequest<'_> {
         derive_request(&self.events, self.surface.seqs(), self.settings_seq)
+    }
+
+    /// The number of the last turn started in the log (its last
+    /// `turn/start`), 0 before the first; and whether it is still open (no
+    /// `turn/end` after it). A resumed session's next turn is
+    /// `last_turn().0 + 1`.
+    ///
+    /// ```
+    /// use palimpsest_core_session::payload::{TurnEnd, TurnEndReason, TurnStart};
+    /// use palimpsest_core_session::{Session, SessionHeader};
+    ///
+    /// let mut s = Session::create(SessionHeader::new("s", 0));
+    /// assert_eq!(s.last_turn(), (0, false));
+    /// s.append_log(1, TurnStart { turn: 1 })?;
+    /// assert_eq!(s.last_turn(), (1, true));
+    /// s.append_log(2, TurnEnd { turn: 1, reason: TurnEndReason::Completed })?;
+    /// assert_eq!(s.last_turn(), (1, false));
+    /// # Ok::<(), palimpsest_core_session::AppendError>(())
+    /// ```
+    pub fn last_turn(&self) -> (u64, bool) {
+        for e in self.events().iter().rev() {
+            match e.event_type() {
+                EventType::TurnStart => {
+                    if let Ok(start) = e.data_as::<TurnStart>() {
+                        return (start.turn, true);
+                    }
+                }
+                EventType::TurnEnd => {
+                    if let Ok(end) = e.data_as::<TurnEnd>() {
+                        return (end.turn, false);
+                    }
+                }
+                _ => {}
+            }
+        }
+        (0, false)
     }
 
     /// Appends a surface-eligible payload at the next seq; returns its seq.

@@ -20,11 +20,14 @@
 //! Backends (`palimpsest-persistence-jsonl`, `palimpsest-persistence-sqlite`,
 //! yours) and consumers that append durably (the agent loop, the CLI).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod durable;
 mod error;
 mod memory;
 mod store;
 #[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
 pub use durable::{Durability, DurableError, DurableSession};
