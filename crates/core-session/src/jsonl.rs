@@ -29,7 +29,7 @@
 //! number, before it is parsed, **with or without** its `\n`: no writer of
 //! this format writes such a line, so it is not the prefix of a torn write,
 //! and dropping it could throw away a whole event. A header line longer than
-//! [`MAX_HEADER_LINE_BYTES`](crate::MAX_HEADER_LINE_BYTES) is
+//! [`MAX_HEADER_LINE_BYTES`] is
 //! `header-malformed`.
 //!
 //! Unknown event types are plugin events: kept verbatim, never on the surface.

@@ -68,8 +68,8 @@ pub struct SessionFile {
     deleted: bool,
     /// The line cap of every read.
     read: ReadOptions,
-    #[cfg(test)]
-    pub(crate) fault: Option<crate::tests::Fault>,
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fault: Option<crate::fault::Fault>,
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -220,7 +220,7 @@ impl SessionFile {
             dir_unsynced: true,
             deleted: false,
             read: ReadOptions::default(),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "testkit"))]
             fault: None,
         })
     }
@@ -250,7 +250,7 @@ impl SessionFile {
                     dir_unsynced: false,
                     deleted: false,
                     read: ReadOptions::default(),
-                    #[cfg(test)]
+                    #[cfg(any(test, feature = "testkit"))]
                     fault: None,
                 });
             }
@@ -503,15 +503,15 @@ impl SessionFile {
         self.tail = None;
     }
 
-    #[cfg(not(test))]
+    #[cfg(not(any(test, feature = "testkit")))]
     fn write_batch(&mut self, buf: &[u8]) -> io::Result<()> {
         self.file.write_all(buf)
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     fn write_batch(&mut self, buf: &[u8]) -> io::Result<()> {
         match self.fault.take() {
-            Some(crate::tests::Fault::Write { after }) => {
+            Some(crate::fault::Fault::Write { after }) => {
                 self.file.write_all(&buf[..after.min(buf.len())])?;
                 Err(io::Error::other("injected write failure"))
             }
@@ -523,15 +523,15 @@ impl SessionFile {
         }
     }
 
-    #[cfg(not(test))]
+    #[cfg(not(any(test, feature = "testkit")))]
     fn sync_file(&mut self) -> io::Result<()> {
         self.file.sync_data()
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     fn sync_file(&mut self) -> io::Result<()> {
         match self.fault.take() {
-            Some(crate::tests::Fault::Sync) => Err(io::Error::other("injected sync failure")),
+            Some(crate::fault::Fault::Sync) => Err(io::Error::other("injected sync failure")),
             other => {
                 self.fault = other;
                 self.file.sync_data()

@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //!
 //! # Modules
 //!
@@ -8,6 +9,8 @@
 //! * [`name`]: the id ↔ file-name encoding.
 
 mod capped;
+#[cfg(any(test, feature = "testkit"))]
+mod fault;
 mod file;
 pub mod name;
 mod store;

@@ -28,6 +28,8 @@ pub struct JsonlStore {
     dir: PathBuf,
     open: Mutex<HashMap<String, Handle>>,
     read: ReadOptions,
+    #[cfg(feature = "testkit")]
+    write_fault: Option<palimpsest_persistence::testkit::WriteFault>,
 }
 
 fn lock_handle(handle: &Handle) -> MutexGuard<'_, SessionFile> {
@@ -52,7 +54,13 @@ impl JsonlStore {
                 io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
             ));
         }
-        Ok(JsonlStore { dir: dir.to_owned(), open: Mutex::default(), read: ReadOptions::default() })
+        Ok(JsonlStore {
+            dir: dir.to_owned(),
+            open: Mutex::default(),
+            read: ReadOptions::default(),
+            #[cfg(feature = "testkit")]
+            write_fault: None,
+        })
     }
 
     /// Sets the line cap of every read of a session file: loads, the first
@@ -104,9 +112,19 @@ impl JsonlStore {
         self.handles().remove(session_id);
     }
 
+    /// Takes the contract kit's fault switch: when it is armed, the next
+    /// append writes the first bytes of its batch and fails with `io`, as a
+    /// full disk would (feature `testkit`).
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+    pub fn with_write_fault(mut self, fault: palimpsest_persistence::testkit::WriteFault) -> JsonlStore {
+        self.write_fault = Some(fault);
+        self
+    }
+
     /// Makes the next write or sync of a held session fail (tests only).
     #[cfg(test)]
-    pub(crate) fn inject(&self, session_id: &str, fault: crate::tests::Fault) {
+    pub(crate) fn inject(&self, session_id: &str, fault: crate::fault::Fault) {
         if let Some(handle) = self.cached(session_id) {
             lock_handle(&handle).fault = Some(fault);
         }
@@ -182,6 +200,10 @@ impl SessionStore for JsonlStore {
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         let handle = self.handle(session_id)?;
         let mut file = lock_handle(&handle);
+        #[cfg(feature = "testkit")]
+        if self.write_fault.as_ref().is_some_and(|f| f.take()) {
+            file.fault = Some(crate::fault::Fault::Write { after: 10 });
+        }
         file.append(events).map_err(|e| with_id(e, session_id))
     }
 

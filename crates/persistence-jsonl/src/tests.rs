@@ -5,14 +5,7 @@ use palimpsest_persistence::SessionStore;
 
 use crate::{JsonlStore, SessionFile};
 
-/// A failure the next write or sync of a [`SessionFile`] simulates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// Write the first `after` bytes of the batch, then fail.
-    Write { after: usize },
-    /// Fail the `fdatasync`.
-    Sync,
-}
+use crate::fault::Fault;
 
 fn tick(seq: u64) -> Event {
     match Event::from_json(&format!(r#"{{"seq":{seq},"time":{seq},"type":"kit/tick","data":{{"n":{seq}}}}}"#))

@@ -3,21 +3,27 @@
 
 use std::io::Write;
 
-use palimpsest_persistence::testkit::StoreFactory;
+use palimpsest_persistence::testkit::{StoreFactory, WriteFault};
 use palimpsest_persistence::SessionStore;
 use palimpsest_persistence_jsonl::JsonlStore;
 
 struct JsonlFactory {
     dir: tempfile::TempDir,
+    fault: WriteFault,
 }
 
 impl JsonlFactory {
     fn new() -> JsonlFactory {
-        JsonlFactory { dir: tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")) }
+        JsonlFactory {
+            dir: tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")),
+            fault: WriteFault::default(),
+        }
     }
 
     fn store(&self) -> JsonlStore {
-        JsonlStore::open(self.dir.path().join("store")).unwrap_or_else(|e| panic!("open: {e}"))
+        JsonlStore::open(self.dir.path().join("store"))
+            .unwrap_or_else(|e| panic!("open: {e}"))
+            .with_write_fault(self.fault.clone())
     }
 }
 
@@ -33,6 +39,11 @@ impl StoreFactory for JsonlFactory {
             .open(&path)
             .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
         file.write_all(bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        true
+    }
+
+    fn fail_next_write(&self) -> bool {
+        self.fault.arm();
         true
     }
 }

@@ -10,6 +10,7 @@
 //! [`SessionStore`]: palimpsest_persistence::SessionStore
 //!
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 mod codec;

@@ -147,6 +147,8 @@ pub struct PgStore {
     /// `BEGIN` for writes and reads, with this store's timeouts.
     begin_write: String,
     begin_read: String,
+    #[cfg(feature = "testkit")]
+    write_fault: Option<palimpsest_persistence::testkit::WriteFault>,
 }
 
 impl fmt::Debug for PgStore {
@@ -353,6 +355,8 @@ impl PgStore {
                 location,
                 schema,
                 options,
+                #[cfg(feature = "testkit")]
+                write_fault: None,
             })
         })
     }
@@ -647,6 +651,20 @@ impl PgStore {
             };
             let client = self.client(&mut inner)?;
             let attempt = self.attempt(client, write, token);
+            #[cfg(feature = "testkit")]
+            if attempt.is_ok() && self.write_fault.as_ref().is_some_and(|f| f.take()) {
+                // As a connection lost after COMMIT was sent, with the
+                // server out of reach: the write did land, and the store
+                // does not know it.
+                inner.pending = Some(write.to_pending());
+                return Err(StoreError::Io {
+                    context: format!(
+                        "{what} at {}: injected: the connection was lost after COMMIT was sent",
+                        self.location
+                    ),
+                    source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+                });
+            }
             let error = match attempt {
                 Ok(()) => return Ok(()),
                 Err(Attempt::Refused(e)) => return Err(e),
@@ -723,6 +741,17 @@ impl PgStore {
                 })
             }
         }
+    }
+
+    /// Takes the contract kit's fault switch: when it is armed, the next
+    /// write commits and then fails as if the connection had been lost
+    /// after `COMMIT` was sent, its outcome unknown (`io`); the next write
+    /// reads it back first (feature `testkit`).
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+    pub fn with_write_fault(mut self, fault: palimpsest_persistence::testkit::WriteFault) -> PgStore {
+        self.write_fault = Some(fault);
+        self
     }
 
     /// Connects again and reads back whether `write` is stored.

@@ -6,6 +6,7 @@
 //! ([`SCHEMA_SQL`]) and the versioning policy.
 //!
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod audit;
 mod codec;

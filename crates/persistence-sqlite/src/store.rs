@@ -49,6 +49,8 @@ pub struct SqliteStore {
     path: Option<PathBuf>,
     location: String,
     options: SqliteOptions,
+    #[cfg(feature = "testkit")]
+    write_fault: Option<palimpsest_persistence::testkit::WriteFault>,
 }
 
 #[derive(Debug)]
@@ -158,6 +160,8 @@ impl SqliteStore {
             path,
             location,
             options,
+            #[cfg(feature = "testkit")]
+            write_fault: None,
         })
     }
 
@@ -199,6 +203,8 @@ impl SqliteStore {
             path: Some(path.to_owned()),
             location,
             options,
+            #[cfg(feature = "testkit")]
+            write_fault: None,
         })
     }
 
@@ -244,6 +250,16 @@ impl SqliteStore {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Takes the contract kit's fault switch: when it is armed, the next
+    /// write fails as a failed commit does (`io`, rolled back, further
+    /// writes refused until reopened) (feature `testkit`).
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+    pub fn with_write_fault(mut self, fault: palimpsest_persistence::testkit::WriteFault) -> SqliteStore {
+        self.write_fault = Some(fault);
+        self
+    }
+
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it. A
     /// SQLite failure (other than waiting for a lock) poisons the store.
     fn write<T>(
@@ -264,6 +280,16 @@ impl SqliteStore {
             .map_err(WriteError::Sql)
             .and_then(|tx| {
                 let value = f(&tx)?;
+                #[cfg(feature = "testkit")]
+                if self.write_fault.as_ref().is_some_and(|f| f.take()) {
+                    // As a failed commit: rolled back, and the store cannot
+                    // be sure, so it refuses further writes.
+                    drop(tx);
+                    return Err(WriteError::Sql(rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                        Some("injected I/O error".into()),
+                    )));
+                }
                 tx.commit()?;
                 Ok(value)
             });

@@ -12,8 +12,9 @@
 //!
 //! # Features
 //!
-//! * `testkit`: exposes [`testkit`], the contract checks, and the
-//!   [`store_contract_tests!`] macro that runs them all as `#[test]`s.
+//! * `testkit`: exposes the `testkit` module, the contract checks, and the
+//!   `store_contract_tests!` macro that runs them all as `#[test]`s (shown
+//!   on docs.rs, which builds every feature).
 //!
 //! # Who depends on this
 //!

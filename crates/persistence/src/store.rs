@@ -44,11 +44,15 @@ pub struct StoredSession {
 ///   sees the batch. It survives a crash of the process or machine only after
 ///   [`sync`](SessionStore::sync) returned (or if the backend syncs every
 ///   append, which it documents).
-/// * After an I/O error during a write, the backend refuses further writes
-///   with `io` until it is reopened.
+/// * After an I/O error during a write the write's outcome is unknown, and
+///   a failed batch is never stored in part or twice: the backend refuses
+///   further writes with `io` until it is reopened (JSONL, SQLite), or it
+///   settles the unknown outcome before writing anything else (PostgreSQL
+///   reads the write back).
 ///
 /// The `testkit` feature ships the checks that prove a backend keeps this
-/// contract.
+/// contract, the last clause included when the backend takes the kit's
+/// `testkit::WriteFault` switch.
 pub trait SessionStore: Send + Sync + fmt::Debug {
     /// Creates an empty session. `already-exists` if the id is taken.
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError>;

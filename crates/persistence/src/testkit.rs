@@ -58,6 +58,17 @@ pub trait StoreFactory {
     fn append_raw_tail(&self, _session_id: &str, _bytes: &[u8]) -> bool {
         false
     }
+
+    /// Makes the next write of the stores this factory opened fail with an
+    /// I/O error, as a full disk, a failed fsync or a connection lost
+    /// mid-commit would. Return false if the backend cannot (the fault
+    /// check then passes without testing anything, saying so in its doc).
+    ///
+    /// A backend usually passes one [`WriteFault`] to every store it opens
+    /// and [arms](WriteFault::arm) it here.
+    fn fail_next_write(&self) -> bool {
+        false
+    }
 }
 
 impl<F: StoreFactory + ?Sized> StoreFactory for &F {
@@ -67,6 +78,44 @@ impl<F: StoreFactory + ?Sized> StoreFactory for &F {
 
     fn append_raw_tail(&self, session_id: &str, bytes: &[u8]) -> bool {
         (**self).append_raw_tail(session_id, bytes)
+    }
+
+    fn fail_next_write(&self) -> bool {
+        (**self).fail_next_write()
+    }
+}
+
+/// A switch that makes a backend's next write fail with an I/O error: the
+/// seam the kit's fault check ([`io_errors_never_store_a_batch_in_part_or_twice`])
+/// reaches a backend through. Clones share the switch.
+///
+/// A backend takes one (behind its own `testkit` feature) and, at the
+/// start of each write, asks [`take`](WriteFault::take): when it says
+/// `true`, the write fails as that backend's real I/O errors do (part of
+/// the batch reaching the file, a transaction whose commit is unknown).
+///
+/// ```
+/// use palimpsest_persistence::testkit::WriteFault;
+///
+/// let fault = WriteFault::default();
+/// let seen_by_the_store = fault.clone();
+/// assert!(!seen_by_the_store.take());
+/// fault.arm();
+/// assert!(seen_by_the_store.take());
+/// assert!(!seen_by_the_store.take(), "one write fails, then it is disarmed");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct WriteFault(Arc<std::sync::atomic::AtomicBool>);
+
+impl WriteFault {
+    /// Makes the next write fail.
+    pub fn arm(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether this write must fail; disarms the switch.
+    pub fn take(&self) -> bool {
+        self.0.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -104,6 +153,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("unknown_ids_are_not_found", unknown_ids_are_not_found),
     ("create_twice_is_already_exists", create_twice_is_already_exists),
     ("create_with_events_is_all_or_nothing", create_with_events_is_all_or_nothing),
+    ("io_errors_never_store_a_batch_in_part_or_twice", io_errors_never_store_a_batch_in_part_or_twice),
     ("list_returns_every_header", list_returns_every_header),
     ("delete_then_load_is_not_found", delete_then_load_is_not_found),
     ("reopen_after_drop_sees_everything", reopen_after_drop_sees_everything),
@@ -168,6 +218,7 @@ macro_rules! store_contract_tests {
             unknown_ids_are_not_found,
             create_twice_is_already_exists,
             create_with_events_is_all_or_nothing,
+            io_errors_never_store_a_batch_in_part_or_twice,
             list_returns_every_header,
             delete_then_load_is_not_found,
             reopen_after_drop_sees_everything,
@@ -900,6 +951,58 @@ pub fn create_with_events_is_all_or_nothing(factory: &dyn StoreFactory) {
     assert_stored(&*store, &h, &longer, "after reopen");
     assert_stored(&*store, &empty, &[], "the empty whole session after reopen");
     assert_stored(&*store, &big, &ticks(0..2_000), "the large whole session after reopen");
+}
+
+/// After an I/O error during an append (injected through
+/// [`StoreFactory::fail_next_write`]; skipped when the backend cannot), the
+/// failed batch is stored whole or not at all, and never twice:
+///
+/// * the append is `io` (its outcome unknown, as the trait says);
+/// * retrying the same batch on the same handle is refused with `io` (the
+///   backend refuses writes until reopened: JSONL, SQLite), or it settles
+///   the unknown outcome first (PostgreSQL reads the write back): then the
+///   retry is `Ok` (the batch had not landed; now it has, once) or
+///   `conflict` (it had landed);
+/// * reopened, the session holds the events before the batch, then the
+///   batch whole or not at all, and appending continues from there.
+pub fn io_errors_never_store_a_batch_in_part_or_twice(factory: &dyn StoreFactory) {
+    let h = header("kit-io");
+    let store = factory.open();
+    create(&*store, &h);
+    append(&*store, &h.id, &ticks(0..3));
+    if !factory.fail_next_write() {
+        return;
+    }
+    let batch = ticks(3..8);
+    must_fail(store.append(&h.id, &batch), "io", "an append with an injected I/O error");
+    let mut whole = ticks(0..3);
+    whole.extend(batch.iter().cloned());
+    let retried = store.append(&h.id, &batch);
+    let landed = match &retried {
+        Err(e) if e.code() == "io" => None,
+        Ok(()) => Some(true),
+        Err(e) if e.code() == "conflict" => Some(true),
+        Err(e) => {
+            panic!("retrying a batch after an I/O error: expected io, Ok or conflict, got [{}] {e}", e.code())
+        }
+    };
+    drop(store);
+    let store = factory.open();
+    let stored = must(store.load(&h.id), "load after reopening").events;
+    if landed == Some(true) {
+        assert_eq!(stored, whole, "the retried batch is stored once, whole");
+    } else {
+        assert!(
+            stored == ticks(0..3) || stored == whole,
+            "after an I/O error the batch is stored whole or not at all; found {} events",
+            stored.len()
+        );
+    }
+    let n = stored.len() as u64;
+    append(&*store, &h.id, &[tick(n)]);
+    let mut expected = stored;
+    expected.push(tick(n));
+    assert_stored(&*store, &h, &expected, "appending after the I/O error and a reopen");
 }
 
 /// `list` returns exactly the headers created (optional fields included),

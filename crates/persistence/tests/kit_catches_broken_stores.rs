@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use palimpsest_core_session::jsonl::{header_line, write_events, JsonlLog};
 use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::testkit::{self, StoreFactory, CHECKS};
+use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault, CHECKS};
 use palimpsest_persistence::{check_continues, LoadReport, SessionStore, StoreError, StoredSession};
 
 /// What the store gets wrong.
@@ -42,6 +42,9 @@ enum Fault {
     /// `create_with_events` is `create` then `append`: a refused batch
     /// leaves an empty session behind.
     CreateThenAppend,
+    /// After an I/O error it keeps the part of the batch that reached the
+    /// file, and goes on writing.
+    KeepsPartOfAFailedBatch,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +57,10 @@ struct Files {
 struct BytesStore {
     fault: Fault,
     files: Arc<Mutex<Files>>,
+    /// Armed by the kit: the next append fails with `io`.
+    write_fault: WriteFault,
+    /// Set by an I/O error: writes are refused until reopened.
+    poisoned: std::sync::atomic::AtomicBool,
 }
 
 fn corrupt(e: palimpsest_core_session::LoadError) -> StoreError {
@@ -136,6 +143,24 @@ impl SessionStore for BytesStore {
     }
 
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(StoreError::io("append", std::io::Error::other("an earlier write failed; reopen")));
+        }
+        if self.write_fault.take() {
+            let injected = StoreError::io("append", std::io::Error::other("injected I/O error"));
+            if self.fault == Fault::KeepsPartOfAFailedBatch {
+                let mut files = self.files();
+                if let Some(bytes) = files.live.get_mut(&self.key(session_id)) {
+                    bytes.extend(self.encode(&events[..events.len() / 2]));
+                }
+                return Err(injected);
+            }
+            // What reached the "file" is taken back; the store refuses
+            // writes until reopened, as it cannot be sure.
+            self.poisoned.store(true, Ordering::SeqCst);
+            return Err(injected);
+        }
         let mut files = self.files();
         let not_found = || StoreError::NotFound { session_id: session_id.to_owned() };
         let bytes = files.live.get_mut(&self.key(session_id)).ok_or_else(not_found)?;
@@ -204,16 +229,27 @@ impl SessionStore for BytesStore {
 struct Factory {
     fault: Fault,
     files: Arc<Mutex<Files>>,
+    write_fault: WriteFault,
 }
 
 fn factory(fault: Fault) -> Factory {
-    Factory { fault, files: Arc::default() }
+    Factory { fault, files: Arc::default(), write_fault: WriteFault::default() }
 }
 
 impl StoreFactory for Factory {
     fn open(&self) -> Box<dyn SessionStore> {
         let files = if self.fault == Fault::ForgetsOnReopen { Arc::default() } else { self.files.clone() };
-        Box::new(BytesStore { fault: self.fault, files })
+        Box::new(BytesStore {
+            fault: self.fault,
+            files,
+            write_fault: self.write_fault.clone(),
+            poisoned: Default::default(),
+        })
+    }
+
+    fn fail_next_write(&self) -> bool {
+        self.write_fault.arm();
+        true
     }
 
     fn append_raw_tail(&self, session_id: &str, bytes: &[u8]) -> bool {
@@ -274,6 +310,7 @@ fn each_fault_is_caught_by_its_check() {
         (Fault::ForgetsOnReopen, "create_twice_is_already_exists"),
         (Fault::TruncatesHugeLines, "very_large_payloads_round_trip"),
         (Fault::CreateThenAppend, "create_with_events_is_all_or_nothing"),
+        (Fault::KeepsPartOfAFailedBatch, "io_errors_never_store_a_batch_in_part_or_twice"),
     ];
     let missed: Vec<String> = cases
         .iter()

@@ -6,7 +6,7 @@
 //!
 //! | context | function | what it guarantees |
 //! |---|---|---|
-//! | inline text, one line (ids, names, labels) | [`line`] | every character that can open a construct is backslash-escaped; line breaks become spaces |
+//! | inline text, one line (ids, names, labels) | [`line()`] | every character that can open a construct is backslash-escaped; line breaks become spaces |
 //! | inline code | [`code`] | a code span whose delimiter is longer than any backtick run inside; line breaks become spaces |
 //! | a block of literal text | [`Md::fenced`] | a fence longer than any backtick run inside, an info string of `[A-Za-z0-9+#._-]` only |
 //! | a link destination | [`destination`] | `http`, `https`, `mailto` or a relative reference, else nothing; written with no space, no `<`, no `&` |
@@ -228,7 +228,7 @@ impl Md {
         self.gap = true;
     }
 
-    /// Inline text that may start a line: escaped as [`line`] does, and at
+    /// Inline text that may start a line: escaped as [`line()`] does, and at
     /// the start of a line also the spaces, the list and heading markers
     /// (`-`, `+`, `=`, `1.`, `1)`) a line can open with. Line breaks in
     /// `text` become soft breaks.

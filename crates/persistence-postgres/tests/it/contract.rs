@@ -1,7 +1,7 @@
 //! The whole `palimpsest-persistence` contract kit, run against [`PgStore`]
 //! in a fresh schema per check: the same checks JSONL and SQLite pass.
 
-use palimpsest_persistence::testkit::{self, StoreFactory};
+use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault};
 use palimpsest_persistence::SessionStore;
 use palimpsest_persistence_postgres::PgStore;
 
@@ -9,11 +9,17 @@ use crate::common::TestSchema;
 
 struct PgFactory {
     schema: TestSchema,
+    fault: WriteFault,
 }
 
 impl StoreFactory for PgFactory {
     fn open(&self) -> Box<dyn SessionStore> {
-        Box::new(self.schema.store())
+        Box::new(self.schema.store().with_write_fault(self.fault.clone()))
+    }
+
+    fn fail_next_write(&self) -> bool {
+        self.fault.arm();
+        true
     }
 }
 
@@ -21,7 +27,7 @@ impl StoreFactory for PgFactory {
 /// outside CI).
 fn run(check: testkit::Check) {
     if let Some(schema) = TestSchema::new() {
-        check(&PgFactory { schema });
+        check(&PgFactory { schema, fault: WriteFault::default() });
     }
 }
 
@@ -58,6 +64,7 @@ pg_contract_tests!(
     unknown_ids_are_not_found,
     create_twice_is_already_exists,
     create_with_events_is_all_or_nothing,
+    io_errors_never_store_a_batch_in_part_or_twice,
     list_returns_every_header,
     delete_then_load_is_not_found,
     reopen_after_drop_sees_everything,

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use palimpsest_persistence::testkit::StoreFactory;
+use palimpsest_persistence::testkit::{StoreFactory, WriteFault};
 use palimpsest_persistence::SessionStore;
 use palimpsest_persistence_sqlite::SqliteStore;
 use tempfile::TempDir;
@@ -14,21 +14,27 @@ use tempfile::TempDir;
 struct SqliteFactory {
     _dir: TempDir,
     path: PathBuf,
+    fault: WriteFault,
 }
 
 impl SqliteFactory {
     fn new() -> SqliteFactory {
         let (dir, path) = crate::common::temp_db();
-        SqliteFactory { _dir: dir, path }
+        SqliteFactory { _dir: dir, path, fault: WriteFault::default() }
     }
 }
 
 impl StoreFactory for SqliteFactory {
     fn open(&self) -> Box<dyn SessionStore> {
         match SqliteStore::open(&self.path) {
-            Ok(store) => Box::new(store),
+            Ok(store) => Box::new(store.with_write_fault(self.fault.clone())),
             Err(e) => panic!("opening {}: {e}", self.path.display()),
         }
+    }
+
+    fn fail_next_write(&self) -> bool {
+        self.fault.arm();
+        true
     }
 }
 
