@@ -13,7 +13,9 @@
 //!   `name.workspace = true`, whose workspace entry carries a version;
 //! * the dependency trees of the pure crates contain nothing that does I/O
 //!   or async ([`BANNED_DEPENDENCIES`], read from `cargo metadata`), and
-//!   [`ISOLATED_CRATES`] depend on no other palimpsest crate.
+//!   [`ISOLATED_CRATES`] depend on no other palimpsest crate;
+//! * every stable error code the crates can return is documented in
+//!   `docs/format.md` (see [`codes`] for how codes are collected).
 //!
 //! Every check is data in a table below; adding one is a row or a function.
 
@@ -23,6 +25,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context};
 use serde_json::Value;
+
+mod codes;
 
 /// Text that must not appear in any `.rs` file under `crates/`, with why.
 /// (Spelled in pieces so this file does not trip its own check.)
@@ -108,6 +112,7 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<Violation>> {
         check_text(&rel, &text, &mut out);
     }
     check_crates(root, &mut out)?;
+    check_codes_documented(root, &files, &mut out)?;
     let metadata = cargo_metadata(root)?;
     check_metadata(root, &metadata, &mut out);
     out.sort();
@@ -165,6 +170,20 @@ fn check_text(rel: &str, text: &str, out: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// Every error code the crates can return is named in `docs/format.md`.
+fn check_codes_documented(root: &Path, files: &[PathBuf], out: &mut Vec<Violation>) -> anyhow::Result<()> {
+    let found = codes::collect_all(root, files)?;
+    match std::fs::read_to_string(root.join(codes::FORMAT_DOC)) {
+        Ok(doc) => codes::check_documented(&found, &doc, out),
+        Err(_) => out.push(Violation::new(
+            codes::FORMAT_DOC,
+            None,
+            "missing: the format reference documents every error code the crates return",
+        )),
+    }
+    Ok(())
 }
 
 /// README, CHANGELOG and manifest rules for every crate in `crates/`.
