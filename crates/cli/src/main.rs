@@ -115,6 +115,9 @@ enum Command {
         /// Show forks under their parents.
         #[arg(long)]
         tree: bool,
+        /// Print the sessions as one JSON array, for scripts.
+        #[arg(long, conflicts_with = "tree")]
+        json: bool,
     },
     /// Fork a session after event SEQ into a new session of the same store.
     ///
@@ -280,7 +283,7 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Derive { target, provenance, request } => cmd::derive(&target, provenance, request, out),
         Command::Repair { target, write } => cmd::repair(&target, write, out),
         Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
-        Command::Sessions { store, tree } => sessions::sessions(&store, tree, out),
+        Command::Sessions { store, tree, json } => sessions::sessions(&store, tree, json, out),
         Command::Fork { target, at, id } => fork::fork(&target, at, id.as_deref(), out),
         Command::Explain { target, seq, json } => explain::explain(&target, seq, json, out),
         Command::Export { target, format, view, output } => {

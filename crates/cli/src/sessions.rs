@@ -2,9 +2,17 @@
 //! first, and their lineage.
 //!
 //! One row per session: id, creation time, last activity (the time of its
-//! last event), events, turns (`turn/start` events) and parent (with how
+//! last event), events, turns (`turn/start` events), the outcome of its last
+//! turn (`completed`, `error`, `interrupted`, `max-tokens`, or `-` before
+//! the first), its title (the first prompt, clipped) and parent (with how
 //! many events the fork copied). Rows are sorted by creation time, newest
 //! first, then by id.
+//!
+//! `--json` prints the same as one JSON array, for scripts:
+//! `[{"id", "createdAt", "lastActivity", "events", "turns", "outcome",
+//! "title", "parentSession", "seedLength", "error"}]`, every key always
+//! present (`null` when unknown; `error` is `{"code", "message"}` for a
+//! session that cannot be loaded, else `null`).
 //!
 //! `--tree` draws the lineage: each fork under its parent (newest first at
 //! every level), with the seq it was forked after. A session whose parent is
@@ -14,37 +22,119 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 
-use palimpsest_core_session::{EventType, SessionHeader};
+use palimpsest_core_session::payload::{TurnEnd, TurnEndReason, UserMessage};
+use palimpsest_core_session::{Event, EventType, SessionHeader};
+use serde_json::json;
 
 use crate::error::Exit;
 use crate::output;
 use crate::store_arg::Store;
 use crate::timefmt;
 
+/// The columns of the table.
+const COLUMNS: usize = 8;
+
+/// How many characters of the first prompt the table shows.
+const TITLE_CHARS: usize = 40;
+
 /// What `sessions` shows of one session.
 struct Row {
     header: SessionHeader,
-    /// `None` when the session could not be loaded (its error was printed).
-    stats: Option<Stats>,
+    /// `Err((code, message))` when the session could not be loaded.
+    stats: Result<Stats, (String, String)>,
 }
 
 struct Stats {
     events: usize,
     turns: usize,
     last_activity: Option<u64>,
+    outcome: Option<&'static str>,
+    title: Option<String>,
+}
+
+impl Stats {
+    fn of(events: &[Event]) -> Stats {
+        Stats {
+            events: events.len(),
+            turns: events.iter().filter(|e| *e.event_type() == EventType::TurnStart).count(),
+            last_activity: events.last().map(|e| e.time()),
+            outcome: outcome(events),
+            title: title(events),
+        }
+    }
+}
+
+/// How the last turn ended: `None` before the first turn; `interrupted`
+/// for a turn still open (a crash, or a run in progress) or aborted.
+fn outcome(events: &[Event]) -> Option<&'static str> {
+    for e in events.iter().rev() {
+        match e.event_type() {
+            EventType::TurnEnd => {
+                return Some(match e.data_as::<TurnEnd>().map(|t| t.reason) {
+                    Ok(TurnEndReason::Completed) => "completed",
+                    Ok(TurnEndReason::MaxTokens) => "max-tokens",
+                    Ok(TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted) => "interrupted",
+                    Ok(TurnEndReason::Error { .. }) | Err(_) => "error",
+                });
+            }
+            EventType::TurnStart => return Some("interrupted"),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The first prompt's text, whitespace collapsed.
+fn title(events: &[Event]) -> Option<String> {
+    let first = events.iter().find(|e| *e.event_type() == EventType::UserMessage)?;
+    let message = first.data_as::<UserMessage>().ok()?.message;
+    let text = message.text().split_whitespace().collect::<Vec<_>>().join(" ");
+    (!text.is_empty()).then_some(text)
+}
+
+/// `text` cut to `max` characters, with `…` when it was longer.
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 impl Row {
-    fn cells(&self, lineage: String) -> [String; 6] {
-        let (last, events, turns) = match &self.stats {
-            Some(s) => (
+    fn cells(&self, lineage: String) -> [String; COLUMNS] {
+        let (last, events, turns, outcome, title) = match &self.stats {
+            Ok(s) => (
                 s.last_activity.map_or_else(|| "-".to_owned(), timefmt::utc),
                 s.events.to_string(),
                 s.turns.to_string(),
+                s.outcome.unwrap_or("-").to_owned(),
+                s.title.as_deref().map_or_else(|| "-".to_owned(), |t| clip(t, TITLE_CHARS)),
             ),
-            None => ("?".to_owned(), "?".to_owned(), "?".to_owned()),
+            Err(_) => ["?"; 5].map(str::to_owned).into(),
         };
-        [lineage, timefmt::utc(self.header.created_at), last, events, turns, String::new()]
+        [lineage, timefmt::utc(self.header.created_at), last, events, turns, outcome, title, String::new()]
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let h = &self.header;
+        let (stats, error) = match &self.stats {
+            Ok(s) => (Some(s), serde_json::Value::Null),
+            Err((code, message)) => (None, json!({"code": code, "message": message})),
+        };
+        json!({
+            "id": h.id,
+            "createdAt": h.created_at,
+            "lastActivity": stats.and_then(|s| s.last_activity),
+            "events": stats.map(|s| s.events),
+            "turns": stats.map(|s| s.turns),
+            "outcome": stats.and_then(|s| s.outcome),
+            "title": stats.and_then(|s| s.title.clone()),
+            "parentSession": h.parent_session,
+            "seedLength": h.seed_length,
+            "error": error,
+        })
     }
 
     fn parent_cell(&self) -> String {
@@ -77,49 +167,48 @@ fn newest_first(a: &Row, b: &Row) -> std::cmp::Ordering {
     b.header.created_at.cmp(&a.header.created_at).then_with(|| a.header.id.cmp(&b.header.id))
 }
 
-/// `palimpsest sessions STORE [--tree]`. Exit 1 when a session cannot be
-/// loaded (its row shows `?` and the error is printed).
-pub(crate) fn sessions(store: &Path, tree: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+/// `palimpsest sessions STORE [--tree] [--json]`. Exit 1 when a session
+/// cannot be loaded (its row shows `?`, the error is printed, and in JSON
+/// it is the row's `error`).
+pub(crate) fn sessions(store: &Path, tree: bool, as_json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let store = Store::open_existing(store, crate::store_arg::Access::Read)?;
     let headers = store.list()?;
     let mut exit = Exit::Success;
     let mut rows: Vec<Row> = Vec::with_capacity(headers.len());
     for header in headers {
         let stats = match store.load(&header.id) {
-            Ok(stored) => Some(Stats {
-                events: stored.events.len(),
-                turns: stored.events.iter().filter(|e| *e.event_type() == EventType::TurnStart).count(),
-                last_activity: stored.events.last().map(|e| e.time()),
-            }),
+            Ok(stored) => Ok(Stats::of(&stored.events)),
             Err(e) => {
-                output::error_line(&e.to_string());
+                if !as_json {
+                    output::error_line(&e.to_string());
+                }
                 exit = Exit::Invalid;
-                None
+                Err((e.code.clone(), e.message.clone()))
             }
         };
         rows.push(Row { header, stats });
     }
     rows.sort_by(newest_first);
+    if as_json {
+        let list: Vec<serde_json::Value> = rows.iter().map(Row::json).collect();
+        writeln!(out, "{}", serde_json::Value::Array(list))?;
+        return Ok(exit);
+    }
 
     let last_column = if tree { "FORKED" } else { "PARENT" };
-    let mut table: Vec<[String; 6]> = vec![[
-        "ID".into(),
-        "CREATED".into(),
-        "LAST ACTIVITY".into(),
-        "EVENTS".into(),
-        "TURNS".into(),
-        last_column.into(),
-    ]];
+    let mut table: Vec<[String; COLUMNS]> =
+        vec![["ID", "CREATED", "LAST ACTIVITY", "EVENTS", "TURNS", "OUTCOME", "TITLE", last_column]
+            .map(String::from)];
     if tree {
         for (row, prefix, parent_here) in lineage(&rows) {
             let mut cells = row.cells(format!("{prefix}{}", row.header.id));
-            cells[5] = row.forked_cell(parent_here);
+            cells[COLUMNS - 1] = row.forked_cell(parent_here);
             table.push(cells);
         }
     } else {
         for row in &rows {
             let mut cells = row.cells(row.header.id.clone());
-            cells[5] = row.parent_cell();
+            cells[COLUMNS - 1] = row.parent_cell();
             table.push(cells);
         }
     }
@@ -173,9 +262,9 @@ fn lineage(rows: &[Row]) -> Vec<(&Row, String, bool)> {
 
 /// Left-aligned text columns, right-aligned numbers (EVENTS, TURNS), two
 /// spaces apart; no trailing spaces.
-fn write_table(table: &[[String; 6]], out: &mut dyn Write) -> std::io::Result<()> {
+fn write_table<const N: usize>(table: &[[String; N]], out: &mut dyn Write) -> std::io::Result<()> {
     let width = |col: usize| table.iter().map(|r| r[col].chars().count()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..6).map(width).collect();
+    let widths: Vec<usize> = (0..N).map(width).collect();
     for row in table {
         let mut line = String::new();
         for (col, cell) in row.iter().enumerate() {
@@ -204,7 +293,7 @@ mod tests {
         let mut header = SessionHeader::new(id, created);
         header.parent_session = parent.map(str::to_owned);
         header.seed_length = parent.map(|_| 3);
-        Row { header, stats: None }
+        Row { header, stats: Err(("io".into(), "not loaded".into())) }
     }
 
     fn drawn(rows: &mut [Row]) -> Vec<String> {
@@ -240,5 +329,12 @@ mod tests {
         let mut out = Vec::new();
         write_table(&table, &mut out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(String::from_utf8_lossy(&out), "ID   C  L  EVENTS  TURNS  P\nabc  c  l       7      1\n");
+    }
+
+    #[test]
+    fn titles_are_clipped_to_a_width_and_say_so() {
+        assert_eq!(clip("short", 40), "short");
+        assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("ünïcödé", 4).chars().count(), 4);
     }
 }

@@ -439,6 +439,58 @@ fn sessions_lists_id_created_events_and_parent() {
     let run = ok(palimpsest(d, &["sessions", "empty"]));
     assert_eq!(run.stdout.lines().count(), 1, "just the column names");
     assert!(run.stderr.contains("holds no sessions"), "{:?}", run.stderr);
+    assert_eq!(ok(palimpsest(d, &["sessions", "--json", "empty"])).stdout, "[]\n");
+}
+
+#[test]
+fn sessions_json_has_every_key_for_scripts_and_names_what_failed_to_load() {
+    let dir = scratch(&[EXAMPLE, "ok/crash-open.jsonl", "ok/forked.jsonl"]);
+    let d = dir.path();
+    for f in ["compaction-and-prune.jsonl", "crash-open.jsonl", "forked.jsonl"] {
+        ok(palimpsest(d, &["convert", f, "store"]));
+    }
+    let list = ok(palimpsest(d, &["sessions", "--json", "store"])).json();
+    let rows = list.as_array().expect("an array");
+    let ids: Vec<&str> = rows.iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(ids, ["Fork/ü-1", "crash-1", "example-1"], "newest first, then by id");
+    let crash = &rows[1];
+    assert_eq!(crash["outcome"], "interrupted");
+    assert_eq!(crash["events"], 11);
+    assert_eq!(crash["turns"], 1);
+    assert_eq!(crash["title"], "Read a.txt and b.txt, then list the directory.", "the whole title in JSON");
+    assert_eq!(crash["error"], serde_json::Value::Null);
+    assert_eq!(rows[2]["outcome"], "completed");
+    assert_eq!(rows[0]["parentSession"], "example-1");
+    assert_eq!(rows[0]["seedLength"], 15);
+    let keys = [
+        "id",
+        "createdAt",
+        "lastActivity",
+        "events",
+        "turns",
+        "outcome",
+        "title",
+        "parentSession",
+        "seedLength",
+        "error",
+    ];
+    for row in rows {
+        let obj = row.as_object().expect("an object");
+        assert_eq!(obj.len(), keys.len(), "{row}");
+        assert!(keys.iter().all(|k| obj.contains_key(*k)), "{row}");
+    }
+    // A session file that no longer loads: exit 1, and its row says why.
+    let file = d.join("store").join("crash-1.jsonl");
+    let mut bytes = fs::read(&file).expect("read");
+    // A line that is not JSON, with a whole line after it: not a torn tail.
+    bytes.extend_from_slice(b"not json\n{\"seq\":12,\"time\":1,\"type\":\"x/y\",\"data\":{}}\n");
+    fs::write(&file, bytes).expect("write");
+    let run = palimpsest(d, &["sessions", "--json", "store"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let rows = run.json();
+    let broken = rows.as_array().and_then(|r| r.iter().find(|r| r["id"] == "crash-1")).expect("still listed");
+    assert_eq!(broken["events"], serde_json::Value::Null);
+    assert!(broken["error"]["code"].is_string() && broken["error"]["message"].is_string(), "{broken}");
 }
 
 // ---------------------------------------------------------------- a large session
