@@ -166,10 +166,10 @@ impl Store {
         if let Store::File(_) = self {
             return Ok(None);
         }
-        if let Some(id) = wanted {
-            return Ok(Some(id.to_owned()));
-        }
         let ids: Vec<String> = self.list()?.into_iter().map(|h| h.id).collect();
+        if let Some(wanted) = wanted {
+            return unique_id(&ids, wanted, &self.shown(), self.kind()).map(Some);
+        }
         match ids.as_slice() {
             [one] => Ok(Some(one.clone())),
             [] => Err(CliError {
@@ -353,6 +353,36 @@ impl Store {
     }
 }
 
+/// The session `wanted` names among `ids`: itself, or the one id it is a
+/// unique prefix of. An ambiguous prefix is a usage error listing the
+/// candidates; no match is `not-found`. Every command that takes a session
+/// id resolves it here.
+pub(crate) fn unique_id(ids: &[String], wanted: &str, shown: &str, kind: &str) -> Result<String, CliError> {
+    if ids.iter().any(|id| id == wanted) {
+        return Ok(wanted.to_owned());
+    }
+    let candidates: Vec<&String> = ids.iter().filter(|id| id.starts_with(wanted)).collect();
+    match candidates.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(CliError {
+            code: "not-found".into(),
+            location: shown.to_owned(),
+            message: format!("no session {wanted:?} in this {kind}"),
+            exit: Exit::Usage,
+        }),
+        many => Err(CliError {
+            code: "usage".into(),
+            location: shown.to_owned(),
+            message: format!(
+                "{wanted:?} is the start of {} session ids; give more of it: {}",
+                many.len(),
+                many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            exit: Exit::Usage,
+        }),
+    }
+}
+
 /// One session of a STORE, as a command names it.
 #[derive(Debug)]
 pub(crate) struct Target {
@@ -397,7 +427,13 @@ impl Target {
 pub(crate) fn open(args: &StoreArgs, access: Access) -> Result<Target, CliError> {
     let store = Store::open_existing(&args.store, access)?;
     let id = store.resolve(args.session.as_deref())?;
-    Ok(Target { store, id, wanted: args.session.clone() })
+    // A bare file names its session in its header: the id asked for must
+    // be that one, in full. Elsewhere a prefix has been resolved.
+    let wanted = match &store {
+        Store::File(_) => args.session.clone(),
+        _ => id.clone(),
+    };
+    Ok(Target { store, id, wanted })
 }
 
 #[cfg(test)]

@@ -585,3 +585,32 @@ fn large_session(turns: u64) -> Result<Vec<u8>, AppendError> {
     }
     Ok(jsonl::to_bytes(s.header(), s.events()))
 }
+
+#[test]
+fn a_unique_prefix_of_an_id_works_wherever_an_id_does_and_an_ambiguous_one_lists_the_candidates() {
+    let dir = scratch(&[EXAMPLE, "ok/crash-open.jsonl"]);
+    let d = dir.path();
+    for f in ["compaction-and-prune.jsonl", "crash-open.jsonl"] {
+        ok(palimpsest(d, &["convert", f, "store.db"]));
+    }
+    let fork = ok(palimpsest(d, &["fork", "store.db", "--session", "exam", "--at", "3"]));
+    assert_eq!(fork.stdout.trim(), "example-1-fork-3", "a prefix names the parent");
+    let full = ok(palimpsest(d, &["surface", "store.db", "--session", "example-1"])).stdout;
+    assert_eq!(
+        ok(palimpsest(d, &["surface", "store.db", "--session", "example-1"])).stdout,
+        full,
+        "an exact id wins"
+    );
+    let child = ok(palimpsest(d, &["surface", "store.db", "--session", "example-1-f"])).stdout;
+    assert_ne!(child, full, "a longer prefix names the child");
+    let ambiguous = palimpsest(d, &["surface", "store.db", "--session", "exa"]);
+    assert_eq!(ambiguous.code, 2, "{ambiguous:?}");
+    assert!(
+        ambiguous.stderr.contains("error[usage]") && ambiguous.stderr.contains("example-1, example-1-fork-3"),
+        "{}",
+        ambiguous.stderr
+    );
+    let none = palimpsest(d, &["surface", "store.db", "--session", "zzz"]);
+    assert!(none.stderr.contains("error[not-found]"), "{}", none.stderr);
+    assert!(ok(palimpsest(d, &["validate", "store.db", "--session", "cra"])).stdout.contains("valid"));
+}
