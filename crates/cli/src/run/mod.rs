@@ -1,8 +1,9 @@
 //! `palimpsest run`: talk to a real model through any OpenAI-compatible
 //! chat-completions endpoint, with every event landing in a store.
 //!
-//! One-shot with a PROMPT argument; otherwise an interactive prompt that
-//! reads one turn per line from stdin until `/exit` or end of input. The
+//! One-shot with a PROMPT argument; otherwise an interactive prompt
+//! ([`prompt`]): on a terminal a line editor with history and slash
+//! commands, else one turn per line of stdin, until `/exit` or end of input. The
 //! assistant's text is printed on stdout as it streams, and nothing else
 //! goes there, so `palimpsest run "..." > answer.txt` keeps just the
 //! answer; the session id, tool calls and results, rewrites and errors are
@@ -16,22 +17,24 @@
 //! what the log says.
 //!
 //! Ctrl-C cancels the running turn (it ends `aborted`, what streamed is
-//! kept); a second Ctrl-C, or one at the prompt, exits. A provider error
+//! kept); a second Ctrl-C exits. At the line editor's prompt Ctrl-C clears
+//! the line and Ctrl-D (on an empty line) exits. A provider error
 //! ends the turn with that error in the log. Either way the log stays
 //! valid, and `--session ID` carries on (closing an interrupted turn
 //! first).
 
 mod echo;
+mod prompt;
 
-use std::io::{self, BufRead, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use palimpsest_core_agent_loop::plugins::{Compaction, CompactionConfig, ToolResultPruning};
 use palimpsest_core_agent_loop::{
-    AgentConfig, AgentLoop, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec, TurnInput,
-    TurnOutcome,
+    AgentConfig, AgentLoop, AgentLoopBuilder, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec,
+    TurnInput, TurnOutcome,
 };
 use palimpsest_core_session::payload::{SessionSettings, Settings, TurnEndReason};
 use palimpsest_core_session::EventType;
@@ -43,6 +46,7 @@ use crate::error::{from_store, CliError, Exit};
 use crate::open_store::{open_store, store_kind};
 use crate::output;
 use echo::{Echo, EchoPlugin};
+use prompt::{Command, Input, Read};
 
 /// Where `run` writes when `--store` is not given.
 pub(crate) const DEFAULT_STORE: &str = "palimpsest.db";
@@ -52,9 +56,13 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 
 /// Talk to a model through an OpenAI-compatible endpoint, logging every event.
 ///
-/// With PROMPT, runs one turn and exits; without, reads one turn per line
-/// from stdin until `/exit` or end of input. The answer streams to stdout;
-/// the session id, tool calls, results and errors go to stderr.
+/// With PROMPT, runs one turn and exits; without, an interactive prompt
+/// until `/exit`, Ctrl-D or end of input: on a terminal a line editor
+/// (history in $PALIMPSEST_HISTORY, else $XDG_STATE_HOME/palimpsest/history
+/// or ~/.local/state/palimpsest/history; Ctrl-R searches it; Alt-Enter
+/// inserts a newline; a paste is one message; `/help` lists the commands),
+/// else one turn per line of stdin. The answer streams to stdout; the
+/// session id, tool calls, results and errors go to stderr.
 ///
 /// The endpoint comes from --base-url, --model and --api-key, each falling
 /// back to OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY (a base URL such
@@ -67,8 +75,8 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 /// own model for a summary that stands in for the older history (the newest
 /// 8 surface entries are kept verbatim).
 ///
-/// Ctrl-C cancels the running turn; a second Ctrl-C (or one at the prompt)
-/// exits. One-shot, the exit is 0 when the turn completed and 1 when it
+/// Ctrl-C cancels the running turn; a second Ctrl-C exits; at the line
+/// editor's prompt Ctrl-C clears the line. One-shot, the exit is 0 when the turn completed and 1 when it
 /// failed, was cancelled or hit the output-token limit; interactively, 0
 /// unless a turn failed with an error (1). Usage and I/O errors are 2.
 #[derive(Debug, Clone, clap::Args)]
@@ -145,7 +153,9 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(run_async(args, Run { resolved, logged_seq }, store, provider, out));
+    let history = prompt::history_path(|name| std::env::var(name).ok());
+    let result =
+        runtime.block_on(run_async(args, Run { resolved, logged_seq, history }, store, provider, out));
     // A tool thread a cancelled turn left behind (stuck in a read) must not
     // hold the exit: the log is already flushed.
     runtime.shutdown_timeout(ABANDONED_TOOL_GRACE);
@@ -174,6 +184,8 @@ struct Run {
     resolved: Resolved,
     /// The seq of the resumed session's settings before this run.
     logged_seq: Option<u64>,
+    /// The line editor's history file.
+    history: Option<PathBuf>,
 }
 
 /// What a run is made with: each setting from its flag, else from the
@@ -257,7 +269,7 @@ fn config_error(e: ConfigError) -> anyhow::Error {
 
 async fn run_async(
     args: RunArgs,
-    Run { resolved, logged_seq }: Run,
+    Run { resolved, logged_seq, history }: Run,
     store: Arc<dyn SessionStore>,
     provider: OpenAiProvider,
     out: &mut dyn Write,
@@ -289,21 +301,13 @@ async fn run_async(
         None => ToolRegistry::new(),
     };
     let settings = settings_of(&resolved, &tools, tools_dir.as_deref());
-    let builder = AgentLoop::builder(Arc::clone(&provider))
-        .settings(settings)
-        .config(config)
-        .tools(tools)
-        .plugin(ToolResultPruning::default())
-        .plugin(Compaction::new(CompactionConfig {
-            budget_tokens: resolved.context_budget,
-            ..CompactionConfig::default()
-        }))
-        .plugin(EchoPlugin::new(tx));
+    let maker = Maker { provider, config, tools, context_budget: resolved.context_budget, echo: tx };
+    let builder = maker.builder(settings);
 
     let agent = match &args.session {
         None => {
             let id = new_session_id();
-            let agent = builder.create(store, id.clone()).map_err(|e| loop_error(e, &shown))?;
+            let agent = builder.create(Arc::clone(&store), id.clone()).map_err(|e| loop_error(e, &shown))?;
             output::note(&format!(
                 "new session {id} in {shown} ({}); continue it with --session {id}",
                 store_kind(&args.store)
@@ -311,7 +315,7 @@ async fn run_async(
             agent
         }
         Some(id) => {
-            let (agent, report) = builder.open(store, id).map_err(|e| loop_error(e, &shown))?;
+            let (agent, report) = builder.open(Arc::clone(&store), id).map_err(|e| loop_error(e, &shown))?;
             let turns = agent.last_turn();
             output::note(&format!(
                 "resuming session {id} in {shown}: {} events, {turns} turn(s)",
@@ -349,10 +353,11 @@ async fn run_async(
     }
     output::note(&about_model);
 
-    let mut driver = Driver { agent, rx, console: Console { out, mid_line: false, step: None }, shown };
+    let mut driver =
+        Driver { agent, rx, console: Console { out, mid_line: false, step: None }, shown, store, maker };
     let exit = match args.prompt {
         Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
-        None => driver.interactive(&mut interrupts).await,
+        None => driver.interactive(&mut interrupts, history).await,
     };
     // Sync whatever the last turn left unsynced, even after a failure.
     let flushed = driver.agent.flush().map_err(|e| loop_error(e, &driver.shown));
@@ -393,6 +398,30 @@ enum Ended {
     Quit,
 }
 
+/// Makes the run's loops: the first, and the one a `/fork` carries on in.
+struct Maker {
+    provider: Arc<dyn Provider>,
+    config: AgentConfig,
+    tools: ToolRegistry,
+    context_budget: u64,
+    echo: mpsc::UnboundedSender<Echo>,
+}
+
+impl Maker {
+    fn builder(&self, settings: Settings) -> AgentLoopBuilder {
+        AgentLoop::builder(Arc::clone(&self.provider))
+            .settings(settings)
+            .config(self.config.clone())
+            .tools(self.tools.clone())
+            .plugin(ToolResultPruning::default())
+            .plugin(Compaction::new(CompactionConfig {
+                budget_tokens: self.context_budget,
+                ..CompactionConfig::default()
+            }))
+            .plugin(EchoPlugin::new(self.echo.clone()))
+    }
+}
+
 /// Runs turns and shows what they write.
 struct Driver<'o> {
     agent: AgentLoop,
@@ -400,6 +429,14 @@ struct Driver<'o> {
     console: Console<'o>,
     /// The store, for messages.
     shown: String,
+    store: Arc<dyn SessionStore>,
+    maker: Maker,
+}
+
+/// What the interactive loop does after a command.
+enum Flow {
+    Continue,
+    Exit,
 }
 
 impl Driver<'_> {
@@ -410,47 +447,153 @@ impl Driver<'_> {
         })
     }
 
-    async fn interactive(&mut self, interrupts: &mut Interrupts) -> anyhow::Result<Exit> {
-        let terminal = io::stdin().is_terminal();
-        let mut lines = stdin_lines();
+    async fn interactive(
+        &mut self,
+        interrupts: &mut Interrupts,
+        history: Option<PathBuf>,
+    ) -> anyhow::Result<Exit> {
+        let mut lines = prompt::Lines::start(io::stdin().is_terminal(), history);
         let mut failed = false;
         loop {
-            if terminal {
-                let mut err = io::stderr().lock();
-                let _ = write!(err, "> ");
-                let _ = err.flush();
-            }
-            let line = tokio::select! {
-                line = lines.recv() => line,
+            let read = tokio::select! {
+                read = lines.next() => read,
                 _ = interrupts.recv() => {
                     eprintln_line("");
                     break;
                 }
             };
-            let line = match line {
+            let line = match read {
                 None => {
-                    if terminal {
+                    if lines.is_editor() {
                         eprintln_line("");
                     }
                     break;
                 }
                 Some(Err(e)) => return Err(CliError::io("stdin", format!("cannot read: {e}")).into()),
-                Some(Ok(line)) => line,
+                Some(Ok(Read::Cleared)) => continue,
+                Some(Ok(Read::Line(line))) => line,
             };
-            let prompt = line.trim();
-            if prompt.is_empty() {
-                continue;
-            }
-            if prompt == "/exit" || prompt == "/quit" {
-                break;
-            }
-            match self.turn(prompt.to_owned(), interrupts).await? {
+            let prompt = match prompt::parse(&line) {
+                Input::Blank => continue,
+                Input::Command(command) => match self.command(command)? {
+                    Flow::Continue => continue,
+                    Flow::Exit => break,
+                },
+                Input::Text(prompt) => prompt,
+            };
+            match self.turn(prompt, interrupts).await? {
                 Ended::Completed | Ended::Stopped => {}
                 Ended::Failed => failed = true,
                 Ended::Quit => return Ok(Exit::Invalid),
             }
         }
         Ok(if failed { Exit::Invalid } else { Exit::Success })
+    }
+
+    /// Runs a slash command.
+    fn command(&mut self, command: Command) -> anyhow::Result<Flow> {
+        match command {
+            Command::Help => eprintln_line(prompt::HELP),
+            Command::Exit => return Ok(Flow::Exit),
+            Command::Session => eprintln_line(self.agent.session_id()),
+            Command::Model(None) => {
+                let model = self.agent.settings().model.unwrap_or_default();
+                eprintln_line(&format!("model {model}"));
+            }
+            Command::Model(Some(model)) => {
+                let settings = Settings { model: Some(model), ..self.agent.settings() };
+                self.set_settings(settings)?;
+            }
+            Command::System(None) => match self.agent.settings().system_prompt {
+                Some(system) => eprintln_line(&format!("system prompt: {system}")),
+                None => eprintln_line("no system prompt"),
+            },
+            Command::System(Some(system)) => {
+                let settings = Settings { system_prompt: Some(system), ..self.agent.settings() };
+                self.set_settings(settings)?;
+            }
+            Command::Compact => {
+                output::error_line("error[usage]: /compact is not available yet");
+            }
+            Command::Fork => self.fork()?,
+            Command::Unknown(word) => output::error_line(&format!(
+                "error[usage]: unknown command {word}; the commands are {} (/help says more; //TEXT sends /TEXT)",
+                prompt::COMMANDS
+            )),
+            Command::Extra(word) => output::error_line(&format!("error[usage]: {word} takes no argument")),
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Logs `settings` as the session's from the next turn on.
+    fn set_settings(&mut self, settings: Settings) -> anyhow::Result<()> {
+        match self.agent.set_settings(settings).map_err(|e| loop_error(e, &self.shown))? {
+            Some(seq) => output::note(&format!(
+                "settings changed: {} (logged at seq {seq})",
+                crate::settings_view::line(&self.agent.settings())
+            )),
+            None => output::note("the settings are already these"),
+        }
+        Ok(())
+    }
+
+    /// `/fork`: a child of the session as it is now, written to the same
+    /// store as `palimpsest fork` would (`<id>-fork-<seq>`, or the first
+    /// free `-2`, `-3`, ...); the run carries on in the child, the parent
+    /// is left as it is.
+    fn fork(&mut self) -> anyhow::Result<()> {
+        self.agent.flush().map_err(|e| loop_error(e, &self.shown))?;
+        let parent = self.agent.session();
+        let Some(at) = (parent.events().len() as u64).checked_sub(1) else {
+            output::error_line("error[usage]: the session has no events to fork");
+            return Ok(());
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let base = format!("{}-fork-{at}", parent.id());
+        let mut forked = None;
+        for n in 1..=1000u32 {
+            let id = if n == 1 { base.clone() } else { format!("{base}-{n}") };
+            let child = palimpsest_core_session::fork::fork(parent, at, id.clone(), now).map_err(|e| {
+                CliError::refused(
+                    e.code().to_owned(),
+                    format!("{}#{}", self.shown, parent.id()),
+                    e.to_string(),
+                )
+            })?;
+            match self.store.create(child.header()) {
+                Ok(()) => {}
+                Err(e) if e.code() == "already-exists" => continue,
+                Err(e) => return Err(from_store(&e, &self.shown).into()),
+            }
+            if let Err(e) = self.store.append(&id, child.events()).and_then(|()| self.store.sync(&id)) {
+                // Take back the half-written child rather than leave it.
+                if let Err(rm) = self.store.delete(&id) {
+                    tracing::warn!(session_id = %id, error = %rm, "could not remove a half-written fork");
+                }
+                return Err(from_store(&e, &self.shown).into());
+            }
+            forked = Some(id);
+            break;
+        }
+        let Some(id) = forked else {
+            output::error_line(&format!(
+                "error[already-exists]: {base} and 999 numbered variants are all taken"
+            ));
+            return Ok(());
+        };
+        let parent_id = parent.id().to_owned();
+        let (agent, _) = self
+            .maker
+            .builder(self.agent.settings())
+            .open(Arc::clone(&self.store), &id)
+            .map_err(|e| loop_error(e, &self.shown))?;
+        self.agent = agent;
+        output::note(&format!(
+            "forked session {parent_id} after seq {at} into {id}; carrying on in {id} (continue it with --session {id})"
+        ));
+        Ok(())
     }
 
     /// One turn: runs it while echoing what it writes; Ctrl-C cancels it,
@@ -580,21 +723,6 @@ impl Console<'_> {
 
 fn eprintln_line(line: &str) {
     let _ = writeln!(io::stderr().lock(), "{line}");
-}
-
-/// stdin's lines, read on their own thread so a turn (and Ctrl-C) never
-/// waits on the terminal. The channel closes at end of input.
-fn stdin_lines() -> mpsc::UnboundedReceiver<io::Result<String>> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in io::stdin().lock().lines() {
-            let failed = line.is_err();
-            if tx.send(line).is_err() || failed {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// Ctrl-C presses, counted from the moment the handler is installed (a
