@@ -685,3 +685,94 @@ fn a_resumed_session_offers_the_tools_of_its_logged_tools_directory() {
     assert!(logged[1]["data"]["settings"].get("toolsDir").is_none());
     assert_valid(dir.path(), "s", &id);
 }
+
+#[test]
+fn temperature_max_tokens_and_headers_reach_the_request_and_the_logged_settings_but_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["Warm."]), text_reply(&["Still."])]);
+    let base = server.base_url();
+    let flags = [
+        "--store",
+        "s",
+        "--temperature",
+        "0.25",
+        "--max-tokens",
+        "77",
+        "--header",
+        "X-Title: palimpsest tests",
+        "--header",
+        "Authorization: Bearer tok-headersecret",
+        "--header",
+        "x-api-key:key-headersecret",
+        "Hi",
+    ];
+    let first = run(dir.path(), &model_args(&base, &flags));
+    assert_eq!(first.code, Some(0), "{first:?}");
+
+    let requests = server.requests();
+    assert_eq!(requests[0]["temperature"], 0.25);
+    assert_eq!(requests[0]["max_tokens"], 77);
+    let head = &server.heads()[0];
+    for sent in [
+        "x-title: palimpsest tests\n",
+        "authorization: Bearer tok-headersecret\n",
+        "x-api-key: key-headersecret\n",
+    ] {
+        assert!(head.contains(sent), "{sent:?} was not sent: {head}");
+    }
+    let settings = settings_events(&dir.path().join("s"));
+    assert_eq!(settings.len(), 1);
+    let logged = &settings[0]["data"]["settings"];
+    assert_eq!(logged["params"], json!({"temperature": 0.25, "maxTokens": 77}));
+    assert_eq!(
+        logged["headers"],
+        json!({"X-Title": "palimpsest tests", "Authorization": "<redacted>", "x-api-key": "<redacted>"})
+    );
+
+    // Resumed without the flags: temperature and limit carry on from the
+    // log; headers do not (their values may be secret, so they are not
+    // all in the log), which is a change of settings, logged.
+    let id = first.session_id();
+    let second = run(dir.path(), &model_args(&base, &["--store", "s", "--session", &id, "Again"]));
+    assert_eq!(second.code, Some(0), "{second:?}");
+    let requests = server.requests();
+    assert_eq!((&requests[1]["temperature"], &requests[1]["max_tokens"]), (&json!(0.25), &json!(77)));
+    assert!(!server.heads()[1].contains("x-title"), "{}", server.heads()[1]);
+    let settings = settings_events(&dir.path().join("s"));
+    assert_eq!(settings.len(), 2);
+    assert_eq!(settings[1]["data"]["settings"]["params"], json!({"temperature": 0.25, "maxTokens": 77}));
+    assert_eq!(settings[1]["data"]["settings"].get("headers"), None);
+
+    for file in files_under(dir.path()) {
+        let bytes = std::fs::read(&file).unwrap();
+        for secret in ["tok-headersecret", "key-headersecret"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} is in {}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_temperature_max_tokens_or_header_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "http://127.0.0.1:9/v1";
+    for (flags, says) in [
+        (&["--temperature", "warm"][..], "is not a number"),
+        (&["--temperature", "3"], "from 0 to 2"),
+        (&["--temperature", "NaN"], "from 0 to 2"),
+        (&["--max-tokens", "0"], "--max-tokens"),
+        (&["--max-tokens", "-5"], "-5"),
+        (&["--header", "no colon"], "is not NAME:VALUE"),
+        (&["--header", ": empty name"], "is not a header name"),
+        (&["--header", "bad name: v"], "is not a header name"),
+    ] {
+        let args = model_args(base, &[&["--store", "s.db"], flags, &["Hi"]].concat());
+        let run = run(dir.path(), &args);
+        assert_eq!(run.code, Some(2), "{flags:?}: {run:?}");
+        assert!(run.stderr.contains(says), "{flags:?}: {}", run.stderr);
+    }
+    assert!(!dir.path().join("s.db").exists(), "nothing was written");
+}

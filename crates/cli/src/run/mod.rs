@@ -109,6 +109,17 @@ pub(crate) struct RunArgs {
     /// milliseconds per content block (0: every delta as it arrives).
     #[arg(long, value_name = "MS", default_value_t = palimpsest_core_agent_loop::DEFAULT_CHUNK_WINDOW_MS)]
     pub(crate) chunk_window_ms: u64,
+    /// Sampling temperature of every request, a number from 0 to 2 (logged in the settings' params).
+    #[arg(long, value_name = "F", value_parser = parse_temperature)]
+    pub(crate) temperature: Option<f64>,
+    /// The most tokens one answer may have, sent as `max_tokens` (logged in the settings' params).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_tokens: Option<u64>,
+    /// An extra HTTP header of every request, NAME:VALUE; repeatable. Logged by name in the
+    /// settings, with the value "<redacted>" when the name looks secret (authorization, cookie,
+    /// or containing key, token, secret, auth, password); never carried over by --session.
+    #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
+    pub(crate) headers: Vec<(String, String)>,
     /// One turn with this prompt; without it, an interactive prompt on stdin.
     #[arg(value_name = "PROMPT")]
     pub(crate) prompt: Option<String>,
@@ -196,6 +207,56 @@ struct Resolved {
     system: Option<String>,
     context_budget: u64,
     tools_dir: Option<PathBuf>,
+    /// `--max-tokens`, or the logged `maxTokens` param.
+    max_tokens: Option<u64>,
+}
+
+/// The key of the output-token limit in the settings' `params` (contract
+/// section 1.3 names it so); the request field is the provider's
+/// (`max_tokens`).
+pub(crate) const MAX_TOKENS_PARAM: &str = "maxTokens";
+
+/// The unknown settings key under which `run` logs its `--header` names.
+pub(crate) const HEADERS_KEY: &str = "headers";
+
+/// What a secret header's value is logged as.
+pub(crate) const REDACTED: &str = "<redacted>";
+
+/// `--temperature`: a finite number from 0 to 2.
+fn parse_temperature(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && (0.0..=2.0).contains(&t) => Ok(t),
+        Ok(_) => Err(format!("{s:?} is out of range: a temperature is from 0 to 2")),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
+}
+
+/// `--header NAME:VALUE`: a non-empty name of header characters, then the
+/// value (leading spaces dropped).
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let Some((name, value)) = s.split_once(':') else {
+        return Err(format!("{s:?} is not NAME:VALUE"));
+    };
+    let name = name.trim();
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(format!("{name:?} is not a header name"));
+    }
+    let value = value.trim_start();
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("the value of header {name} has a line break or NUL"));
+    }
+    Ok((name.to_owned(), value.to_owned()))
+}
+
+/// Whether a header's value is a secret, by its name: `authorization`,
+/// `cookie`, or a name containing `key`, `token`, `secret`, `auth` or
+/// `password`. Such values are never logged.
+fn is_secret_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "cookie"
+        || name == "set-cookie"
+        || ["auth", "key", "token", "secret", "password"].iter().any(|w| name.contains(w))
 }
 
 /// Resolves a run's settings: flag, then the resumed session's logged
@@ -223,7 +284,14 @@ fn resolve(
         }
     });
     let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
-    let config = OpenAiConfig::from_lookup_and_flags(base_url, model, args.api_key.clone(), &env)?;
+    let mut config = OpenAiConfig::from_lookup_and_flags(base_url, model, args.api_key.clone(), &env)?;
+    let logged_params = logged.and_then(|s| s.params.as_ref());
+    let temperature = args.temperature.or_else(|| logged_params?.get("temperature")?.as_f64());
+    if let Some(t) = temperature {
+        config.extra_body.insert("temperature".into(), t.into());
+    }
+    let max_tokens = args.max_tokens.or_else(|| logged_params?.get(MAX_TOKENS_PARAM)?.as_u64());
+    config.extra_headers = args.headers.clone();
     let system = args.system.clone().or_else(|| logged.and_then(|s| s.system_prompt.clone()));
     let context_budget = args
         .context_budget
@@ -233,7 +301,7 @@ fn resolve(
         let dir = logged?.extra.get(TOOLS_DIR_KEY)?.as_str()?;
         Some(PathBuf::from(dir))
     });
-    Ok(Resolved { config, system, context_budget, tools_dir })
+    Ok(Resolved { config, system, context_budget, tools_dir, max_tokens })
 }
 
 /// The settings a run logs: the whole effective settings, no secret (the
@@ -247,8 +315,24 @@ fn settings_of(resolved: &Resolved, tools: &ToolRegistry, tools_dir: Option<&Pat
         context_budget: Some(resolved.context_budget),
         ..Settings::default()
     };
-    if !resolved.config.extra_body.is_empty() {
-        settings.params = Some(resolved.config.extra_body.clone());
+    let mut params = resolved.config.extra_body.clone();
+    if let Some(n) = resolved.max_tokens {
+        params.insert(MAX_TOKENS_PARAM.into(), n.into());
+    }
+    if !params.is_empty() {
+        settings.params = Some(params);
+    }
+    if !resolved.config.extra_headers.is_empty() {
+        let headers: serde_json::Map<String, serde_json::Value> = resolved
+            .config
+            .extra_headers
+            .iter()
+            .map(|(name, value)| {
+                let shown = if is_secret_header(name) { REDACTED } else { value.as_str() };
+                (name.clone(), shown.into())
+            })
+            .collect();
+        settings.extra.insert(HEADERS_KEY.to_owned(), headers.into());
     }
     if let Some(dir) = tools_dir {
         settings.extra.insert(TOOLS_DIR_KEY.to_owned(), dir.display().to_string().into());
@@ -280,7 +364,10 @@ async fn run_async(
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
 
-    let config = AgentConfig::default().with_chunk_window_ms(args.chunk_window_ms);
+    let mut config = AgentConfig::default().with_chunk_window_ms(args.chunk_window_ms);
+    if let Some(n) = resolved.max_tokens {
+        config = config.with_max_output_tokens(n);
+    }
     // The tools directory, absolute, so the log names it wherever the
     // session is resumed from; one that is gone is dropped with a warning.
     let tools_dir = match &resolved.tools_dir {

@@ -28,10 +28,12 @@ pub(crate) enum Reply {
 }
 
 /// A server answering each connection with the next [`Reply`]; requests
-/// beyond the script get a 599. It records every request body.
+/// beyond the script get a 599. It records every request body, and the
+/// headers of each request (names in lower case).
 pub(crate) struct Server {
     pub(crate) addr: SocketAddr,
     requests: Arc<Mutex<Vec<Value>>>,
+    heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -40,11 +42,14 @@ impl Server {
         let addr = listener.local_addr().expect("the local address");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = Arc::clone(&requests);
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let recorded_heads = Arc::clone(&heads);
         thread::spawn(move || {
             let mut replies = replies.into_iter();
             for socket in listener.incoming() {
                 let Ok(mut socket) = socket else { return };
-                let Some(body) = read_request(&mut socket) else { continue };
+                let Some((head, body)) = read_request(&mut socket) else { continue };
+                recorded_heads.lock().expect("the header log").push(head);
                 recorded.lock().expect("the request log").push(body);
                 let reply = replies.next().unwrap_or_else(|| {
                     Reply::Json(599, r#"{"error":{"message":"the script is used up"}}"#.into())
@@ -53,7 +58,7 @@ impl Server {
                 let _ = write_reply(&mut socket, reply);
             }
         });
-        Server { addr, requests }
+        Server { addr, requests, heads }
     }
 
     pub(crate) fn base_url(&self) -> String {
@@ -63,10 +68,16 @@ impl Server {
     pub(crate) fn requests(&self) -> Vec<Value> {
         self.requests.lock().expect("the request log").clone()
     }
+
+    /// The head (request line and headers) of each request, as sent but
+    /// for the header names, which are in lower case.
+    pub(crate) fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("the header log").clone()
+    }
 }
 
-/// The JSON body of one HTTP request.
-pub(crate) fn read_request(socket: &mut TcpStream) -> Option<Value> {
+/// The head and JSON body of one HTTP request.
+pub(crate) fn read_request(socket: &mut TcpStream) -> Option<(String, Value)> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 4096];
     let head_end = loop {
@@ -79,7 +90,13 @@ pub(crate) fn read_request(socket: &mut TcpStream) -> Option<Value> {
         }
         buf.extend_from_slice(&tmp[..n]);
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let head: String = String::from_utf8_lossy(&buf[..head_end])
+        .lines()
+        .map(|l| match l.split_once(':') {
+            Some((name, value)) => format!("{}:{value}\n", name.to_ascii_lowercase()),
+            None => format!("{l}\n"),
+        })
+        .collect();
     let length: usize = head
         .lines()
         .find_map(|l| l.strip_prefix("content-length:"))
@@ -93,7 +110,7 @@ pub(crate) fn read_request(socket: &mut TcpStream) -> Option<Value> {
         }
         body.extend_from_slice(&tmp[..n]);
     }
-    Some(serde_json::from_slice(&body).unwrap_or(Value::Null))
+    Some((head, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
 pub(crate) fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
