@@ -87,6 +87,20 @@ impl Place {
             .collect()
     }
 
+    /// Asserts `palimpsest validate` finds every session in the store valid.
+    fn assert_valid(&self) {
+        for log in self.logs() {
+            let id = log[0]["id"].as_str().expect("a session id").to_owned();
+            let out = Command::new(BIN)
+                .current_dir(self.dir.path())
+                .args(["validate", "s", "--session", &id, "--json"])
+                .output()
+                .expect("run palimpsest validate");
+            let report: Value = serde_json::from_slice(&out.stdout).expect("validate --json prints JSON");
+            assert_eq!((out.status.code(), &report["valid"]), (Some(0), &json!(true)), "{id}: {report}");
+        }
+    }
+
     /// The one session in the store.
     fn log(&self) -> Vec<Value> {
         let mut logs = self.logs();
@@ -343,6 +357,7 @@ fn ctrl_c_mid_stream_cancels_the_turn_and_the_prompt_comes_back() {
     prompt.ready();
     prompt.turn("and now?", "Again.");
     assert_eq!(prompt.quit(), 0, "a cancelled turn is not a failure of the session");
+    place.assert_valid();
 
     let log = place.log();
     let ends: Vec<&Value> = events_of(&log, "turn/end").into_iter().map(|e| &e["data"]["reason"]).collect();
@@ -376,6 +391,7 @@ fn fork_carries_on_in_a_child_and_leaves_the_parent_as_it_was() {
     prompt.expect(&format!("{parent}-fork-"));
     prompt.ready();
     assert_eq!(prompt.quit(), 0);
+    place.assert_valid();
 
     let logs = place.logs();
     assert_eq!(logs.len(), 2, "the parent and the fork");
@@ -388,4 +404,42 @@ fn fork_carries_on_in_a_child_and_leaves_the_parent_as_it_was() {
     assert_eq!(child_log[0]["seedLength"], json!(seed), "the whole parent is the seed");
     // The second request carried the first turn: the fork has the history.
     assert_eq!(server.requests()[1]["messages"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn compact_summarises_the_history_now_and_the_next_request_starts_from_the_summary() {
+    let place = Place::new();
+    let mut replies: Vec<Reply> = (1..=5).map(|i| text_reply(&[&format!("Answer {i}.")])).collect();
+    replies.push(text_reply(&["The summary."]));
+    replies.push(text_reply(&["After."]));
+    let server = Server::start(replies);
+    let mut prompt = place.run(&server, &[]);
+    for i in 1..=5 {
+        prompt.turn(&format!("question {i}"), &format!("Answer {i}."));
+    }
+    prompt.send("/compact\r");
+    prompt.expect("compacting the history (about ");
+    prompt.expect("compacted: a summary");
+    prompt.ready();
+    prompt.turn("question 6", "After.");
+    assert_eq!(prompt.quit(), 0);
+    place.assert_valid();
+
+    let log = place.log();
+    let starts = events_of(&log, "compaction/start");
+    assert_eq!(starts.len(), 1, "{log:?}");
+    assert_eq!(starts[0]["data"]["reason"], "requested");
+    let ends = events_of(&log, "compaction/end");
+    assert_eq!(ends.len(), 1);
+    let summary_seq = ends[0]["data"]["summarySeq"].as_u64().expect("a summary, not an error");
+    // Between turns 5 and 6.
+    let seq = |e: &Value| e["seq"].as_u64().expect("a seq");
+    assert!(seq(events_of(&log, "turn/end")[4]) < seq(starts[0]));
+    assert!(summary_seq < seq(events_of(&log, "turn/start")[5]));
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 7, "five turns, the summary, the sixth turn");
+    let sixth = requests[6]["messages"].as_array().expect("messages");
+    assert!(sixth[0]["content"].as_str().is_some_and(|c| c.contains("The summary.")), "{sixth:?}");
+    assert!(sixth.len() < 12, "the older history is gone: {sixth:?}");
 }

@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use palimpsest_core_agent_loop::plugins::{Compaction, CompactionConfig, ToolResultPruning};
+use palimpsest_core_agent_loop::plugins::{
+    Compaction, CompactionConfig, CompactionTrigger, ToolResultPruning,
+};
 use palimpsest_core_agent_loop::{
     AgentConfig, AgentLoop, AgentLoopBuilder, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec,
     TurnInput, TurnOutcome,
@@ -389,7 +391,7 @@ async fn run_async(
     };
     let settings = settings_of(&resolved, &tools, tools_dir.as_deref());
     let maker = Maker { provider, config, tools, context_budget: resolved.context_budget, echo: tx };
-    let builder = maker.builder(settings);
+    let (builder, compaction) = maker.builder(settings);
 
     let agent = match &args.session {
         None => {
@@ -440,8 +442,15 @@ async fn run_async(
     }
     output::note(&about_model);
 
-    let mut driver =
-        Driver { agent, rx, console: Console { out, mid_line: false, step: None }, shown, store, maker };
+    let mut driver = Driver {
+        agent,
+        rx,
+        console: Console { out, mid_line: false, step: None },
+        shown,
+        store,
+        maker,
+        compaction,
+    };
     let exit = match args.prompt {
         Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
         None => driver.interactive(&mut interrupts, history).await,
@@ -495,17 +504,21 @@ struct Maker {
 }
 
 impl Maker {
-    fn builder(&self, settings: Settings) -> AgentLoopBuilder {
-        AgentLoop::builder(Arc::clone(&self.provider))
+    /// A builder, and the trigger of its compaction plugin.
+    fn builder(&self, settings: Settings) -> (AgentLoopBuilder, CompactionTrigger) {
+        let compaction = Compaction::new(CompactionConfig {
+            budget_tokens: self.context_budget,
+            ..CompactionConfig::default()
+        });
+        let trigger = compaction.trigger();
+        let builder = AgentLoop::builder(Arc::clone(&self.provider))
             .settings(settings)
             .config(self.config.clone())
             .tools(self.tools.clone())
             .plugin(ToolResultPruning::default())
-            .plugin(Compaction::new(CompactionConfig {
-                budget_tokens: self.context_budget,
-                ..CompactionConfig::default()
-            }))
-            .plugin(EchoPlugin::new(self.echo.clone()))
+            .plugin(compaction)
+            .plugin(EchoPlugin::new(self.echo.clone()));
+        (builder, trigger)
     }
 }
 
@@ -518,6 +531,8 @@ struct Driver<'o> {
     shown: String,
     store: Arc<dyn SessionStore>,
     maker: Maker,
+    /// Asks the loop's compaction plugin for a compaction (`/compact`).
+    compaction: CompactionTrigger,
 }
 
 /// What the interactive loop does after a command.
@@ -562,7 +577,7 @@ impl Driver<'_> {
             };
             let prompt = match prompt::parse(&line) {
                 Input::Blank => continue,
-                Input::Command(command) => match self.command(command)? {
+                Input::Command(command) => match self.command(command, interrupts).await? {
                     Flow::Continue => continue,
                     Flow::Exit => break,
                 },
@@ -578,7 +593,7 @@ impl Driver<'_> {
     }
 
     /// Runs a slash command.
-    fn command(&mut self, command: Command) -> anyhow::Result<Flow> {
+    async fn command(&mut self, command: Command, interrupts: &mut Interrupts) -> anyhow::Result<Flow> {
         match command {
             Command::Help => eprintln_line(prompt::HELP),
             Command::Exit => return Ok(Flow::Exit),
@@ -599,9 +614,7 @@ impl Driver<'_> {
                 let settings = Settings { system_prompt: Some(system), ..self.agent.settings() };
                 self.set_settings(settings)?;
             }
-            Command::Compact => {
-                output::error_line("error[usage]: /compact is not available yet");
-            }
+            Command::Compact => return self.compact(interrupts).await,
             Command::Fork => self.fork()?,
             Command::Unknown(word) => output::error_line(&format!(
                 "error[usage]: unknown command {word}; the commands are {} (/help says more; //TEXT sends /TEXT)",
@@ -609,6 +622,50 @@ impl Driver<'_> {
             )),
             Command::Extra(word) => output::error_line(&format!("error[usage]: {word} takes no argument")),
         }
+        Ok(Flow::Continue)
+    }
+
+    /// `/compact`: compacts the history now, whatever its size, through the
+    /// compaction plugin (between turns, so its events belong to no turn).
+    /// Ctrl-C stops it; a second one quits.
+    async fn compact(&mut self, interrupts: &mut Interrupts) -> anyhow::Result<Flow> {
+        self.compaction.request();
+        let cancel = CancellationToken::new();
+        let result = {
+            let run = self.agent.run_request_hooks(&cancel);
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    result = &mut run => break Some(result),
+                    Some(echo) = self.rx.recv() => self.console.show(echo)?,
+                    _ = interrupts.recv() => {
+                        if cancel.is_cancelled() {
+                            break None;
+                        }
+                        self.console.line("  ^C: stopping the compaction (Ctrl-C again to quit)…")?;
+                        cancel.cancel();
+                    }
+                }
+            }
+        };
+        while let Ok(echo) = self.rx.try_recv() {
+            self.console.show(echo)?;
+        }
+        self.console.end_turn()?;
+        let Some(result) = result else { return Ok(Flow::Exit) };
+        let run = result.map_err(|e| loop_error(e, &self.shown))?;
+        if let Some(failure) = &run.failure {
+            output::error_line(&format!(
+                "error[{}]: /compact: {failure}",
+                palimpsest_core_agent_loop::codes::PLUGIN_FAILED
+            ));
+        } else if run.cancelled {
+            output::note("compaction stopped; the history stays as it is");
+        } else if run.seqs.is_empty() {
+            output::note("nothing to compact: the history is no longer than what is always kept verbatim");
+        }
+        // A request left unused (nothing to compact) must not fire later.
+        let _ = self.compaction.withdraw();
         Ok(Flow::Continue)
     }
 
@@ -671,12 +728,10 @@ impl Driver<'_> {
             return Ok(());
         };
         let parent_id = parent.id().to_owned();
-        let (agent, _) = self
-            .maker
-            .builder(self.agent.settings())
-            .open(Arc::clone(&self.store), &id)
-            .map_err(|e| loop_error(e, &self.shown))?;
-        self.agent = agent;
+        let (builder, compaction) = self.maker.builder(self.agent.settings());
+        let (agent, _) =
+            builder.open(Arc::clone(&self.store), &id).map_err(|e| loop_error(e, &self.shown))?;
+        (self.agent, self.compaction) = (agent, compaction);
         output::note(&format!(
             "forked session {parent_id} after seq {at} into {id}; carrying on in {id} (continue it with --session {id})"
         ));

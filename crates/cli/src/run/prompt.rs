@@ -32,7 +32,7 @@ commands:
   /session        print the session id
   /model [NAME]   ask NAME from the next turn on (logs new settings); without NAME, show the model
   /system [TEXT]  make TEXT the system prompt from the next turn on (logs new settings); without TEXT, show it
-  /compact        compact the history before the next request, whatever its size
+  /compact        compact the history now, whatever its size (the newest 8 entries stay verbatim)
   /fork           fork the session here and carry on in the fork
   //TEXT          send /TEXT to the model
 keys: Left/Right and the usual Emacs keys edit the line, Up/Down walk the history,
