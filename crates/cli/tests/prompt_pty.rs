@@ -140,7 +140,19 @@ impl Prompt {
                 self.screen.push_str(&String::from_utf8_lossy(found.before()));
                 self.screen.push_str(needle);
             }
-            Err(e) => panic!("{needle:?} never came ({e}); the screen so far:\n{}", self.screen),
+            Err(e) => {
+                // What came after the last match, as far as it can be read now.
+                let mut rest = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = self.session.try_read(&mut buf) {
+                    rest.extend_from_slice(&buf[..n]);
+                }
+                panic!(
+                    "{needle:?} never came ({e}); the screen up to the last match:\n{}\n--- then:\n{}",
+                    self.screen,
+                    String::from_utf8_lossy(&rest)
+                )
+            }
         }
     }
 
@@ -207,6 +219,9 @@ fn up_recalls_the_previous_prompt_and_the_history_outlives_the_run() {
     assert_eq!(prompt.quit(), 0);
     let history = std::fs::read_to_string(place.history()).expect("the history file was written");
     assert!(history.contains("first prompt"), "{history:?}");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(place.history()).expect("the history file").permissions().mode();
+    assert_eq!(mode & 0o077, 0, "the history is the user's alone: {mode:o}");
 
     // A second run, a new session, the same history file.
     let mut prompt = place.run(&server, &[]);

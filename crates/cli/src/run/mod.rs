@@ -557,12 +557,25 @@ impl Driver<'_> {
         let mut lines = prompt::Lines::start(io::stdin().is_terminal(), history);
         let mut failed = false;
         loop {
-            let read = tokio::select! {
-                read = lines.next() => read,
-                _ = interrupts.recv() => {
-                    eprintln_line("");
-                    break;
+            lines.ask();
+            let read = loop {
+                tokio::select! {
+                    read = lines.recv() => break Some(read),
+                    _ = interrupts.recv() => {
+                        // The line editor's Ctrl-C is a key, not a signal:
+                        // a SIGINT here came from outside, or raced the end
+                        // of a turn. Like Ctrl-C at the prompt it changes
+                        // nothing (and quitting would leave the terminal in
+                        // the editor's raw mode). Without the editor it quits.
+                        if !lines.is_editor() {
+                            break None;
+                        }
+                    }
                 }
+            };
+            let Some(read) = read else {
+                eprintln_line("");
+                break;
             };
             let line = match read {
                 None => {

@@ -143,12 +143,17 @@ impl Lines {
         self.ask.is_some()
     }
 
-    /// The next read; `None` at the end of input.
-    pub(crate) async fn next(&mut self) -> Option<io::Result<Read>> {
+    /// Asks for the next read (the editor shows its prompt); a no-op for
+    /// stdin's lines, which are read ahead.
+    pub(crate) fn ask(&self) {
         if let Some(ask) = &self.ask {
             // A gone thread has closed (or is closing) the channel.
             let _ = ask.send(());
         }
+    }
+
+    /// The next read, once asked for; `None` at the end of input.
+    pub(crate) async fn recv(&mut self) -> Option<io::Result<Read>> {
         self.rx.recv().await
     }
 }
