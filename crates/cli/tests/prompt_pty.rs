@@ -50,10 +50,15 @@ impl Place {
 
     /// `palimpsest run` on a pseudo-terminal, at the scripted `server`.
     fn run(&self, server: &Server, rest: &[&str]) -> Prompt {
+        self.run_in("s", server, rest)
+    }
+
+    /// [`run`](Place::run) with another store.
+    fn run_in(&self, store: &str, server: &Server, rest: &[&str]) -> Prompt {
         let mut command = Command::new(BIN);
         command
             .current_dir(self.dir.path())
-            .args(["run", "--store", "s", "--base-url", &server.base_url(), "--model", "m"])
+            .args(["run", "--store", store, "--base-url", &server.base_url(), "--model", "m"])
             .args(["--chunk-window-ms", "0"])
             .args(rest)
             .env("PALIMPSEST_HISTORY", self.history())
@@ -91,14 +96,20 @@ impl Place {
     fn assert_valid(&self) {
         for log in self.logs() {
             let id = log[0]["id"].as_str().expect("a session id").to_owned();
-            let out = Command::new(BIN)
-                .current_dir(self.dir.path())
-                .args(["validate", "s", "--session", &id, "--json"])
-                .output()
-                .expect("run palimpsest validate");
-            let report: Value = serde_json::from_slice(&out.stdout).expect("validate --json prints JSON");
-            assert_eq!((out.status.code(), &report["valid"]), (Some(0), &json!(true)), "{id}: {report}");
+            self.validate("s", &id);
         }
+    }
+
+    /// `palimpsest validate STORE --session ID --json`, which must say valid.
+    fn validate(&self, store: &str, id: &str) -> Value {
+        let out = Command::new(BIN)
+            .current_dir(self.dir.path())
+            .args(["validate", store, "--session", id, "--json"])
+            .output()
+            .expect("run palimpsest validate");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("validate --json prints JSON");
+        assert_eq!((out.status.code(), &report["valid"]), (Some(0), &json!(true)), "{id}: {report}");
+        report
     }
 
     /// The one session in the store.
@@ -457,4 +468,40 @@ fn compact_summarises_the_history_now_and_the_next_request_starts_from_the_summa
     let sixth = requests[6]["messages"].as_array().expect("messages");
     assert!(sixth[0]["content"].as_str().is_some_and(|c| c.contains("The summary.")), "{sixth:?}");
     assert!(sixth.len() < 12, "the older history is gone: {sixth:?}");
+}
+
+#[test]
+fn fork_works_in_a_sqlite_store_too() {
+    let place = Place::new();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."])]);
+    let mut prompt = place.run_in("s.db", &server, &[]);
+    let parent = prompt.session_id();
+    prompt.turn("one", "One.");
+    prompt.send("/fork\r");
+    prompt.expect("carrying on in ");
+    prompt.ready();
+    prompt.turn("two", "Two.");
+    assert_eq!(prompt.quit(), 0);
+
+    let child = format!("{parent}-fork-");
+    let child = listed_session(&place, &child);
+    let parent_report = place.validate("s.db", &parent);
+    let child_report = place.validate("s.db", &child);
+    let events = |r: &Value| r["events"].as_u64().expect("an event count");
+    // The child is the whole parent, then a second turn (turn/start, the
+    // message, step/start, a text chunk, a usage chunk, the answer,
+    // step/end, turn/end).
+    assert_eq!(events(&child_report), events(&parent_report) + 8, "{parent_report} {child_report}");
+}
+
+/// The id of the session `palimpsest sessions` lists that starts with `prefix`.
+fn listed_session(place: &Place, prefix: &str) -> String {
+    let out = Command::new(BIN)
+        .current_dir(place.dir.path())
+        .args(["sessions", "s.db"])
+        .output()
+        .expect("run palimpsest sessions");
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    let id = listing.split_whitespace().find(|w| w.starts_with(prefix));
+    id.unwrap_or_else(|| panic!("no fork in the listing:\n{listing}")).to_owned()
 }
