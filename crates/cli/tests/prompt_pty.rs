@@ -505,3 +505,17 @@ fn listed_session(place: &Place, prefix: &str) -> String {
     let id = listing.split_whitespace().find(|w| w.starts_with(prefix));
     id.unwrap_or_else(|| panic!("no fork in the listing:\n{listing}")).to_owned()
 }
+
+#[test]
+fn ctrl_r_finds_an_older_prompt_in_the_history() {
+    let place = Place::new();
+    let server = Server::start(vec![text_reply(&["A."]), text_reply(&["B."]), text_reply(&["C."])]);
+    let mut prompt = place.run(&server, &[]);
+    prompt.turn("alpha one", "A.");
+    prompt.turn("beta two", "B.");
+    prompt.send("\x12alp");
+    prompt.expect("alpha one");
+    prompt.turn("", "C.");
+    assert_eq!(prompt.quit(), 0);
+    assert_eq!(user_messages(&place.log()), ["alpha one", "beta two", "alpha one"]);
+}
