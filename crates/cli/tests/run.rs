@@ -5,190 +5,20 @@
 //! store holds a valid session.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+#[path = "support/sse.rs"]
+mod sse;
+
+use sse::{text_events, text_reply, tool_reply, Reply, Server};
+
 const BIN: &str = env!("CARGO_BIN_EXE_palimpsest");
-
-// ------------------------------------------------------------ the server
-
-/// One scripted response.
-enum Reply {
-    /// An event stream, one HTTP chunk per event, a few ms apart.
-    Sse(Vec<String>),
-    /// `before`, then nothing until `gate` fires, then `after`: proves the
-    /// client showed `before` while the response was still open.
-    Gated { before: Vec<String>, gate: mpsc::Receiver<()>, after: Vec<String> },
-    /// A JSON body with this status.
-    Json(u16, String),
-    /// An event stream's headers, then silence until the client hangs up.
-    Stall,
-}
-
-/// A server answering each connection with the next [`Reply`]; requests
-/// beyond the script get a 599. It records every request body.
-struct Server {
-    addr: SocketAddr,
-    requests: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Server {
-    fn start(replies: Vec<Reply>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("the local address");
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let recorded = Arc::clone(&requests);
-        thread::spawn(move || {
-            let mut replies = replies.into_iter();
-            for socket in listener.incoming() {
-                let Ok(mut socket) = socket else { return };
-                let Some(body) = read_request(&mut socket) else { continue };
-                recorded.lock().expect("the request log").push(body);
-                let reply = replies.next().unwrap_or_else(|| {
-                    Reply::Json(599, r#"{"error":{"message":"the script is used up"}}"#.into())
-                });
-                // A write error means the client went away: nothing to do.
-                let _ = write_reply(&mut socket, reply);
-            }
-        });
-        Server { addr, requests }
-    }
-
-    fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
-
-    fn requests(&self) -> Vec<Value> {
-        self.requests.lock().expect("the request log").clone()
-    }
-}
-
-/// The JSON body of one HTTP request.
-fn read_request(socket: &mut TcpStream) -> Option<Value> {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        let n = socket.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        let n = socket.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&tmp[..n]);
-    }
-    Some(serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
-
-fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
-    const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n";
-    let chunks = |socket: &mut TcpStream, events: &[String]| -> std::io::Result<()> {
-        for event in events {
-            write!(socket, "{:x}\r\n{event}\r\n", event.len())?;
-            socket.flush()?;
-            thread::sleep(Duration::from_millis(3));
-        }
-        Ok(())
-    };
-    match reply {
-        Reply::Sse(events) => {
-            socket.write_all(SSE_HEAD.as_bytes())?;
-            chunks(socket, &events)?;
-            socket.write_all(b"0\r\n\r\n")?;
-        }
-        Reply::Gated { before, gate, after } => {
-            socket.write_all(SSE_HEAD.as_bytes())?;
-            chunks(socket, &before)?;
-            // The test opens the gate (or gives up and drops it).
-            let _ = gate.recv_timeout(Duration::from_secs(30));
-            chunks(socket, &after)?;
-            socket.write_all(b"0\r\n\r\n")?;
-        }
-        Reply::Json(status, body) => {
-            write!(
-                socket,
-                "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            )?;
-        }
-        Reply::Stall => {
-            socket.write_all(SSE_HEAD.as_bytes())?;
-            socket.flush()?;
-            // Wait for the client to hang up (a cancelled turn drops the stream).
-            socket.set_read_timeout(Some(Duration::from_secs(30)))?;
-            let _ = socket.read(&mut [0u8; 64]);
-        }
-    }
-    socket.flush()
-}
-
-// ---------------------------------------------------- scripted responses
-
-fn event(delta: Value, finish: Option<&str>) -> String {
-    let chunk = json!({
-        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    });
-    format!("data: {chunk}\n\n")
-}
-
-fn usage_and_done() -> Vec<String> {
-    let usage = json!({
-        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-        "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
-    });
-    vec![format!("data: {usage}\n\n"), "data: [DONE]\n\n".to_owned()]
-}
-
-/// The events of an answer streamed in these pieces.
-fn text_events(pieces: &[&str]) -> Vec<String> {
-    let mut events = vec![event(json!({"role": "assistant", "content": ""}), None)];
-    events.extend(pieces.iter().map(|p| event(json!({"content": p}), None)));
-    events.push(event(json!({}), Some("stop")));
-    events.extend(usage_and_done());
-    events
-}
-
-fn text_reply(pieces: &[&str]) -> Reply {
-    Reply::Sse(text_events(pieces))
-}
-
-/// Some text, then one tool call whose arguments come in these pieces.
-fn tool_reply(text: &str, id: &str, name: &str, arguments: &[&str]) -> Reply {
-    let mut events = vec![event(json!({"role": "assistant", "content": text}), None)];
-    events.push(event(
-        json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
-        None,
-    ));
-    events.extend(
-        arguments
-            .iter()
-            .map(|a| event(json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}), None)),
-    );
-    events.push(event(json!({}), Some("tool_calls")));
-    events.extend(usage_and_done());
-    Reply::Sse(events)
-}
 
 // ------------------------------------------------------------ the binary
 
@@ -854,4 +684,95 @@ fn a_resumed_session_offers_the_tools_of_its_logged_tools_directory() {
     assert_eq!(logged[1]["data"]["settings"]["tools"], json!([]));
     assert!(logged[1]["data"]["settings"].get("toolsDir").is_none());
     assert_valid(dir.path(), "s", &id);
+}
+
+#[test]
+fn temperature_max_tokens_and_headers_reach_the_request_and_the_logged_settings_but_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["Warm."]), text_reply(&["Still."])]);
+    let base = server.base_url();
+    let flags = [
+        "--store",
+        "s",
+        "--temperature",
+        "0.25",
+        "--max-tokens",
+        "77",
+        "--header",
+        "X-Title: palimpsest tests",
+        "--header",
+        "Authorization: Bearer tok-headersecret",
+        "--header",
+        "x-api-key:key-headersecret",
+        "Hi",
+    ];
+    let first = run(dir.path(), &model_args(&base, &flags));
+    assert_eq!(first.code, Some(0), "{first:?}");
+
+    let requests = server.requests();
+    assert_eq!(requests[0]["temperature"], 0.25);
+    assert_eq!(requests[0]["max_tokens"], 77);
+    let head = &server.heads()[0];
+    for sent in [
+        "x-title: palimpsest tests\n",
+        "authorization: Bearer tok-headersecret\n",
+        "x-api-key: key-headersecret\n",
+    ] {
+        assert!(head.contains(sent), "{sent:?} was not sent: {head}");
+    }
+    let settings = settings_events(&dir.path().join("s"));
+    assert_eq!(settings.len(), 1);
+    let logged = &settings[0]["data"]["settings"];
+    assert_eq!(logged["params"], json!({"temperature": 0.25, "maxTokens": 77}));
+    assert_eq!(
+        logged["headers"],
+        json!({"X-Title": "palimpsest tests", "Authorization": "<redacted>", "x-api-key": "<redacted>"})
+    );
+
+    // Resumed without the flags: temperature and limit carry on from the
+    // log; headers do not (their values may be secret, so they are not
+    // all in the log), which is a change of settings, logged.
+    let id = first.session_id();
+    let second = run(dir.path(), &model_args(&base, &["--store", "s", "--session", &id, "Again"]));
+    assert_eq!(second.code, Some(0), "{second:?}");
+    let requests = server.requests();
+    assert_eq!((&requests[1]["temperature"], &requests[1]["max_tokens"]), (&json!(0.25), &json!(77)));
+    assert!(!server.heads()[1].contains("x-title"), "{}", server.heads()[1]);
+    let settings = settings_events(&dir.path().join("s"));
+    assert_eq!(settings.len(), 2);
+    assert_eq!(settings[1]["data"]["settings"]["params"], json!({"temperature": 0.25, "maxTokens": 77}));
+    assert_eq!(settings[1]["data"]["settings"].get("headers"), None);
+
+    for file in files_under(dir.path()) {
+        let bytes = std::fs::read(&file).unwrap();
+        for secret in ["tok-headersecret", "key-headersecret"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} is in {}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_temperature_max_tokens_or_header_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "http://127.0.0.1:9/v1";
+    for (flags, says) in [
+        (&["--temperature", "warm"][..], "is not a number"),
+        (&["--temperature", "3"], "from 0 to 2"),
+        (&["--temperature", "NaN"], "from 0 to 2"),
+        (&["--max-tokens", "0"], "--max-tokens"),
+        (&["--max-tokens", "-5"], "-5"),
+        (&["--header", "no colon"], "is not NAME:VALUE"),
+        (&["--header", ": empty name"], "is not a header name"),
+        (&["--header", "bad name: v"], "is not a header name"),
+    ] {
+        let args = model_args(base, &[&["--store", "s.db"], flags, &["Hi"]].concat());
+        let run = run(dir.path(), &args);
+        assert_eq!(run.code, Some(2), "{flags:?}: {run:?}");
+        assert!(run.stderr.contains(says), "{flags:?}: {}", run.stderr);
+    }
+    assert!(!dir.path().join("s.db").exists(), "nothing was written");
 }

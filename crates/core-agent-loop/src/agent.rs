@@ -469,6 +469,17 @@ impl TurnState {
     }
 }
 
+/// What [`AgentLoop::run_request_hooks`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HooksRun {
+    /// The seqs the plugins appended (empty when none did).
+    pub seqs: Range<u64>,
+    /// Why a plugin stopped the hooks, if one failed.
+    pub failure: Option<String>,
+    /// Whether the cancellation token stopped them.
+    pub cancelled: bool,
+}
+
 #[derive(Clone, Copy)]
 enum Hook<'h> {
     BeforeRequest,
@@ -617,6 +628,31 @@ impl AgentLoop {
         let seq = batch.surface(&self.core, ContextMessage { message }, SurfaceIntent::append())?;
         self.commit(batch)?;
         Ok(seq)
+    }
+
+    /// Runs the plugins' `before_request` hooks now, between turns
+    /// (repairing an open turn first), as they run before each request:
+    /// tool-result pruning and compaction, whatever is due. A compaction
+    /// asked for with [`CompactionTrigger::request`](crate::plugins::CompactionTrigger::request)
+    /// happens here, whatever the estimate. The hooks see the position of
+    /// the last turn (0 before the first) at step 0, with `turn_start_seq`
+    /// the seq the next event gets.
+    ///
+    /// Returns the seqs the plugins appended, and the failure that stopped
+    /// them, if one did (between turns there is no turn for it to end; it
+    /// is also logged with `tracing`). Cancelling `cancel` stops the hook
+    /// that is running (a compaction then leaves its `compaction/start`
+    /// unmatched, which the next one recognises). `Err` is a store failure.
+    pub async fn run_request_hooks(&mut self, cancel: &CancellationToken) -> Result<HooksRun, LoopError> {
+        self.repair_open_turn()?;
+        let first = self.core.next_seq();
+        let position = TurnPosition { turn: self.last_turn, step: 0, turn_start_seq: first };
+        let (failure, cancelled) = match self.run_hooks(Hook::BeforeRequest, position, cancel).await? {
+            None => (None, false),
+            Some(TurnEndReason::Error { error }) => (Some(error.message), false),
+            Some(_) => (None, true),
+        };
+        Ok(HooksRun { seqs: first..self.core.next_seq(), failure, cancelled })
     }
 
     /// Makes everything appended so far durable.

@@ -159,8 +159,8 @@ mod state;
 mod tool;
 
 pub use agent::{
-    AgentConfig, AgentLoop, AgentLoopBuilder, OpenReport, TurnInput, TurnOutcome, DEFAULT_CHUNK_WINDOW_MS,
-    PROVIDER_CALL_ID,
+    AgentConfig, AgentLoop, AgentLoopBuilder, HooksRun, OpenReport, TurnInput, TurnOutcome,
+    DEFAULT_CHUNK_WINDOW_MS, PROVIDER_CALL_ID,
 };
 pub use caps::{
     StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_RESULT_BYTES,

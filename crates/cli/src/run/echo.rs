@@ -93,7 +93,11 @@ impl EchoPlugin {
             EventType::Plugin(name) if &**name == COMPACTION_START => {
                 let data = event.data_as::<Value>().unwrap_or_default();
                 let estimate = data.get("estimatedTokens").and_then(Value::as_u64).unwrap_or(0);
-                format!("  ⧉ compacting the history (about {estimate} tokens, over the budget)…")
+                let why = match data.get("reason").and_then(Value::as_str) {
+                    Some("requested") => "as asked",
+                    _ => "over the budget",
+                };
+                format!("  ⧉ compacting the history (about {estimate} tokens, {why})…")
             }
             EventType::Plugin(name) if &**name == COMPACTION_END => {
                 let data = event.data_as::<Value>().ok()?;

@@ -1,8 +1,9 @@
 //! `palimpsest run`: talk to a real model through any OpenAI-compatible
 //! chat-completions endpoint, with every event landing in a store.
 //!
-//! One-shot with a PROMPT argument; otherwise an interactive prompt that
-//! reads one turn per line from stdin until `/exit` or end of input. The
+//! One-shot with a PROMPT argument; otherwise an interactive prompt
+//! ([`prompt`]): on a terminal a line editor with history and slash
+//! commands, else one turn per line of stdin, until `/exit` or end of input. The
 //! assistant's text is printed on stdout as it streams, and nothing else
 //! goes there, so `palimpsest run "..." > answer.txt` keeps just the
 //! answer; the session id, tool calls and results, rewrites and errors are
@@ -16,22 +17,26 @@
 //! what the log says.
 //!
 //! Ctrl-C cancels the running turn (it ends `aborted`, what streamed is
-//! kept); a second Ctrl-C, or one at the prompt, exits. A provider error
+//! kept); a second Ctrl-C exits. At the line editor's prompt Ctrl-C clears
+//! the line and Ctrl-D (on an empty line) exits. A provider error
 //! ends the turn with that error in the log. Either way the log stays
 //! valid, and `--session ID` carries on (closing an interrupted turn
 //! first).
 
 mod echo;
+mod prompt;
 
-use std::io::{self, BufRead, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use palimpsest_core_agent_loop::plugins::{Compaction, CompactionConfig, ToolResultPruning};
+use palimpsest_core_agent_loop::plugins::{
+    Compaction, CompactionConfig, CompactionTrigger, ToolResultPruning,
+};
 use palimpsest_core_agent_loop::{
-    AgentConfig, AgentLoop, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec, TurnInput,
-    TurnOutcome,
+    AgentConfig, AgentLoop, AgentLoopBuilder, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec,
+    TurnInput, TurnOutcome,
 };
 use palimpsest_core_session::payload::{SessionSettings, Settings, TurnEndReason};
 use palimpsest_core_session::EventType;
@@ -44,6 +49,7 @@ use crate::location::Location;
 use crate::open_store::{open_store, writable_location, OpenedStore};
 use crate::output;
 use echo::{Echo, EchoPlugin};
+use prompt::{Command, Input, Read};
 
 /// Where `run` writes when `--store` is not given.
 pub(crate) const DEFAULT_STORE: &str = "palimpsest.db";
@@ -53,9 +59,13 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 
 /// Talk to a model through an OpenAI-compatible endpoint, logging every event.
 ///
-/// With PROMPT, runs one turn and exits; without, reads one turn per line
-/// from stdin until `/exit` or end of input. The answer streams to stdout;
-/// the session id, tool calls, results and errors go to stderr.
+/// With PROMPT, runs one turn and exits; without, an interactive prompt
+/// until `/exit`, Ctrl-D or end of input: on a terminal a line editor
+/// (history in $PALIMPSEST_HISTORY, else $XDG_STATE_HOME/palimpsest/history
+/// or ~/.local/state/palimpsest/history; Ctrl-R searches it; Alt-Enter
+/// inserts a newline; a paste is one message; `/help` lists the commands),
+/// else one turn per line of stdin. The answer streams to stdout; the
+/// session id, tool calls, results and errors go to stderr.
 ///
 /// The endpoint comes from --base-url, --model and --api-key, each falling
 /// back to OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY (a base URL such
@@ -68,8 +78,8 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 /// own model for a summary that stands in for the older history (the newest
 /// 8 surface entries are kept verbatim).
 ///
-/// Ctrl-C cancels the running turn; a second Ctrl-C (or one at the prompt)
-/// exits. One-shot, the exit is 0 when the turn completed and 1 when it
+/// Ctrl-C cancels the running turn; a second Ctrl-C exits; at the line
+/// editor's prompt Ctrl-C clears the line. One-shot, the exit is 0 when the turn completed and 1 when it
 /// failed, was cancelled or hit the output-token limit; interactively, 0
 /// unless a turn failed with an error (1). Usage and I/O errors are 2.
 #[derive(Debug, Clone, clap::Args)]
@@ -102,6 +112,17 @@ pub(crate) struct RunArgs {
     /// milliseconds per content block (0: every delta as it arrives).
     #[arg(long, value_name = "MS", default_value_t = palimpsest_core_agent_loop::DEFAULT_CHUNK_WINDOW_MS)]
     pub(crate) chunk_window_ms: u64,
+    /// Sampling temperature of every request, a number from 0 to 2 (logged in the settings' params).
+    #[arg(long, value_name = "F", value_parser = parse_temperature)]
+    pub(crate) temperature: Option<f64>,
+    /// The most tokens one answer may have, sent as `max_tokens` (logged in the settings' params).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_tokens: Option<u64>,
+    /// An extra HTTP header of every request, NAME:VALUE; repeatable. Logged by name in the
+    /// settings, with the value "<redacted>" when the name looks secret (authorization, cookie,
+    /// or containing key, token, secret, auth, password); never carried over by --session.
+    #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
+    pub(crate) headers: Vec<(String, String)>,
     /// One turn with this prompt; without it, an interactive prompt on stdin.
     #[arg(value_name = "PROMPT")]
     pub(crate) prompt: Option<String>,
@@ -146,7 +167,9 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(run_async(args, Run { resolved, logged_seq }, store, provider, out));
+    let history = prompt::history_path(|name| std::env::var(name).ok());
+    let result =
+        runtime.block_on(run_async(args, Run { resolved, logged_seq, history }, store, provider, out));
     // A tool thread a cancelled turn left behind (stuck in a read) must not
     // hold the exit: the log is already flushed.
     runtime.shutdown_timeout(ABANDONED_TOOL_GRACE);
@@ -175,6 +198,8 @@ struct Run {
     resolved: Resolved,
     /// The seq of the resumed session's settings before this run.
     logged_seq: Option<u64>,
+    /// The line editor's history file.
+    history: Option<PathBuf>,
 }
 
 /// What a run is made with: each setting from its flag, else from the
@@ -185,6 +210,56 @@ struct Resolved {
     system: Option<String>,
     context_budget: u64,
     tools_dir: Option<PathBuf>,
+    /// `--max-tokens`, or the logged `maxTokens` param.
+    max_tokens: Option<u64>,
+}
+
+/// The key of the output-token limit in the settings' `params` (contract
+/// section 1.3 names it so); the request field is the provider's
+/// (`max_tokens`).
+pub(crate) const MAX_TOKENS_PARAM: &str = "maxTokens";
+
+/// The unknown settings key under which `run` logs its `--header` names.
+pub(crate) const HEADERS_KEY: &str = "headers";
+
+/// What a secret header's value is logged as.
+pub(crate) const REDACTED: &str = "<redacted>";
+
+/// `--temperature`: a finite number from 0 to 2.
+fn parse_temperature(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && (0.0..=2.0).contains(&t) => Ok(t),
+        Ok(_) => Err(format!("{s:?} is out of range: a temperature is from 0 to 2")),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
+}
+
+/// `--header NAME:VALUE`: a non-empty name of header characters, then the
+/// value (leading spaces dropped).
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let Some((name, value)) = s.split_once(':') else {
+        return Err(format!("{s:?} is not NAME:VALUE"));
+    };
+    let name = name.trim();
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(format!("{name:?} is not a header name"));
+    }
+    let value = value.trim_start();
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("the value of header {name} has a line break or NUL"));
+    }
+    Ok((name.to_owned(), value.to_owned()))
+}
+
+/// Whether a header's value is a secret, by its name: `authorization`,
+/// `cookie`, or a name containing `key`, `token`, `secret`, `auth` or
+/// `password`. Such values are never logged.
+fn is_secret_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "cookie"
+        || name == "set-cookie"
+        || ["auth", "key", "token", "secret", "password"].iter().any(|w| name.contains(w))
 }
 
 /// Resolves a run's settings: flag, then the resumed session's logged
@@ -212,7 +287,14 @@ fn resolve(
         }
     });
     let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
-    let config = OpenAiConfig::from_lookup_and_flags(base_url, model, args.api_key.clone(), &env)?;
+    let mut config = OpenAiConfig::from_lookup_and_flags(base_url, model, args.api_key.clone(), &env)?;
+    let logged_params = logged.and_then(|s| s.params.as_ref());
+    let temperature = args.temperature.or_else(|| logged_params?.get("temperature")?.as_f64());
+    if let Some(t) = temperature {
+        config.extra_body.insert("temperature".into(), t.into());
+    }
+    let max_tokens = args.max_tokens.or_else(|| logged_params?.get(MAX_TOKENS_PARAM)?.as_u64());
+    config.extra_headers = args.headers.clone();
     let system = args.system.clone().or_else(|| logged.and_then(|s| s.system_prompt.clone()));
     let context_budget = args
         .context_budget
@@ -222,7 +304,7 @@ fn resolve(
         let dir = logged?.extra.get(TOOLS_DIR_KEY)?.as_str()?;
         Some(PathBuf::from(dir))
     });
-    Ok(Resolved { config, system, context_budget, tools_dir })
+    Ok(Resolved { config, system, context_budget, tools_dir, max_tokens })
 }
 
 /// The settings a run logs: the whole effective settings, no secret (the
@@ -236,8 +318,24 @@ fn settings_of(resolved: &Resolved, tools: &ToolRegistry, tools_dir: Option<&Pat
         context_budget: Some(resolved.context_budget),
         ..Settings::default()
     };
-    if !resolved.config.extra_body.is_empty() {
-        settings.params = Some(resolved.config.extra_body.clone());
+    let mut params = resolved.config.extra_body.clone();
+    if let Some(n) = resolved.max_tokens {
+        params.insert(MAX_TOKENS_PARAM.into(), n.into());
+    }
+    if !params.is_empty() {
+        settings.params = Some(params);
+    }
+    if !resolved.config.extra_headers.is_empty() {
+        let headers: serde_json::Map<String, serde_json::Value> = resolved
+            .config
+            .extra_headers
+            .iter()
+            .map(|(name, value)| {
+                let shown = if is_secret_header(name) { REDACTED } else { value.as_str() };
+                (name.clone(), shown.into())
+            })
+            .collect();
+        settings.extra.insert(HEADERS_KEY.to_owned(), headers.into());
     }
     if let Some(dir) = tools_dir {
         settings.extra.insert(TOOLS_DIR_KEY.to_owned(), dir.display().to_string().into());
@@ -258,7 +356,7 @@ fn config_error(e: ConfigError) -> anyhow::Error {
 
 async fn run_async(
     args: RunArgs,
-    Run { resolved, logged_seq }: Run,
+    Run { resolved, logged_seq, history }: Run,
     opened: OpenedStore,
     provider: OpenAiProvider,
     out: &mut dyn Write,
@@ -270,7 +368,10 @@ async fn run_async(
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
 
-    let config = AgentConfig::default().with_chunk_window_ms(args.chunk_window_ms);
+    let mut config = AgentConfig::default().with_chunk_window_ms(args.chunk_window_ms);
+    if let Some(n) = resolved.max_tokens {
+        config = config.with_max_output_tokens(n);
+    }
     // The tools directory, absolute, so the log names it wherever the
     // session is resumed from; one that is gone is dropped with a warning.
     let tools_dir = match &resolved.tools_dir {
@@ -291,23 +392,15 @@ async fn run_async(
         None => ToolRegistry::new(),
     };
     let settings = settings_of(&resolved, &tools, tools_dir.as_deref());
-    let builder = AgentLoop::builder(Arc::clone(&provider))
-        .settings(settings)
-        .config(config)
-        .tools(tools)
-        .plugin(ToolResultPruning::default())
-        .plugin(Compaction::new(CompactionConfig {
-            budget_tokens: resolved.context_budget,
-            ..CompactionConfig::default()
-        }))
-        .plugin(EchoPlugin::new(tx));
+    let maker = Maker { provider, config, tools, context_budget: resolved.context_budget, echo: tx };
+    let (builder, compaction) = maker.builder(settings);
 
     // Kept until the run ends: no other worker writes the session meanwhile.
     let _hold;
     let agent = match &args.session {
         None => {
             let id = new_session_id();
-            let agent = builder.create(store, id.clone()).map_err(|e| loop_error(e, &shown))?;
+            let agent = builder.create(Arc::clone(&store), id.clone()).map_err(|e| loop_error(e, &shown))?;
             _hold = opened.hold(&id)?;
             output::note(&format!(
                 "new session {id} in {shown} ({}); continue it with --session {id}",
@@ -318,7 +411,7 @@ async fn run_async(
         Some(id) => {
             // Held before it is opened: opening may append repair events.
             _hold = opened.hold(id)?;
-            let (agent, report) = builder.open(store, id).map_err(|e| loop_error(e, &shown))?;
+            let (agent, report) = builder.open(Arc::clone(&store), id).map_err(|e| loop_error(e, &shown))?;
             let turns = agent.last_turn();
             output::note(&format!(
                 "resuming session {id} in {shown}: {} events, {turns} turn(s)",
@@ -356,10 +449,18 @@ async fn run_async(
     }
     output::note(&about_model);
 
-    let mut driver = Driver { agent, rx, console: Console { out, mid_line: false, step: None }, shown };
+    let mut driver = Driver {
+        agent,
+        rx,
+        console: Console { out, mid_line: false, step: None },
+        shown,
+        store,
+        maker,
+        compaction,
+    };
     let exit = match args.prompt {
         Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
-        None => driver.interactive(&mut interrupts).await,
+        None => driver.interactive(&mut interrupts, history).await,
     };
     // Sync whatever the last turn left unsynced, even after a failure.
     let flushed = driver.agent.flush().map_err(|e| loop_error(e, &driver.shown));
@@ -400,6 +501,34 @@ enum Ended {
     Quit,
 }
 
+/// Makes the run's loops: the first, and the one a `/fork` carries on in.
+struct Maker {
+    provider: Arc<dyn Provider>,
+    config: AgentConfig,
+    tools: ToolRegistry,
+    context_budget: u64,
+    echo: mpsc::UnboundedSender<Echo>,
+}
+
+impl Maker {
+    /// A builder, and the trigger of its compaction plugin.
+    fn builder(&self, settings: Settings) -> (AgentLoopBuilder, CompactionTrigger) {
+        let compaction = Compaction::new(CompactionConfig {
+            budget_tokens: self.context_budget,
+            ..CompactionConfig::default()
+        });
+        let trigger = compaction.trigger();
+        let builder = AgentLoop::builder(Arc::clone(&self.provider))
+            .settings(settings)
+            .config(self.config.clone())
+            .tools(self.tools.clone())
+            .plugin(ToolResultPruning::default())
+            .plugin(compaction)
+            .plugin(EchoPlugin::new(self.echo.clone()));
+        (builder, trigger)
+    }
+}
+
 /// Runs turns and shows what they write.
 struct Driver<'o> {
     agent: AgentLoop,
@@ -407,6 +536,16 @@ struct Driver<'o> {
     console: Console<'o>,
     /// The store, for messages.
     shown: String,
+    store: Arc<dyn SessionStore>,
+    maker: Maker,
+    /// Asks the loop's compaction plugin for a compaction (`/compact`).
+    compaction: CompactionTrigger,
+}
+
+/// What the interactive loop does after a command.
+enum Flow {
+    Continue,
+    Exit,
 }
 
 impl Driver<'_> {
@@ -417,47 +556,206 @@ impl Driver<'_> {
         })
     }
 
-    async fn interactive(&mut self, interrupts: &mut Interrupts) -> anyhow::Result<Exit> {
-        let terminal = io::stdin().is_terminal();
-        let mut lines = stdin_lines();
+    async fn interactive(
+        &mut self,
+        interrupts: &mut Interrupts,
+        history: Option<PathBuf>,
+    ) -> anyhow::Result<Exit> {
+        let mut lines = prompt::Lines::start(io::stdin().is_terminal(), history);
         let mut failed = false;
         loop {
-            if terminal {
-                let mut err = io::stderr().lock();
-                let _ = write!(err, "> ");
-                let _ = err.flush();
-            }
-            let line = tokio::select! {
-                line = lines.recv() => line,
-                _ = interrupts.recv() => {
-                    eprintln_line("");
-                    break;
+            lines.ask();
+            let read = loop {
+                tokio::select! {
+                    read = lines.recv() => break Some(read),
+                    _ = interrupts.recv() => {
+                        // The line editor's Ctrl-C is a key, not a signal:
+                        // a SIGINT here came from outside, or raced the end
+                        // of a turn. Like Ctrl-C at the prompt it changes
+                        // nothing (and quitting would leave the terminal in
+                        // the editor's raw mode). Without the editor it quits.
+                        if !lines.is_editor() {
+                            break None;
+                        }
+                    }
                 }
             };
-            let line = match line {
+            let Some(read) = read else {
+                eprintln_line("");
+                break;
+            };
+            let line = match read {
                 None => {
-                    if terminal {
+                    if lines.is_editor() {
                         eprintln_line("");
                     }
                     break;
                 }
                 Some(Err(e)) => return Err(CliError::io("stdin", format!("cannot read: {e}")).into()),
-                Some(Ok(line)) => line,
+                Some(Ok(Read::Cleared)) => continue,
+                Some(Ok(Read::Line(line))) => line,
             };
-            let prompt = line.trim();
-            if prompt.is_empty() {
-                continue;
-            }
-            if prompt == "/exit" || prompt == "/quit" {
-                break;
-            }
-            match self.turn(prompt.to_owned(), interrupts).await? {
+            let prompt = match prompt::parse(&line) {
+                Input::Blank => continue,
+                Input::Command(command) => match self.command(command, interrupts).await? {
+                    Flow::Continue => continue,
+                    Flow::Exit => break,
+                },
+                Input::Text(prompt) => prompt,
+            };
+            match self.turn(prompt, interrupts).await? {
                 Ended::Completed | Ended::Stopped => {}
                 Ended::Failed => failed = true,
                 Ended::Quit => return Ok(Exit::Invalid),
             }
         }
         Ok(if failed { Exit::Invalid } else { Exit::Success })
+    }
+
+    /// Runs a slash command.
+    async fn command(&mut self, command: Command, interrupts: &mut Interrupts) -> anyhow::Result<Flow> {
+        match command {
+            Command::Help => eprintln_line(prompt::HELP),
+            Command::Exit => return Ok(Flow::Exit),
+            Command::Session => eprintln_line(self.agent.session_id()),
+            Command::Model(None) => {
+                let model = self.agent.settings().model.unwrap_or_default();
+                eprintln_line(&format!("model {model}"));
+            }
+            Command::Model(Some(model)) => {
+                let settings = Settings { model: Some(model), ..self.agent.settings() };
+                self.set_settings(settings)?;
+            }
+            Command::System(None) => match self.agent.settings().system_prompt {
+                Some(system) => eprintln_line(&format!("system prompt: {system}")),
+                None => eprintln_line("no system prompt"),
+            },
+            Command::System(Some(system)) => {
+                let settings = Settings { system_prompt: Some(system), ..self.agent.settings() };
+                self.set_settings(settings)?;
+            }
+            Command::Compact => return self.compact(interrupts).await,
+            Command::Fork => self.fork()?,
+            Command::Unknown(word) => output::error_line(&format!(
+                "error[usage]: unknown command {word}; the commands are {} (/help says more; //TEXT sends /TEXT)",
+                prompt::COMMANDS
+            )),
+            Command::Extra(word) => output::error_line(&format!("error[usage]: {word} takes no argument")),
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// `/compact`: compacts the history now, whatever its size, through the
+    /// compaction plugin (between turns, so its events belong to no turn).
+    /// Ctrl-C stops it; a second one quits.
+    async fn compact(&mut self, interrupts: &mut Interrupts) -> anyhow::Result<Flow> {
+        self.compaction.request();
+        let cancel = CancellationToken::new();
+        let result = {
+            let run = self.agent.run_request_hooks(&cancel);
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    result = &mut run => break Some(result),
+                    Some(echo) = self.rx.recv() => self.console.show(echo)?,
+                    _ = interrupts.recv() => {
+                        if cancel.is_cancelled() {
+                            break None;
+                        }
+                        self.console.line("  ^C: stopping the compaction (Ctrl-C again to quit)…")?;
+                        cancel.cancel();
+                    }
+                }
+            }
+        };
+        while let Ok(echo) = self.rx.try_recv() {
+            self.console.show(echo)?;
+        }
+        self.console.end_turn()?;
+        let Some(result) = result else { return Ok(Flow::Exit) };
+        let run = result.map_err(|e| loop_error(e, &self.shown))?;
+        if let Some(failure) = &run.failure {
+            output::error_line(&format!(
+                "error[{}]: /compact: {failure}",
+                palimpsest_core_agent_loop::codes::PLUGIN_FAILED
+            ));
+        } else if run.cancelled {
+            output::note("compaction stopped; the history stays as it is");
+        } else if run.seqs.is_empty() {
+            output::note("nothing to compact: the history is no longer than what is always kept verbatim");
+        }
+        // A request left unused (nothing to compact) must not fire later.
+        let _ = self.compaction.withdraw();
+        Ok(Flow::Continue)
+    }
+
+    /// Logs `settings` as the session's from the next turn on.
+    fn set_settings(&mut self, settings: Settings) -> anyhow::Result<()> {
+        match self.agent.set_settings(settings).map_err(|e| loop_error(e, &self.shown))? {
+            Some(seq) => output::note(&format!(
+                "settings changed: {} (logged at seq {seq})",
+                crate::settings_view::line(&self.agent.settings())
+            )),
+            None => output::note("the settings are already these"),
+        }
+        Ok(())
+    }
+
+    /// `/fork`: a child of the session as it is now, written to the same
+    /// store as `palimpsest fork` would (`<id>-fork-<seq>`, or the first
+    /// free `-2`, `-3`, ...); the run carries on in the child, the parent
+    /// is left as it is.
+    fn fork(&mut self) -> anyhow::Result<()> {
+        self.agent.flush().map_err(|e| loop_error(e, &self.shown))?;
+        let parent = self.agent.session();
+        let Some(at) = (parent.events().len() as u64).checked_sub(1) else {
+            output::error_line("error[usage]: the session has no events to fork");
+            return Ok(());
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let base = format!("{}-fork-{at}", parent.id());
+        let mut forked = None;
+        for n in 1..=1000u32 {
+            let id = if n == 1 { base.clone() } else { format!("{base}-{n}") };
+            let child = palimpsest_core_session::fork::fork(parent, at, id.clone(), now).map_err(|e| {
+                CliError::refused(
+                    e.code().to_owned(),
+                    format!("{}#{}", self.shown, parent.id()),
+                    e.to_string(),
+                )
+            })?;
+            match self.store.create(child.header()) {
+                Ok(()) => {}
+                Err(e) if e.code() == "already-exists" => continue,
+                Err(e) => return Err(from_store(&e, &self.shown).into()),
+            }
+            if let Err(e) = self.store.append(&id, child.events()).and_then(|()| self.store.sync(&id)) {
+                // Take back the half-written child rather than leave it.
+                if let Err(rm) = self.store.delete(&id) {
+                    tracing::warn!(session_id = %id, error = %rm, "could not remove a half-written fork");
+                }
+                return Err(from_store(&e, &self.shown).into());
+            }
+            forked = Some(id);
+            break;
+        }
+        let Some(id) = forked else {
+            output::error_line(&format!(
+                "error[already-exists]: {base} and 999 numbered variants are all taken"
+            ));
+            return Ok(());
+        };
+        let parent_id = parent.id().to_owned();
+        let (builder, compaction) = self.maker.builder(self.agent.settings());
+        let (agent, _) =
+            builder.open(Arc::clone(&self.store), &id).map_err(|e| loop_error(e, &self.shown))?;
+        (self.agent, self.compaction) = (agent, compaction);
+        output::note(&format!(
+            "forked session {parent_id} after seq {at} into {id}; carrying on in {id} (continue it with --session {id})"
+        ));
+        Ok(())
     }
 
     /// One turn: runs it while echoing what it writes; Ctrl-C cancels it,
@@ -587,21 +885,6 @@ impl Console<'_> {
 
 fn eprintln_line(line: &str) {
     let _ = writeln!(io::stderr().lock(), "{line}");
-}
-
-/// stdin's lines, read on their own thread so a turn (and Ctrl-C) never
-/// waits on the terminal. The channel closes at end of input.
-fn stdin_lines() -> mpsc::UnboundedReceiver<io::Result<String>> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in io::stdin().lock().lines() {
-            let failed = line.is_err();
-            if tx.send(line).is_err() || failed {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// Ctrl-C presses, counted from the moment the handler is installed (a

@@ -17,6 +17,9 @@
 //! ends the attempt with a `compaction/end` carrying the error; the turn
 //! goes on uncompacted.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use palimpsest_core_session::payload::{Block, Message, Role, Source, UserMessage};
 use palimpsest_core_session::rewrite::{plan_compaction, text_chars};
 use palimpsest_core_session::{EventType, Session};
@@ -191,9 +194,35 @@ impl Default for CompactionConfig {
     }
 }
 
+/// Asks a [`Compaction`] to compact at its next run, whatever the
+/// estimate and any back-off: before the next request, or at once with
+/// [`AgentLoop::run_request_hooks`](crate::AgentLoop::run_request_hooks).
+/// Its `compaction/start` then says `"reason": "requested"`. Cheap to
+/// clone; every clone asks the same plugin.
+#[derive(Debug, Clone, Default)]
+pub struct CompactionTrigger(Arc<AtomicBool>);
+
+impl CompactionTrigger {
+    /// Asks for a compaction at the plugin's next run.
+    pub fn request(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a request is pending.
+    pub fn is_requested(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Withdraws a pending request; whether there was one.
+    pub fn withdraw(&self) -> bool {
+        self.0.swap(false, Ordering::SeqCst)
+    }
+}
+
 /// The compaction plugin. See the module docs for the events it writes.
 pub struct Compaction {
     config: CompactionConfig,
+    trigger: CompactionTrigger,
     estimator: Box<dyn TokenEstimator>,
     summarizer: Box<dyn Summarizer>,
     max_summary_percent: u64,
@@ -218,6 +247,7 @@ impl Compaction {
     pub fn new(config: CompactionConfig) -> Compaction {
         Compaction {
             config,
+            trigger: CompactionTrigger::default(),
             estimator: Box::new(CharsOver4),
             summarizer: Box::new(ProviderSummarizer::default()),
             max_summary_percent: DEFAULT_MAX_SUMMARY_PERCENT,
@@ -244,6 +274,11 @@ impl Compaction {
         self
     }
 
+    /// The handle that asks this plugin for a compaction.
+    pub fn trigger(&self) -> CompactionTrigger {
+        self.trigger.clone()
+    }
+
     /// Uses another estimator.
     pub fn with_estimator(mut self, estimator: impl TokenEstimator + 'static) -> Compaction {
         self.estimator = Box::new(estimator);
@@ -257,20 +292,25 @@ impl Compaction {
     }
 
     async fn run(&mut self, ctx: &mut PluginContext<'_>) -> Result<(), PluginError> {
+        let requested = self.trigger.withdraw();
         let estimate = self.estimator.estimate(&ctx.request());
         let budget = self.config.budget_tokens;
-        if estimate <= budget {
+        if !requested && estimate <= budget {
             return Ok(());
         }
         let turn = ctx.position().turn;
-        if turn < self.retry_turn {
+        if !requested && turn < self.retry_turn {
             return self.report_over_budget(ctx, estimate, "backing-off");
         }
         let Some(plan) = plan_compaction(ctx.session(), self.config.keep_recent) else {
+            if requested && estimate <= budget {
+                tracing::info!(estimate, "a compaction was asked for, but there is nothing to compact");
+                return Ok(());
+            }
             return self.report_over_budget(ctx, estimate, "nothing-to-compact");
         };
         let mut start_data = json!({
-            "reason": "budget",
+            "reason": if requested { "requested" } else { "budget" },
             "estimatedTokens": estimate,
             "budgetTokens": budget,
             "range": {"start": plan.start, "end": plan.end, "entries": plan.shadowed.len()},

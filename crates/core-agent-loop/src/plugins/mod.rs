@@ -16,8 +16,8 @@ mod compaction;
 mod pruning;
 
 pub use compaction::{
-    CharsOver4, Compaction, CompactionConfig, FixedSummarizer, ProviderSummarizer, Summarizer,
-    TokenEstimator, COMPACTION_END, COMPACTION_OVER_BUDGET, COMPACTION_START, DEFAULT_MAX_SUMMARY_PERCENT,
-    SUMMARY_EMPTY, SUMMARY_FAILED, SUMMARY_TOO_LARGE, SUMMARY_TRUNCATED,
+    CharsOver4, Compaction, CompactionConfig, CompactionTrigger, FixedSummarizer, ProviderSummarizer,
+    Summarizer, TokenEstimator, COMPACTION_END, COMPACTION_OVER_BUDGET, COMPACTION_START,
+    DEFAULT_MAX_SUMMARY_PERCENT, SUMMARY_EMPTY, SUMMARY_FAILED, SUMMARY_TOO_LARGE, SUMMARY_TRUNCATED,
 };
 pub use pruning::{ToolResultPruning, PRUNING_PLUGIN};

@@ -9,7 +9,7 @@ use palimpsest_core_agent_loop::plugins::{
     Compaction, CompactionConfig, FixedSummarizer, ProviderSummarizer, Summarizer, ToolResultPruning,
 };
 use palimpsest_core_agent_loop::{
-    BoxFuture, PluginError, Provider, ScriptedProvider, ScriptedResponse, TurnInput,
+    BoxFuture, CancellationToken, PluginError, Provider, ScriptedProvider, ScriptedResponse, TurnInput,
 };
 use palimpsest_core_session::payload::{Message, TurnEndReason};
 use palimpsest_core_session::{EventType, Session, SurfaceOp};
@@ -375,4 +375,44 @@ async fn over_budget_is_reported_once_per_turn_and_compaction_start_is_seen_at_o
         agent.run_turn(TurnInput::text(format!("Question {i}, long enough?"))).await.expect("turn");
     }
     assert_eq!(lock(&seen)[..2], ["compaction/start", "summary request"]);
+}
+
+#[tokio::test]
+async fn a_requested_compaction_runs_between_turns_under_budget_and_only_once() {
+    let provider = Arc::new(ScriptedProvider::new(busy_script()));
+    let backend = Backend::new(Kind::Memory);
+    let compaction = Compaction::new(CompactionConfig { budget_tokens: 1_000_000, keep_recent: 3 })
+        .with_summarizer(FixedSummarizer)
+        .with_size_limits(false);
+    let trigger = compaction.trigger();
+    let mut agent = builder(&provider).plugin(compaction).create(backend.store(), SID).expect("create");
+    for i in 0..3 {
+        agent.run_turn(TurnInput::text(format!("turn {i}"))).await.expect("turn");
+    }
+    // Under budget, not asked: the hooks run and write nothing.
+    let quiet = agent.run_request_hooks(&CancellationToken::new()).await.expect("hooks");
+    assert!(quiet.seqs.is_empty() && quiet.failure.is_none() && !quiet.cancelled, "{quiet:?}");
+
+    trigger.request();
+    assert!(trigger.withdraw() && !trigger.withdraw(), "withdrawn once");
+    assert!(agent.run_request_hooks(&CancellationToken::new()).await.expect("hooks").seqs.is_empty());
+    trigger.request();
+    assert!(trigger.is_requested());
+    let first = agent.session().events().len() as u64;
+    let run = agent.run_request_hooks(&CancellationToken::new()).await.expect("hooks");
+    assert_eq!((run.failure.as_deref(), run.cancelled), (None, false));
+    assert_eq!(run.seqs.start, first);
+    assert!(!trigger.is_requested(), "the request is used up");
+    let s = reload(&backend.store());
+    let starts: Vec<_> = plugin_events(&s, "compaction/start").collect();
+    assert_eq!(starts.len(), 1);
+    assert!(starts[0].data().contains(r#""reason":"requested""#), "{}", starts[0].data());
+    assert_eq!(summaries(&s).len(), 1);
+    assert_eq!(plugin_events(&s, "compaction/end").count(), 1);
+    assert_eq!(s.events().len() as u64, run.seqs.end, "start, summary, end: {:?}", run.seqs);
+    assert_eq!(run.seqs.end - run.seqs.start, 3);
+
+    // Asked for nothing more: the next turn does not compact again.
+    agent.run_turn(TurnInput::text("after")).await.expect("turn");
+    assert_eq!(plugin_events(&reload(&backend.store()), "compaction/start").count(), 1);
 }
