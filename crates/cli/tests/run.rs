@@ -776,3 +776,45 @@ fn bad_temperature_max_tokens_or_header_is_a_usage_error() {
     }
     assert!(!dir.path().join("s.db").exists(), "nothing was written");
 }
+
+#[test]
+fn continue_picks_the_session_started_last_and_a_prefix_names_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![
+        text_reply(&["One."]),
+        text_reply(&["Two."]),
+        text_reply(&["Three."]),
+        text_reply(&["Four."]),
+    ]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s.db", "First?"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    // Session ids carry the time to the second: make the second one later.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let second = run(dir.path(), &model_args(&base, &["--store", "s.db", "Second?"]));
+    assert_eq!(second.code, Some(0), "{second:?}");
+    let (a, b) = (first.session_id(), second.session_id());
+    assert_ne!(a, b);
+
+    let cont = run(dir.path(), &model_args(&base, &["--store", "s.db", "-c", "Third?"]));
+    assert_eq!(cont.code, Some(0), "{cont:?}");
+    assert!(cont.stderr.contains(&format!("resuming session {b}")), "{}", cont.stderr);
+    let requests = server.requests();
+    let last = &requests[2]["messages"];
+    assert!(last.to_string().contains("Second?") && !last.to_string().contains("First?"), "{last}");
+
+    // A unique prefix of the first id (it differs from the second's by its time).
+    let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    let prefix = &a[..common + 1];
+    let resumed = run(dir.path(), &model_args(&base, &["--store", "s.db", "--session", prefix, "Fourth?"]));
+    assert_eq!(resumed.code, Some(0), "{resumed:?}");
+    assert!(resumed.stderr.contains(&format!("resuming session {a}")), "{}", resumed.stderr);
+    // Ambiguous: the part both share; unknown: nothing starts so.
+    let ambiguous = run(dir.path(), &model_args(&base, &["--store", "s.db", "--session", &a[..common], "x"]));
+    assert_eq!(ambiguous.code, Some(2), "{ambiguous:?}");
+    assert!(ambiguous.stderr.contains("give more of it"), "{}", ambiguous.stderr);
+    let unknown = run(dir.path(), &model_args(&base, &["--store", "s.db", "--session", "nosuch", "x"]));
+    assert_eq!(unknown.code, Some(2), "{unknown:?}");
+    assert!(unknown.stderr.contains("error[not-found]"), "{}", unknown.stderr);
+    assert_eq!(server.requests().len(), 4, "no model call for a refused resume");
+}

@@ -154,7 +154,15 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
             _hold = opened.hold(&id)?;
             (agent, 0)
         }
-        Some(id) => {
+        Some(wanted) => {
+            // A unique prefix will do; an unknown id is one `not-found` line.
+            let ids: Vec<String> = store
+                .list()
+                .map_err(|e| crate::error::from_store(&e, &shown))?
+                .into_iter()
+                .map(|h| h.id)
+                .collect();
+            let id = &crate::store_arg::unique_id(&ids, wanted, &shown, opened.kind())?;
             // Held before it is opened: opening may append repair events.
             _hold = opened.hold(id)?;
             let (agent, report) =

@@ -87,9 +87,12 @@ pub(crate) struct RunArgs {
     /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, any other a JSONL store directory (created if missing).
     #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
     pub(crate) store: PathBuf,
-    /// Continue this stored session instead of starting a new one.
+    /// Continue this stored session instead of starting a new one (a unique prefix of its id will do).
     #[arg(long, value_name = "ID")]
     pub(crate) session: Option<String>,
+    /// Continue the session of the store that was started last.
+    #[arg(short = 'c', long = "continue", conflicts_with = "session")]
+    pub(crate) continue_last: bool,
     /// The API base URL [env: OPENAI_BASE_URL]; requests go to {URL}/chat/completions.
     #[arg(long, value_name = "URL")]
     pub(crate) base_url: Option<String>,
@@ -129,12 +132,13 @@ pub(crate) struct RunArgs {
 }
 
 /// Runs `palimpsest run`; the answer text goes to `out`.
-pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
+pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     // Everything that can be refused is checked before the store is
     // changed. A resumed session's settings are read first: they are the
     // defaults its flags override.
     let location = writable_location(&args.store)?;
-    if args.session.is_some() && !matches!(location, Location::Postgres(_)) && !args.store.exists() {
+    let resuming = args.session.is_some() || args.continue_last;
+    if resuming && !matches!(location, Location::Postgres(_)) && !args.store.exists() {
         // Resuming reads the store: it is never created for that.
         return Err(CliError::io(location.shown(), "cannot read: no such file or directory").into());
     }
@@ -146,13 +150,14 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     if args.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
         return Err(CliError::usage("the PROMPT is empty").into());
     }
-    let (store, logged_seq, logged) = match &args.session {
-        Some(id) => {
-            let store = open_store(&args.store)?;
-            let (seq, logged) = logged_settings(&*store.store, id, &store.shown())?;
-            (Some(store), seq, Some(logged))
-        }
-        None => (None, None, None),
+    let (store, logged_seq, logged) = if resuming {
+        let store = open_store(&args.store)?;
+        let id = session_to_resume(&store, args.session.as_deref())?;
+        let (seq, logged) = logged_settings(&*store.store, &id, &store.shown())?;
+        args.session = Some(id);
+        (Some(store), seq, Some(logged))
+    } else {
+        (None, None, None)
     };
     let resolved = resolve(&args, logged.as_ref(), |name| std::env::var(name).ok()).map_err(config_error)?;
     let provider = OpenAiProvider::new(resolved.config.clone()).map_err(config_error)?;
@@ -174,6 +179,28 @@ pub(crate) fn run(args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     // hold the exit: the log is already flushed.
     runtime.shutdown_timeout(ABANDONED_TOOL_GRACE);
     result
+}
+
+/// The id of the session to resume: `wanted` (or the one id it is a
+/// unique prefix of), or without it the session started last.
+fn session_to_resume(store: &OpenedStore, wanted: Option<&str>) -> Result<String, CliError> {
+    let headers = store.store.list().map_err(|e| from_store(&e, &store.shown()))?;
+    match wanted {
+        Some(wanted) => {
+            let ids: Vec<String> = headers.into_iter().map(|h| h.id).collect();
+            crate::store_arg::unique_id(&ids, wanted, &store.shown(), store.kind())
+        }
+        None => headers
+            .into_iter()
+            .max_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| b.id.cmp(&a.id)))
+            .map(|h| h.id)
+            .ok_or_else(|| CliError {
+                code: "not-found".into(),
+                location: store.shown(),
+                message: format!("the {} holds no session to continue", store.kind()),
+                exit: Exit::Usage,
+            }),
+    }
 }
 
 /// The unknown settings key under which `run` logs its `--tools` directory
