@@ -28,6 +28,7 @@ mod inspect;
 mod location;
 mod open_store;
 mod output;
+mod remove;
 mod run;
 mod sessions;
 mod settings_view;
@@ -188,9 +189,9 @@ enum Command {
     Export {
         #[command(flatten)]
         target: StoreArgs,
-        /// The file format.
+        /// The file format (`md` for Markdown); left out, -o FILE's extension decides.
         #[arg(long, value_enum)]
-        format: export::Format,
+        format: Option<export::Format>,
         /// Which messages, in which order.
         #[arg(long, value_enum, default_value_t = export::ExportView::Transcript)]
         view: export::ExportView,
@@ -213,6 +214,40 @@ enum Command {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
     },
+    /// Delete one session, after asking (`--yes` does not ask).
+    ///
+    /// Shows the session (id, events, last activity) and asks on the
+    /// terminal; without a terminal, --yes is required. A session another
+    /// worker holds is refused with `locked`.
+    Delete {
+        #[command(flatten)]
+        target: StoreArgs,
+        /// Delete without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Delete every session whose last activity is older than DURATION, after asking.
+    ///
+    /// DURATION is a number and a unit: 90m, 12h, 30d, 2w. Lists the
+    /// sessions and asks once; without a terminal, --yes is required.
+    Prune {
+        /// A JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
+        store: PathBuf,
+        /// How old a session's last activity must be to go, e.g. 30d.
+        #[arg(long, value_name = "DURATION", value_parser = remove::parse_duration)]
+        older_than: std::time::Duration,
+        /// Delete without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Print a shell completion script: `palimpsest completions bash > ~/.local/share/bash-completion/completions/palimpsest`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `palimpsest man | man -l -`.
+    Man,
     /// The main job: a scripted agent session with real tools, end to end.
     ///
     /// Runs six turns over a sandboxed workspace, pruning and compacting the
@@ -253,6 +288,12 @@ enum ColorChoice {
 
 fn main() -> ExitCode {
     init_tracing();
+    if std::env::args_os().len() == 1 {
+        // Bare `palimpsest`: what it is and the first two steps, not a
+        // usage error with the whole help.
+        let _ = io::stdout().lock().write_all(SHORT_USAGE.as_bytes());
+        return ExitCode::SUCCESS;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
@@ -275,6 +316,27 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// What bare `palimpsest` prints.
+const SHORT_USAGE: &str = "\
+palimpsest: durable, replayable session logs for LLM agents.
+
+First steps:
+  palimpsest demo                         a scripted agent session into ./palimpsest-demo.db, then its log
+  palimpsest run \"Hello\"                  talk to a model (OPENAI_BASE_URL, OPENAI_MODEL, OPENAI_API_KEY)
+
+Every day:
+  palimpsest run -c \"And then?\"           continue the session started last
+  palimpsest sessions palimpsest.db       the sessions: outcome, first prompt
+  palimpsest inspect palimpsest.db --session ID
+                                          one session as a timeline
+  palimpsest export palimpsest.db --session ID -o s.html
+                                          one session to read (.md, .html, .json)
+
+Commands: validate surface derive repair inspect sessions fork explain export convert
+          delete prune demo run completions man
+`palimpsest help COMMAND` tells more.
+";
 
 fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match command {
@@ -302,6 +364,22 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
             demo::run(&options, out)
         }
         Command::Run(args) => run::run(args, out),
+        Command::Delete { target, yes } => remove::delete(&target, yes, out),
+        Command::Prune { store, older_than, yes } => remove::prune(&store, older_than, yes, out),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            // Generated in memory: clap_complete panics on a write error
+            // (a closed pipe), where `out` reports it.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "palimpsest", &mut script);
+            out.write_all(&script)?;
+            Ok(Exit::Success)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).render(out)?;
+            Ok(Exit::Success)
+        }
     }
 }
 

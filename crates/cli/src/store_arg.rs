@@ -277,6 +277,23 @@ impl Store {
         })
     }
 
+    /// Deletes session `id` (a bare file: the file, under its writer lock).
+    /// `locked` when another writer holds it.
+    pub(crate) fn delete(&self, id: &str) -> Result<(), CliError> {
+        let origin = self.origin(id);
+        match (self, self.backend()) {
+            (Store::File(p), _) => {
+                let file = SessionFile::open(p).map_err(|e| from_store(&e, &origin))?;
+                fs::remove_file(p)
+                    .map_err(|e| CliError::io(origin.clone(), format!("cannot delete: {e}")))?;
+                drop(file);
+                Ok(())
+            }
+            (_, Some(s)) => s.delete(id).map_err(|e| self.load_error(&e, id, &origin)),
+            (_, None) => Err(self.not_found(id)),
+        }
+    }
+
     /// Whether a session `id` exists here, or (for a bare file) whether the
     /// file [`Store::write_new`] would write for `id` exists, or the file
     /// itself holds session `id`.

@@ -44,6 +44,7 @@ use crate::store_arg::StoreArgs;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Format {
     /// Markdown, with fenced code for tool arguments and results.
+    #[value(alias = "md")]
     Markdown,
     /// One self-contained HTML file: inline CSS, no scripts, no network.
     Html,
@@ -444,13 +445,42 @@ struct SettingsCarrier<'a> {
 }
 
 /// `palimpsest export`.
+/// The format `-o FILE`'s extension names: `.md`/`.markdown`, `.html`/`.htm`, `.json`.
+pub(crate) fn format_of(file: &Path) -> Option<Format> {
+    match file.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "md" | "markdown" => Some(Format::Markdown),
+        "html" | "htm" => Some(Format::Html),
+        "json" => Some(Format::Json),
+        _ => None,
+    }
+}
+
+/// `--format`, or the one `-o`'s extension names; neither is a usage error.
+pub(crate) fn chosen_format(format: Option<Format>, output: Option<&Path>) -> Result<Format, CliError> {
+    if let Some(format) = format {
+        return Ok(format);
+    }
+    match output {
+        Some(file) => format_of(file).ok_or_else(|| {
+            CliError::usage(format!(
+                "-o {}: the extension names no format (.md, .html, .json); give --format",
+                file.display()
+            ))
+        }),
+        None => {
+            Err(CliError::usage("give --format markdown|html|json, or -o FILE ending in .md, .html or .json"))
+        }
+    }
+}
+
 pub(crate) fn export(
     args: &StoreArgs,
-    format: Format,
+    format: Option<Format>,
     view: ExportView,
     output: Option<&Path>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
+    let format = chosen_format(format, output)?;
     let (_, checked) = open_checked(args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
     let replaced = checked.replaced.clone();

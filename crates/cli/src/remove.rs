@@ -1,0 +1,161 @@
+//! `palimpsest delete STORE [--session ID]` (the session may be left out
+//! when STORE holds one) and `palimpsest prune STORE
+//! --older-than DURATION`: remove sessions, after asking.
+//!
+//! Both say what they will remove (id, events, last activity) and ask on
+//! the terminal before removing anything; `--yes` skips the question. When
+//! stdin is not a terminal and `--yes` is not given, nothing is removed
+//! (`usage`, exit 2): a script must say `--yes`. A session held by another
+//! worker (PostgreSQL) or locked by another writer (JSONL) is refused with
+//! `locked` and kept. A bare session file is deleted as a file.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{CliError, Exit};
+use crate::output;
+use crate::store_arg::{self, Access, Store, StoreArgs};
+use crate::timefmt;
+
+/// One session to remove, as the question shows it.
+struct Doomed {
+    id: String,
+    events: usize,
+    last_activity: u64,
+}
+
+impl Doomed {
+    fn describe(&self) -> String {
+        format!("{} ({} events, last activity {})", self.id, self.events, timefmt::utc(self.last_activity))
+    }
+}
+
+/// `palimpsest delete STORE --session ID [--yes]`.
+pub(crate) fn delete(args: &StoreArgs, yes: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    let target = store_arg::open(args, Access::Write)?;
+    let checked = target.check()?;
+    let session = checked.session.as_ref().map(|s| (s.id().to_owned(), s.events().len(), s.last_time()));
+    let (id, events, last_activity) =
+        session.unwrap_or_else(|| (args.session.clone().unwrap_or_default(), 0, 0));
+    let doomed = [Doomed { id, events, last_activity }];
+    if !confirm(&doomed, yes)? {
+        output::note("nothing was deleted");
+        return Ok(Exit::Success);
+    }
+    target.store.delete(&doomed[0].id)?;
+    writeln!(out, "deleted {}", doomed[0].id)?;
+    Ok(Exit::Success)
+}
+
+/// `palimpsest prune STORE --older-than DURATION [--yes]`: every session
+/// whose last activity (its last event, or its creation when empty) is
+/// older than DURATION.
+pub(crate) fn prune(
+    store: &Path,
+    older_than: Duration,
+    yes: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
+    let store = Store::open_existing(store, Access::Write)?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let cutoff = now.saturating_sub(older_than.as_millis() as u64);
+    let mut doomed = Vec::new();
+    for header in store.list()? {
+        let stored = store.load(&header.id)?;
+        let last_activity = stored.events.last().map_or(header.created_at, |e| e.time());
+        if last_activity < cutoff {
+            doomed.push(Doomed { id: header.id, events: stored.events.len(), last_activity });
+        }
+    }
+    if doomed.is_empty() {
+        output::note(&format!(
+            "no session of {} is older than {}",
+            store.path().display(),
+            timefmt::utc(cutoff)
+        ));
+        return Ok(Exit::Success);
+    }
+    if !confirm(&doomed, yes)? {
+        output::note("nothing was deleted");
+        return Ok(Exit::Success);
+    }
+    let mut exit = Exit::Success;
+    for d in &doomed {
+        match store.delete(&d.id) {
+            Ok(()) => writeln!(out, "deleted {}", d.id)?,
+            Err(e) => {
+                // The others still go: say which one stayed, and why.
+                output::error_line(&e.to_string());
+                exit = Exit::Invalid;
+            }
+        }
+    }
+    Ok(exit)
+}
+
+/// Asks on the terminal whether to remove `doomed`; `yes` answers for it.
+fn confirm(doomed: &[Doomed], yes: bool) -> Result<bool, CliError> {
+    let list: Vec<String> = doomed.iter().map(Doomed::describe).collect();
+    if yes {
+        return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(CliError::usage(format!(
+            "would delete {}: {}; stdin is not a terminal to ask, so pass --yes",
+            plural(doomed.len()),
+            list.join(", ")
+        )));
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "about to delete {}:", plural(doomed.len()));
+    for line in &list {
+        let _ = writeln!(err, "  {line}");
+    }
+    let _ = write!(err, "delete? [y/N] ");
+    let _ = err.flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).map_err(|e| CliError::io("stdin", e.to_string()))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+fn plural(n: usize) -> String {
+    if n == 1 {
+        "1 session".to_owned()
+    } else {
+        format!("{n} sessions")
+    }
+}
+
+/// Reads a duration such as `30d`, `12h`, `90m`, `45s` or `2w`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| format!("{text:?}: a number then a unit, e.g. 30d, 12h, 90m"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(format!("{text:?}: the unit is one of s, m, h, d, w (e.g. 30d)")),
+    };
+    n.checked_mul(secs).map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_have_a_number_and_a_unit() {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("d").is_err());
+        assert!(parse_duration("3y").is_err());
+        assert!(parse_duration("99999999999999999999w").is_err());
+    }
+}

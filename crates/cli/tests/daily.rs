@@ -1,0 +1,151 @@
+//! The small things of daily use (issue 19): bare `palimpsest`, shell
+//! completions and the manual page, `delete` and `prune`, and `export`
+//! taking its format from `-o`.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+
+use support::*;
+
+fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for f in fixtures {
+        let name = Path::new(f).file_name().expect("a file name");
+        fs::copy(test_data(f), dir.path().join(name)).expect("copy a fixture");
+    }
+    dir
+}
+
+/// A SQLite store holding the two fixture sessions (last active on
+/// 2026-01-01) and, when `fresh`, a session active now.
+fn store(d: &Path, fresh: bool) {
+    for f in ["compaction-and-prune.jsonl", "crash-open.jsonl"] {
+        ok(palimpsest(d, &["convert", f, "s.db"]));
+    }
+    if fresh {
+        ok(palimpsest(d, &["demo", "--store", "s.db", "--pace", "0", "--quiet"]));
+    }
+}
+
+fn ids(d: &Path) -> Vec<String> {
+    let list = ok(palimpsest(d, &["sessions", "--json", "s.db"])).json();
+    list.as_array()
+        .map(|a| a.iter().filter_map(|r| r["id"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn bare_palimpsest_prints_a_short_usage_not_an_error() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let run = palimpsest(dir.path(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.is_empty(), "{run:?}");
+    assert!(
+        run.stdout.contains("palimpsest demo") && run.stdout.contains("palimpsest run"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.lines().count() < 25, "short: {}", run.stdout);
+}
+
+#[test]
+fn completions_for_every_shell_and_a_man_page() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for (shell, marker) in [
+        ("bash", "_palimpsest()"),
+        ("zsh", "#compdef palimpsest"),
+        ("fish", "complete -c palimpsest"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ] {
+        let run = ok(palimpsest(dir.path(), &["completions", shell]));
+        assert!(run.stdout.contains(marker), "{shell}: {}", &run.stdout[..run.stdout.len().min(300)]);
+        assert!(
+            run.stdout.contains("sessions") && run.stdout.contains("prune"),
+            "{shell} knows the commands"
+        );
+    }
+    let bad = palimpsest(dir.path(), &["completions", "tcsh"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    let man = ok(palimpsest(dir.path(), &["man"]));
+    assert!(
+        man.stdout.starts_with(".ie") || man.stdout.contains(".TH palimpsest 1"),
+        "{}",
+        &man.stdout[..200]
+    );
+    assert!(man.stdout.contains("export"), "the page lists the commands");
+}
+
+#[test]
+fn delete_asks_or_needs_yes_and_removes_one_session() {
+    let dir = scratch(&["ok/compaction-and-prune.jsonl", "ok/crash-open.jsonl"]);
+    let d = dir.path();
+    store(d, false);
+    // No terminal to ask: nothing is deleted without --yes.
+    let refused = palimpsest(d, &["delete", "s.db", "--session", "crash-1"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused.stderr.contains("pass --yes") && refused.stderr.contains("crash-1 (11 events"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(ids(d), ["crash-1", "example-1"]);
+    let missing = palimpsest(d, &["delete", "s.db", "--session", "nosuch", "--yes"]);
+    assert!(missing.stderr.contains("error[not-found]"), "{missing:?}");
+    let no_session = palimpsest(d, &["delete", "s.db", "--yes"]);
+    assert_eq!(no_session.code, 2, "a store of two sessions needs --session: {no_session:?}");
+    // A prefix will do, as everywhere.
+    let deleted = ok(palimpsest(d, &["delete", "s.db", "--session", "cra", "--yes"]));
+    assert_eq!(deleted.stdout, "deleted crash-1\n");
+    assert_eq!(ids(d), ["example-1"]);
+    // A bare session file is deleted as a file.
+    ok(palimpsest(d, &["delete", "crash-open.jsonl", "--yes"]));
+    assert!(!d.join("crash-open.jsonl").exists());
+}
+
+#[test]
+fn prune_removes_only_sessions_older_than_the_duration() {
+    let dir = scratch(&["ok/compaction-and-prune.jsonl", "ok/crash-open.jsonl"]);
+    let d = dir.path();
+    store(d, true);
+    assert_eq!(ids(d).len(), 3);
+    let refused = palimpsest(d, &["prune", "s.db", "--older-than", "30d"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("would delete 2 sessions"), "{}", refused.stderr);
+    assert_eq!(ids(d).len(), 3, "nothing deleted without --yes");
+    let bad = palimpsest(d, &["prune", "s.db", "--older-than", "30"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("the unit is one of"), "{}", bad.stderr);
+    let pruned = ok(palimpsest(d, &["prune", "s.db", "--older-than", "30d", "--yes"]));
+    assert_eq!(pruned.stdout, "deleted crash-1\ndeleted example-1\n");
+    let left = ids(d);
+    assert_eq!(left.len(), 1);
+    assert!(left[0].starts_with("demo-"), "{left:?}");
+    let none = ok(palimpsest(d, &["prune", "s.db", "--older-than", "30d", "--yes"]));
+    assert!(none.stdout.is_empty() && none.stderr.contains("no session"), "{none:?}");
+}
+
+#[test]
+fn export_takes_its_format_from_the_output_file_and_accepts_md() {
+    let dir = scratch(&["ok/compaction-and-prune.jsonl"]);
+    let d = dir.path();
+    let f = "compaction-and-prune.jsonl";
+    ok(palimpsest(d, &["export", f, "-o", "a.md"]));
+    ok(palimpsest(d, &["export", f, "-o", "a.html"]));
+    ok(palimpsest(d, &["export", f, "-o", "a.json"]));
+    let md = ok(palimpsest(d, &["export", f, "--format", "md"])).stdout;
+    assert_eq!(fs::read_to_string(d.join("a.md")).expect("a.md"), md);
+    assert!(fs::read_to_string(d.join("a.html")).expect("a.html").starts_with("<!DOCTYPE html>"));
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(d.join("a.json")).expect("a.json")).expect("JSON");
+    assert_eq!(json["format"], "palimpsest-export");
+    // --format wins over the extension.
+    ok(palimpsest(d, &["export", f, "--format", "json", "-o", "b.md"]));
+    assert!(fs::read_to_string(d.join("b.md")).expect("b.md").starts_with('{'));
+    for args in [vec!["export", f], vec!["export", f, "-o", "x.txt"]] {
+        let run = palimpsest(d, &args);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.contains("error[usage]") && run.stderr.contains("--format"), "{}", run.stderr);
+    }
+}
