@@ -54,8 +54,9 @@ fn bare_connect(url: &str) -> Result<Client, String> {
         config.connect_timeout(Duration::from_secs(5));
     }
     config.connect(NoTls).map_err(|e| {
+        let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
         format!(
-            "cannot reach PostgreSQL at {location} ({e}): start a server there, or point \
+            "cannot reach PostgreSQL at {location} ({e}{cause}): start a server there, or point \
              PALIMPSEST_TEST_PG_URL at one"
         )
     })
