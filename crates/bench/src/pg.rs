@@ -24,7 +24,6 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, Config, NoTls};
 
-use crate::measure::median;
 use crate::report::Row;
 use crate::sections::{per_sec, row, with_baseline};
 use crate::stores::{append_one_by_one, err, load_validate, write_through, ONE_BY_ONE};
@@ -137,25 +136,37 @@ impl BareSql {
     }
 }
 
-/// Times `run` on the output of `setup` as [`median`] does, but keeps the
-/// first error instead of timing it.
-fn median_ok<S, T>(
+/// Times `ours` and `base` in turns (ours first, then the baseline first,
+/// and so on), each after its own `setup` (not timed), so that a noisy
+/// moment of this shared machine falls on both sides; returns each one's
+/// median, or the first error.
+fn paired<A, B>(
     runs: usize,
-    mut setup: impl FnMut() -> Result<S, String>,
-    mut run: impl FnMut(S) -> Result<T, String>,
-) -> Result<Duration, String> {
-    let mut failed: Option<String> = None;
-    let d = median(runs, &mut setup, |s| match s.and_then(&mut run) {
-        Ok(out) => Some(out),
-        Err(e) => {
-            failed.get_or_insert(e);
-            None
+    mut setup: impl FnMut() -> Result<(), String>,
+    mut ours: impl FnMut() -> Result<A, String>,
+    mut base: impl FnMut() -> Result<B, String>,
+) -> Result<(Duration, Duration), String> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..runs.max(1) {
+        for side in [i % 2, 1 - i % 2] {
+            setup()?;
+            let start = Instant::now();
+            if side == 0 {
+                let out = ours()?;
+                a.push(start.elapsed());
+                drop(std::hint::black_box(out));
+            } else {
+                let out = base()?;
+                b.push(start.elapsed());
+                drop(std::hint::black_box(out));
+            }
         }
-    });
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(d),
     }
+    let median = |mut v: Vec<Duration>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    Ok((median(a), median(b)))
 }
 
 /// One transaction of the baseline: the session row first, or not, then
@@ -259,57 +270,60 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
     let store = scratch.store(&url)?;
     let mut bare = bare_connect(&url)?;
     let runs = w.runs();
-    // One transaction per turn, or per row, pays a commit (and a WAL flush)
-    // each: fewer runs.
-    let tx_runs = if w.n > 200_000 { 1 } else { runs.min(3) };
+    // A transaction per turn, or per row, pays a commit (and a WAL flush)
+    // each: fewer runs (5,000 single-row commits take seconds).
+    let turn_runs = if w.n > 200_000 { 1 } else { runs.min(5) };
+    let row_runs = 3;
     let header = &w.header;
     let turns = crate::stores::turns(w);
     let m = w.n.min(ONE_BY_ONE);
 
     // Writes. The store is connected once, outside the timings, like the
     // bare client; the tables are emptied before each run.
-    let one_batch = median_ok(
+    let (one_batch, bare_one) = paired(
         runs,
         || scratch.truncate(),
-        |()| {
+        || {
             store.create_with_events(header, &w.events).map_err(err)?;
             store.sync(&header.id).map_err(err)
         },
+        || bare_write(&mut bare, &sql, header, &[(true, &w.events)]),
     )?;
-    let bare_one = median_ok(
-        runs,
-        || scratch.truncate(),
-        |()| bare_write(&mut bare, &sql, header, &[(true, &w.events)]),
-    )?;
-    let per_turn = median_ok(tx_runs, || scratch.truncate(), |()| write_through(&store, w, true))?;
     let turn_txs: Vec<BareTx<'_>> =
         std::iter::once((true, &[][..])).chain(turns.iter().map(|t| (false, *t))).collect();
-    let bare_turns =
-        median_ok(tx_runs, || scratch.truncate(), |()| bare_write(&mut bare, &sql, header, &turn_txs))?;
-    let each = median_ok(tx_runs, || scratch.truncate(), |()| append_one_by_one(&store, w))?;
+    let (per_turn, bare_turns) = paired(
+        turn_runs,
+        || scratch.truncate(),
+        || write_through(&store, w, true),
+        || bare_write(&mut bare, &sql, header, &turn_txs),
+    )?;
     let row_txs: Vec<BareTx<'_>> =
         std::iter::once((true, &[][..])).chain(w.events[..m].chunks(1).map(|e| (false, e))).collect();
-    let bare_each =
-        median_ok(tx_runs, || scratch.truncate(), |()| bare_write(&mut bare, &sql, header, &row_txs))?;
+    let (each, bare_each) = paired(
+        row_runs,
+        || scratch.truncate(),
+        || append_one_by_one(&store, w),
+        || bare_write(&mut bare, &sql, header, &row_txs),
+    )?;
 
     // Load, and resume (connect, open, load), of the whole workload.
     scratch.truncate()?;
     store.create_with_events(header, &w.events).map_err(err)?;
-    let load = median_ok(runs, || Ok(()), |()| load_validate(&store, &header.id))?;
-    let select = median_ok(runs, || Ok(()), |()| bare_select(&mut bare, &sql, &header.id))?;
-    let resume = median_ok(
+    let (load, select) = paired(
         runs,
         || Ok(()),
-        |()| {
+        || load_validate(&store, &header.id),
+        || bare_select(&mut bare, &sql, &header.id),
+    )?;
+    let (resume, bare_resume) = paired(
+        runs,
+        || Ok(()),
+        || {
             let store = PgStore::connect_with(&url, options(&scratch.name)).map_err(err)?;
             let session = load_validate(&store, &header.id)?;
             Ok((store, session))
         },
-    )?;
-    let bare_resume = median_ok(
-        runs,
-        || Ok(()),
-        |()| {
+        || {
             let mut client = bare_connect(&url)?;
             let n = bare_select(&mut client, &sql, &header.id)?;
             Ok((client, n))
@@ -400,18 +414,42 @@ impl Load {
     }
 
     /// Appends every batch, timing each append (with its sync, if any).
-    fn write(&self, store: &dyn SessionStore, id: &str) -> Result<Vec<Duration>, String> {
-        let mut latencies = Vec::with_capacity(self.appends.len());
+    ///
+    /// A sync refused with `locked` is tried again (the append is
+    /// committed; only the SQLite store's checkpoint can be refused so,
+    /// when other processes keep writing the file) and counted; the
+    /// latency includes the retries.
+    fn write(&self, store: &dyn SessionStore, id: &str) -> Result<Written, String> {
+        let mut out = Written { latencies: Vec::with_capacity(self.appends.len()), retried: 0 };
         for (range, ends_turn) in &self.appends {
             let start = Instant::now();
             store.append(id, &self.events[range.clone()]).map_err(err)?;
             if *ends_turn {
-                store.sync(id).map_err(err)?;
+                let mut tries = 0;
+                loop {
+                    match store.sync(id) {
+                        Ok(()) => break,
+                        Err(e) if e.code() == "locked" && tries < MAX_SYNC_RETRIES => tries += 1,
+                        Err(e) => return Err(err(e)),
+                    }
+                }
+                out.retried += tries;
             }
-            latencies.push(start.elapsed());
+            out.latencies.push(start.elapsed());
         }
-        Ok(latencies)
+        Ok(out)
     }
+}
+
+/// How often one writer's sync is tried again after `locked` before the
+/// section fails.
+const MAX_SYNC_RETRIES: usize = 100;
+
+/// What one writer measured.
+struct Written {
+    latencies: Vec<Duration>,
+    /// Syncs refused with `locked` and tried again.
+    retried: usize,
 }
 
 /// What a concurrent run measured: events per second over all writers,
@@ -420,16 +458,20 @@ struct Figures {
     events_per_sec: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Syncs refused with `locked` and tried again, over all writers.
+    retried: usize,
 }
 
 impl Figures {
-    fn of(events: usize, wall: Duration, mut latencies: Vec<Duration>) -> Figures {
+    fn of(events: usize, wall: Duration, written: Vec<Written>) -> Figures {
+        let retried = written.iter().map(|w| w.retried).sum();
+        let mut latencies: Vec<Duration> = written.into_iter().flat_map(|w| w.latencies).collect();
         latencies.sort_unstable();
         let at = |p: f64| {
             let i = ((latencies.len().saturating_sub(1)) as f64 * p).round() as usize;
             latencies.get(i).map_or(f64::NAN, |d| ms(*d))
         };
-        Figures { events_per_sec: per_sec(events, wall), p50_ms: at(0.50), p99_ms: at(0.99) }
+        Figures { events_per_sec: per_sec(events, wall), p50_ms: at(0.50), p99_ms: at(0.99), retried }
     }
 }
 
@@ -457,17 +499,14 @@ fn in_threads(
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let results: Vec<Result<Vec<Duration>, String>> = handles
+        let results: Vec<Result<Written, String>> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("a writer thread panicked".into())))
             .collect();
         (start.elapsed(), results)
     });
-    let mut latencies = Vec::new();
-    for r in results {
-        latencies.extend(r?);
-    }
-    Ok(Figures::of(writers * load.events.len(), wall, latencies))
+    let written = results.into_iter().collect::<Result<Vec<Written>, String>>()?;
+    Ok(Figures::of(writers * load.events.len(), wall, written))
 }
 
 /// The hidden argument that makes this executable a concurrent writer.
@@ -511,15 +550,23 @@ fn in_processes(load: &Load, writers: usize, kind: &str, target: &str, tag: &str
             let stdin = c.child.stdin.as_mut().ok_or("no stdin")?;
             stdin.write_all(b"go\n").and_then(|()| stdin.flush()).map_err(err)?;
         }
-        let mut latencies = Vec::new();
+        let mut written = Vec::with_capacity(writers);
         for c in &mut children {
             let mut line = String::new();
             c.out.read_line(&mut line).map_err(err)?;
-            let ns: Vec<u64> = serde_json::from_str(line.trim())
+            let said: serde_json::Value = serde_json::from_str(line.trim())
                 .map_err(|_| format!("a writer process failed (said {:?})", line.trim()))?;
-            latencies.extend(ns.into_iter().map(Duration::from_nanos));
+            let ns = said["ns"].as_array().ok_or("a writer process sent no latencies")?;
+            written.push(Written {
+                latencies: ns
+                    .iter()
+                    .filter_map(serde_json::Value::as_u64)
+                    .map(Duration::from_nanos)
+                    .collect(),
+                retried: said["retried"].as_u64().unwrap_or(0) as usize,
+            });
         }
-        Ok(Figures::of(writers * load.events.len(), start.elapsed(), latencies))
+        Ok(Figures::of(writers * load.events.len(), start.elapsed(), written))
     })();
     // Whatever happened: close every stdin (a waiting child takes that as
     // "stop") and reap every child, keeping what a failed one said.
@@ -543,7 +590,8 @@ fn in_processes(load: &Load, writers: usize, kind: &str, target: &str, tag: &str
 
 /// Child side of [`in_processes`]: opens the store, creates the session, says
 /// `ready`, waits for `go`, appends, and prints every append's latency in
-/// nanoseconds as a JSON array.
+/// nanoseconds and the syncs it tried again, as JSON (`{"ns": [...],
+/// "retried": 0}`).
 pub(crate) fn writer_child(kind: &str, target: &str, id: &str) -> Result<String, String> {
     let load = Load::new();
     let store: Box<dyn SessionStore> = match kind {
@@ -559,9 +607,9 @@ pub(crate) fn writer_child(kind: &str, target: &str, id: &str) -> Result<String,
     if line.trim() != "go" {
         return Err("stopped before the start".into());
     }
-    let latencies = load.write(store.as_ref(), id)?;
-    let ns: Vec<u64> = latencies.iter().map(|d| d.as_nanos() as u64).collect();
-    Ok(serde_json::Value::from(ns).to_string())
+    let written = load.write(store.as_ref(), id)?;
+    let ns: Vec<u64> = written.latencies.iter().map(|d| d.as_nanos() as u64).collect();
+    Ok(serde_json::json!({"ns": ns, "retried": written.retried}).to_string())
 }
 
 /// The concurrency rows: 1, 4 and 16 writers, from threads (each its own
@@ -576,7 +624,13 @@ fn concurrency(w: &Workload, url: &str, schema: &str, processes: bool) -> Result
     let mut add = |pg: Figures, lite: Figures, writers: usize, how: &str, lite_how: &str| {
         // The load (see `Load`): appends of at most WRITER_BATCH events, a
         // sync at each turn end, `per_session` events to each session.
-        let what = format!("{writers} writer(s) at once ({per_session} ev each), {how}");
+        let retried = |n: usize| match n {
+            0 => String::new(),
+            n => format!(" ({n} syncs refused `locked`, tried again)"),
+        };
+        let what =
+            format!("{writers} writer(s) at once ({per_session} ev each), {how}{}", retried(pg.retried));
+        let lite_how = format!("{lite_how}{}", retried(lite.retried));
         rows.push(with_baseline(
             row("postgres", &format!("{what}: throughput"), w, pg.events_per_sec, "ev/s"),
             &format!("SQLite, {lite_how}"),
