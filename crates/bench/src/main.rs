@@ -9,6 +9,7 @@
 //! ```
 
 mod measure;
+mod pg;
 mod report;
 mod sections;
 mod stores;
@@ -64,11 +65,18 @@ struct Args {
     json: Option<String>,
     memory_probe: Option<String>,
     only: Option<String>,
+    /// Child mode of the postgres section: store kind, target, session id.
+    writer: Option<[String; 3]>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args =
-        Args { sizes: vec![10_000, 100_000, 1_000_000], json: None, memory_probe: None, only: None };
+    let mut args = Args {
+        sizes: vec![10_000, 100_000, 1_000_000],
+        json: None,
+        memory_probe: None,
+        only: None,
+        writer: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -83,6 +91,11 @@ fn parse_args() -> Result<Args, String> {
             "--only" => args.only = Some(it.next().ok_or("--only needs a section name")?),
             "--json" => args.json = Some(it.next().ok_or("--json needs a file")?),
             "--memory-probe" => args.memory_probe = Some(it.next().ok_or("--memory-probe needs a file")?),
+            pg::WRITER_ARG => {
+                let mut next =
+                    || it.next().ok_or("the writer child mode needs a store kind, a target and an id");
+                args.writer = Some([next()?, next()?, next()?]);
+            }
             "-h" | "--help" => {
                 return Err(
                     "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE]"
@@ -113,6 +126,19 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("memory probe failed: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some([kind, target, id]) = &args.writer {
+        // Child mode: one concurrent writer of the postgres section.
+        return match pg::writer_child(kind, target, id) {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("writer failed: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -172,9 +198,10 @@ mod tests {
         assert_eq!(w.events.len(), 400);
         assert_eq!(w.turn_ends.last(), Some(&400));
         for (name, section) in sections::ALL {
-            // The memory probe re-runs this executable as a child; under
-            // `cargo test` that is the test binary, so it is checked below.
-            if *name == "rss" {
+            // The memory probe and the postgres section's writer processes
+            // re-run this executable as a child; under `cargo test` that is
+            // the test binary, so they are checked below.
+            if *name == "rss" || *name == "postgres" {
                 continue;
             }
             let rows = section(&w).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -186,6 +213,20 @@ mod tests {
         }
         let table = report::table(&[]);
         assert!(table.starts_with("| section |"));
+    }
+
+    /// Needs the PostgreSQL server of `PALIMPSEST_TEST_PG_URL` (default
+    /// `postgres://postgres@127.0.0.1:5432/test`). Writers in threads only:
+    /// the child processes are run by the `bench_runs` test.
+    #[test]
+    fn the_postgres_section_runs_at_a_tiny_size() {
+        let w = Workload::new(400);
+        let rows = pg::run(&w, false).unwrap_or_else(|e| panic!("postgres: {e}"));
+        assert_eq!(rows.len(), 5 + 3 * 3);
+        for r in &rows {
+            assert!(r.value.is_finite() && r.value > 0.0, "{} = {}", r.name, r.value);
+            assert!(r.ratio().is_some_and(f64::is_finite), "{}", r.name);
+        }
     }
 
     #[test]

@@ -32,7 +32,8 @@ impl Row {
 fn fmt_value(v: f64, unit: &str) -> String {
     match unit {
         "ev/s" if v >= 1e6 => format!("{:.2}M ev/s", v / 1e6),
-        "ev/s" => format!("{:.0}k ev/s", v / 1e3),
+        "ev/s" if v >= 1e4 => format!("{:.0}k ev/s", v / 1e3),
+        "ev/s" => format!("{:.2}k ev/s", v / 1e3),
         "ns" => format!("{v:.1} ns"),
         "ms" => format!("{v:.2} ms"),
         "MB/s" => format!("{v:.0} MB/s"),

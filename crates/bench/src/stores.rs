@@ -15,12 +15,12 @@ use crate::report::Row;
 use crate::sections::{per_sec, row, with_baseline};
 use crate::Workload;
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
 /// The workload's events cut into per-turn batches.
-fn turns(w: &Workload) -> Vec<&[palimpsest_core_session::Event]> {
+pub(crate) fn turns(w: &Workload) -> Vec<&[palimpsest_core_session::Event]> {
     let mut start = 0;
     w.turn_ends
         .iter()
@@ -34,7 +34,7 @@ fn turns(w: &Workload) -> Vec<&[palimpsest_core_session::Event]> {
 
 /// Writes the workload through a store: one batch, or one batch and one
 /// sync per turn.
-fn write_through(store: &dyn SessionStore, w: &Workload, per_turn: bool) -> Result<(), String> {
+pub(crate) fn write_through(store: &dyn SessionStore, w: &Workload, per_turn: bool) -> Result<(), String> {
     store.create(&w.header).map_err(err)?;
     if per_turn {
         for batch in turns(w) {
@@ -50,10 +50,10 @@ fn write_through(store: &dyn SessionStore, w: &Workload, per_turn: bool) -> Resu
 
 /// How many events the one-at-a-time appends write: what an agent loop
 /// does all day, measured on a prefix so the suite stays quick.
-const ONE_BY_ONE: usize = 5_000;
+pub(crate) const ONE_BY_ONE: usize = 5_000;
 
 /// Appends the first events through a store one at a time, then syncs once.
-fn append_one_by_one(store: &dyn SessionStore, w: &Workload) -> Result<usize, String> {
+pub(crate) fn append_one_by_one(store: &dyn SessionStore, w: &Workload) -> Result<usize, String> {
     store.create(&w.header).map_err(err)?;
     let events = &w.events[..w.n.min(ONE_BY_ONE)];
     for e in events {
@@ -63,7 +63,7 @@ fn append_one_by_one(store: &dyn SessionStore, w: &Workload) -> Result<usize, St
     Ok(events.len())
 }
 
-fn load_validate(store: &dyn SessionStore, id: &str) -> Result<Session, String> {
+pub(crate) fn load_validate(store: &dyn SessionStore, id: &str) -> Result<Session, String> {
     let stored = store.load(id).map_err(err)?;
     Session::from_log(stored.header, stored.events).map_err(err)
 }

@@ -1,0 +1,674 @@
+//! The PostgreSQL section: the store's writes, load and resume, each beside
+//! the bare `postgres` client sending the same rows in the same
+//! transactions with no validation; then concurrent writers, from threads
+//! and from processes, beside SQLite under the same load.
+//!
+//! The server is `PALIMPSEST_TEST_PG_URL` (default [`DEFAULT_URL`]). Each
+//! run of the section works in a schema of its own (`bench_<pid>_<n>`),
+//! dropped at the end. A server that cannot be reached fails the section
+//! with a message saying so.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::ops::Range;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::SessionStore;
+use palimpsest_persistence_postgres::{redact_url, schema_sql, PgOptions, PgStore};
+use palimpsest_persistence_sqlite::SqliteStore;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Config, NoTls};
+
+use crate::report::Row;
+use crate::sections::{per_sec, row, with_baseline};
+use crate::stores::{append_one_by_one, err, load_validate, write_through, ONE_BY_ONE};
+use crate::Workload;
+
+/// The server the section uses when `PALIMPSEST_TEST_PG_URL` is not set.
+pub(crate) const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The server's URL: `PALIMPSEST_TEST_PG_URL`, or [`DEFAULT_URL`].
+fn url() -> String {
+    std::env::var("PALIMPSEST_TEST_PG_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| DEFAULT_URL.into())
+}
+
+fn options(schema: &str) -> PgOptions {
+    PgOptions { schema: Some(schema.to_owned()), ..PgOptions::default() }
+}
+
+/// A bare client, as the baselines use it.
+fn bare_connect(url: &str) -> Result<Client, String> {
+    let location = redact_url(url);
+    let mut config: Config =
+        url.parse().map_err(|e| format!("reading the connection string {location}: {e}"))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    config.connect(NoTls).map_err(|e| {
+        let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+        format!(
+            "cannot reach PostgreSQL at {location} ({e}{cause}): start a server there, or point \
+             PALIMPSEST_TEST_PG_URL at one"
+        )
+    })
+}
+
+/// Numbers the schemas of one process.
+static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
+
+/// A schema of this run with the store's tables, dropped (with everything
+/// in it) when this goes out of scope, whatever happened.
+struct Scratch {
+    admin: Client,
+    name: String,
+    quoted: String,
+}
+
+impl Scratch {
+    fn create(url: &str) -> Result<Scratch, String> {
+        let admin = bare_connect(url)?;
+        let name = format!("bench_{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::Relaxed));
+        let quoted = format!("\"{name}\"");
+        let mut scratch = Scratch { admin, name, quoted };
+        // The store's own DDL, so the store and the baseline use the same tables.
+        let ddl = format!("CREATE SCHEMA {}; {}", scratch.quoted, schema_sql(&scratch.name));
+        scratch.admin.batch_execute(&ddl).map_err(|e| format!("creating schema {}: {e}", scratch.quoted))?;
+        Ok(scratch)
+    }
+
+    /// Empties the tables between runs (not timed).
+    fn truncate(&mut self) -> Result<(), String> {
+        let q = &self.quoted;
+        self.admin.batch_execute(&format!("TRUNCATE {q}.sessions, {q}.events, {q}.holds")).map_err(err)
+    }
+
+    fn store(&self, url: &str) -> Result<PgStore, String> {
+        PgStore::connect_with(url, options(&self.name)).map_err(err)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Best effort: a schema left behind is named after this process.
+        let _ = self.admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.quoted));
+    }
+}
+
+/// The statements the store sends for the same rows, minus its checks:
+/// the session row, one `INSERT ... SELECT FROM unnest(...)` per batch, and
+/// the same selects.
+struct BareSql {
+    insert_session: String,
+    insert_events: String,
+    select_header: String,
+    events: String,
+}
+
+impl BareSql {
+    fn new(quoted: &str) -> BareSql {
+        let s = quoted;
+        BareSql {
+            insert_session: format!(
+                "INSERT INTO {s}.sessions (id, created_at, cwd, parent_session, seed_length) \
+                 VALUES ($1, $2, $3, $4, $5)"
+            ),
+            insert_events: format!(
+                "INSERT INTO {s}.events (session_id, seq, time, type, data, source_event_seqs, surface_op) \
+                 SELECT $1, u.* FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], \
+                 $6::text[], $7::text[]) AS u"
+            ),
+            select_header: format!(
+                "SELECT created_at, cwd, parent_session, seed_length FROM {s}.sessions WHERE id = $1"
+            ),
+            events: format!(
+                "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                 WHERE session_id = $1 ORDER BY seq"
+            ),
+        }
+    }
+}
+
+/// Times `ours` and `base` in turns (ours first, then the baseline first,
+/// and so on), each after its own `setup` (not timed), so that a noisy
+/// moment of this shared machine falls on both sides; returns each one's
+/// median, or the first error.
+fn paired<A, B>(
+    runs: usize,
+    mut setup: impl FnMut() -> Result<(), String>,
+    mut ours: impl FnMut() -> Result<A, String>,
+    mut base: impl FnMut() -> Result<B, String>,
+) -> Result<(Duration, Duration), String> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..runs.max(1) {
+        for side in [i % 2, 1 - i % 2] {
+            setup()?;
+            let start = Instant::now();
+            if side == 0 {
+                let out = ours()?;
+                a.push(start.elapsed());
+                drop(std::hint::black_box(out));
+            } else {
+                let out = base()?;
+                b.push(start.elapsed());
+                drop(std::hint::black_box(out));
+            }
+        }
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    Ok((median(a), median(b)))
+}
+
+/// One transaction of the baseline: the session row first, or not, then
+/// the events (one statement), committed.
+type BareTx<'a> = (bool, &'a [Event]);
+
+/// The bare baseline: the same rows in the same transactions, columns
+/// built the same way, nothing checked.
+fn bare_write(
+    client: &mut Client,
+    sql: &BareSql,
+    header: &SessionHeader,
+    txs: &[BareTx<'_>],
+) -> Result<(), String> {
+    for &(with_header, events) in txs {
+        client.batch_execute("BEGIN").map_err(err)?;
+        if with_header {
+            client
+                .query_typed(
+                    &sql.insert_session,
+                    &[
+                        (&header.id, Type::TEXT),
+                        (&(header.created_at as i64), Type::INT8),
+                        (&header.cwd, Type::TEXT),
+                        (&header.parent_session, Type::TEXT),
+                        (&header.seed_length.map(|v| v as i64), Type::INT8),
+                    ],
+                )
+                .map_err(err)?;
+        }
+        if !events.is_empty() {
+            let mut seq = Vec::with_capacity(events.len());
+            let mut time = Vec::with_capacity(events.len());
+            let mut kind = Vec::with_capacity(events.len());
+            let mut data = Vec::with_capacity(events.len());
+            let mut sources = Vec::with_capacity(events.len());
+            let mut ops = Vec::with_capacity(events.len());
+            for e in events {
+                seq.push(e.seq() as i64);
+                time.push(e.time() as i64);
+                kind.push(e.event_type().as_str());
+                data.push(e.data());
+                sources.push(e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default()));
+                ops.push(e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default()));
+            }
+            let params: [(&(dyn ToSql + Sync), Type); 7] = [
+                (&header.id, Type::TEXT),
+                (&seq, Type::INT8_ARRAY),
+                (&time, Type::INT8_ARRAY),
+                (&kind, Type::TEXT_ARRAY),
+                (&data, Type::TEXT_ARRAY),
+                (&sources, Type::TEXT_ARRAY),
+                (&ops, Type::TEXT_ARRAY),
+            ];
+            client.query_typed(&sql.insert_events, &params).map_err(err)?;
+        }
+        client.batch_execute("COMMIT").map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The bare baseline of a load: the header row and every event row, each
+/// column read into an owned value, nothing checked.
+fn bare_select(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, String> {
+    let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
+    let header = header.ok_or_else(|| format!("no session {id:?}"))?;
+    std::hint::black_box((
+        header.try_get::<_, i64>(0).map_err(err)?,
+        header.try_get::<_, Option<String>>(1).map_err(err)?,
+        header.try_get::<_, Option<String>>(2).map_err(err)?,
+        header.try_get::<_, Option<i64>>(3).map_err(err)?,
+    ));
+    let params: [(&(dyn ToSql + Sync), Type); 1] = [(&id, Type::TEXT)];
+    let mut rows = client.query_typed_raw(&sql.events, params).map_err(err)?;
+    let mut n = 0;
+    while let Some(r) = rows.next().map_err(err)? {
+        std::hint::black_box((
+            r.try_get::<_, i64>(0).map_err(err)?,
+            r.try_get::<_, i64>(1).map_err(err)?,
+            r.try_get::<_, String>(2).map_err(err)?,
+            r.try_get::<_, String>(3).map_err(err)?,
+            r.try_get::<_, Option<String>>(4).map_err(err)?,
+            r.try_get::<_, Option<String>>(5).map_err(err)?,
+        ));
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The section, processes included.
+pub(crate) fn postgres(w: &Workload) -> Result<Vec<Row>, String> {
+    run(w, true)
+}
+
+/// The section; `processes`: also measure writers in child processes
+/// (which re-run this executable, so not under `cargo test`).
+pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
+    let url = url();
+    let mut scratch = Scratch::create(&url)?;
+    let sql = BareSql::new(&scratch.quoted);
+    let store = scratch.store(&url)?;
+    let mut bare = bare_connect(&url)?;
+    let runs = w.runs();
+    // A transaction per turn, or per row, pays a commit (and a WAL flush)
+    // each: fewer runs (5,000 single-row commits take seconds).
+    let turn_runs = if w.n > 200_000 { 1 } else { runs.min(5) };
+    let row_runs = 3;
+    let header = &w.header;
+    let turns = crate::stores::turns(w);
+    let m = w.n.min(ONE_BY_ONE);
+
+    // Writes. The store is connected once, outside the timings, like the
+    // bare client; the tables are emptied before each run.
+    let (one_batch, bare_one) = paired(
+        runs,
+        || scratch.truncate(),
+        || {
+            store.create_with_events(header, &w.events).map_err(err)?;
+            store.sync(&header.id).map_err(err)
+        },
+        || bare_write(&mut bare, &sql, header, &[(true, &w.events)]),
+    )?;
+    let turn_txs: Vec<BareTx<'_>> =
+        std::iter::once((true, &[][..])).chain(turns.iter().map(|t| (false, *t))).collect();
+    let (per_turn, bare_turns) = paired(
+        turn_runs,
+        || scratch.truncate(),
+        || write_through(&store, w, true),
+        || bare_write(&mut bare, &sql, header, &turn_txs),
+    )?;
+    let row_txs: Vec<BareTx<'_>> =
+        std::iter::once((true, &[][..])).chain(w.events[..m].chunks(1).map(|e| (false, e))).collect();
+    let (each, bare_each) = paired(
+        row_runs,
+        || scratch.truncate(),
+        || append_one_by_one(&store, w),
+        || bare_write(&mut bare, &sql, header, &row_txs),
+    )?;
+
+    // Load, and resume (connect, open, load), of the whole workload.
+    scratch.truncate()?;
+    store.create_with_events(header, &w.events).map_err(err)?;
+    let (load, select) = paired(
+        runs,
+        || Ok(()),
+        || load_validate(&store, &header.id),
+        || bare_select(&mut bare, &sql, &header.id),
+    )?;
+    let (resume, bare_resume) = paired(
+        runs,
+        || Ok(()),
+        || {
+            let store = PgStore::connect_with(&url, options(&scratch.name)).map_err(err)?;
+            let session = load_validate(&store, &header.id)?;
+            Ok((store, session))
+        },
+        || {
+            let mut client = bare_connect(&url)?;
+            let n = bare_select(&mut client, &sql, &header.id)?;
+            Ok((client, n))
+        },
+    )?;
+    drop(store);
+
+    let mut rows = vec![
+        with_baseline(
+            row(
+                "postgres",
+                "write, one batch + sync (create_with_events)",
+                w,
+                per_sec(w.n, one_batch),
+                "ev/s",
+            ),
+            "bare postgres: same rows, one transaction",
+            per_sec(w.n, bare_one),
+        ),
+        with_baseline(
+            row("postgres", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
+            "bare postgres: same rows, a transaction per turn",
+            per_sec(w.n, bare_turns),
+        ),
+        with_baseline(
+            row("postgres", "append one event at a time (first 5k), one sync", w, per_sec(m, each), "ev/s"),
+            "bare postgres: same rows, a transaction per row",
+            per_sec(m, bare_each),
+        ),
+        with_baseline(
+            row("postgres", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
+            "bare postgres select of the same rows",
+            per_sec(w.n, select),
+        ),
+        with_baseline(
+            row("postgres", "resume: connect, open the store, load + validate", w, ms(resume), "ms"),
+            "bare postgres: connect + select of the same rows",
+            ms(bare_resume),
+        ),
+    ];
+    rows.extend(concurrency(w, &url, &scratch.name, processes)?);
+    drop(scratch);
+    Ok(rows)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Turns of the workload each concurrent writer appends to its own session.
+const WRITER_TURNS: usize = 3;
+
+/// The most events an append of a concurrent writer carries: the agent loop
+/// appends a few at a time (a chunk, a message, a tool call).
+const WRITER_BATCH: usize = 4;
+
+/// How many sessions write at once.
+const WRITERS: [usize; 3] = [1, 4, 16];
+
+/// What each concurrent writer appends: the first [`WRITER_TURNS`] turns
+/// of the workload, in appends of at most [`WRITER_BATCH`] events cut at
+/// turn ends; `true` marks an append that ends a turn, which is followed
+/// by a sync (the default `TurnBoundary` durability of a `DurableSession`).
+struct Load {
+    header: SessionHeader,
+    events: Vec<Event>,
+    appends: Vec<(Range<usize>, bool)>,
+}
+
+impl Load {
+    fn new() -> Load {
+        let (header, events) = crate::workload::generate(WRITER_TURNS * 101, 42);
+        let mut appends = Vec::new();
+        let mut start = 0;
+        for (i, e) in events.iter().enumerate() {
+            let ends_turn = e.event_type().as_str() == "turn/end";
+            if ends_turn || i + 1 - start == WRITER_BATCH || i + 1 == events.len() {
+                appends.push((start..i + 1, ends_turn));
+                start = i + 1;
+            }
+        }
+        Load { header, events, appends }
+    }
+
+    /// Creates the writer's session (before the clock starts).
+    fn prepare(&self, store: &dyn SessionStore, id: &str) -> Result<(), String> {
+        store.create(&SessionHeader { id: id.to_owned(), ..self.header.clone() }).map_err(err)
+    }
+
+    /// Appends every batch, timing each append (with its sync, if any).
+    ///
+    /// A sync refused with `locked` is tried again (the append is
+    /// committed; only the SQLite store's checkpoint can be refused so,
+    /// when other processes keep writing the file) and counted; the
+    /// latency includes the retries.
+    fn write(&self, store: &dyn SessionStore, id: &str) -> Result<Written, String> {
+        let mut out = Written { latencies: Vec::with_capacity(self.appends.len()), retried: 0 };
+        for (range, ends_turn) in &self.appends {
+            let start = Instant::now();
+            store.append(id, &self.events[range.clone()]).map_err(err)?;
+            if *ends_turn {
+                let mut tries = 0;
+                loop {
+                    match store.sync(id) {
+                        Ok(()) => break,
+                        Err(e) if e.code() == "locked" && tries < MAX_SYNC_RETRIES => tries += 1,
+                        Err(e) => return Err(err(e)),
+                    }
+                }
+                out.retried += tries;
+            }
+            out.latencies.push(start.elapsed());
+        }
+        Ok(out)
+    }
+}
+
+/// How often one writer's sync is tried again after `locked` before the
+/// section fails.
+const MAX_SYNC_RETRIES: usize = 100;
+
+/// What one writer measured.
+struct Written {
+    latencies: Vec<Duration>,
+    /// Syncs refused with `locked` and tried again.
+    retried: usize,
+}
+
+/// What a concurrent run measured: events per second over all writers,
+/// and the 50th and 99th percentiles of every append's latency.
+struct Figures {
+    events_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Syncs refused with `locked` and tried again, over all writers.
+    retried: usize,
+}
+
+impl Figures {
+    fn of(events: usize, wall: Duration, written: Vec<Written>) -> Figures {
+        let retried = written.iter().map(|w| w.retried).sum();
+        let mut latencies: Vec<Duration> = written.into_iter().flat_map(|w| w.latencies).collect();
+        latencies.sort_unstable();
+        let at = |p: f64| {
+            let i = ((latencies.len().saturating_sub(1)) as f64 * p).round() as usize;
+            latencies.get(i).map_or(f64::NAN, |d| ms(*d))
+        };
+        Figures { events_per_sec: per_sec(events, wall), p50_ms: at(0.50), p99_ms: at(0.99), retried }
+    }
+}
+
+/// `writers` threads, each with the store `open` gives it and a session of
+/// its own, append the load at once.
+fn in_threads(
+    load: &Load,
+    writers: usize,
+    tag: &str,
+    open: &(dyn Fn() -> Result<Arc<dyn SessionStore>, String> + Sync),
+) -> Result<Figures, String> {
+    let barrier = Barrier::new(writers + 1);
+    let (wall, results) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|i| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let id = format!("{tag}-{writers}-{i}");
+                    let prepared = open().and_then(|store| load.prepare(store.as_ref(), &id).map(|()| store));
+                    // Every writer reaches the barrier, ready or not.
+                    barrier.wait();
+                    load.write(prepared?.as_ref(), &id)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let results: Vec<Result<Written, String>> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a writer thread panicked".into())))
+            .collect();
+        (start.elapsed(), results)
+    });
+    let written = results.into_iter().collect::<Result<Vec<Written>, String>>()?;
+    Ok(Figures::of(writers * load.events.len(), wall, written))
+}
+
+/// The hidden argument that makes this executable a concurrent writer.
+pub(crate) const WRITER_ARG: &str = "--concurrent-writer";
+
+/// One writer child: its stdout, and the child itself.
+struct Writer {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+/// `writers` child processes (this executable with [`WRITER_ARG`]), each
+/// opening its own store (`kind` `postgres` in schema `target`, or
+/// `sqlite` on file `target`) with a session of its own, append the load
+/// at once: each says `ready`, all are told `go` together, and the clock
+/// runs until the last one has sent its latencies.
+fn in_processes(load: &Load, writers: usize, kind: &str, target: &str, tag: &str) -> Result<Figures, String> {
+    let exe = std::env::current_exe().map_err(err)?;
+    let mut children: Vec<Writer> = Vec::with_capacity(writers);
+    let result = (|| {
+        for i in 0..writers {
+            let mut child = Command::new(&exe)
+                .args([WRITER_ARG, kind, target, &format!("{tag}-{writers}-{i}")])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("starting a writer process: {e}"))?;
+            let out = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+            children.push(Writer { child, out });
+        }
+        for c in &mut children {
+            let mut line = String::new();
+            c.out.read_line(&mut line).map_err(err)?;
+            if line.trim() != "ready" {
+                return Err(format!("a writer process did not get ready (said {:?})", line.trim()));
+            }
+        }
+        let start = Instant::now();
+        for c in &mut children {
+            let stdin = c.child.stdin.as_mut().ok_or("no stdin")?;
+            stdin.write_all(b"go\n").and_then(|()| stdin.flush()).map_err(err)?;
+        }
+        let mut written = Vec::with_capacity(writers);
+        for c in &mut children {
+            let mut line = String::new();
+            c.out.read_line(&mut line).map_err(err)?;
+            let said: serde_json::Value = serde_json::from_str(line.trim())
+                .map_err(|_| format!("a writer process failed (said {:?})", line.trim()))?;
+            let ns = said["ns"].as_array().ok_or("a writer process sent no latencies")?;
+            written.push(Written {
+                latencies: ns
+                    .iter()
+                    .filter_map(serde_json::Value::as_u64)
+                    .map(Duration::from_nanos)
+                    .collect(),
+                retried: said["retried"].as_u64().unwrap_or(0) as usize,
+            });
+        }
+        Ok(Figures::of(writers * load.events.len(), start.elapsed(), written))
+    })();
+    // Whatever happened: close every stdin (a waiting child takes that as
+    // "stop") and reap every child, keeping what a failed one said.
+    let mut failures = Vec::new();
+    for mut c in children {
+        drop(c.child.stdin.take());
+        match c.child.wait_with_output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                failures.push(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    match (result, failures.first()) {
+        (Ok(f), None) => Ok(f),
+        (Ok(_), Some(why)) | (Err(_), Some(why)) => Err(format!("a writer process failed: {why}")),
+        (Err(e), None) => Err(e),
+    }
+}
+
+/// Child side of [`in_processes`]: opens the store, creates the session, says
+/// `ready`, waits for `go`, appends, and prints every append's latency in
+/// nanoseconds and the syncs it tried again, as JSON (`{"ns": [...],
+/// "retried": 0}`).
+pub(crate) fn writer_child(kind: &str, target: &str, id: &str) -> Result<String, String> {
+    let load = Load::new();
+    let store: Box<dyn SessionStore> = match kind {
+        "postgres" => Box::new(PgStore::connect_with(&url(), options(target)).map_err(err)?),
+        "sqlite" => Box::new(SqliteStore::open(target).map_err(err)?),
+        other => return Err(format!("unknown store kind {other:?}")),
+    };
+    load.prepare(store.as_ref(), id)?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(b"ready\n").and_then(|()| stdout.flush()).map_err(err)?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).map_err(err)?;
+    if line.trim() != "go" {
+        return Err("stopped before the start".into());
+    }
+    let written = load.write(store.as_ref(), id)?;
+    let ns: Vec<u64> = written.latencies.iter().map(|d| d.as_nanos() as u64).collect();
+    Ok(serde_json::json!({"ns": ns, "retried": written.retried}).to_string())
+}
+
+/// The concurrency rows: 1, 4 and 16 writers, from threads (each its own
+/// `PgStore`; SQLite: one `SqliteStore` shared) and, if `processes`, from
+/// child processes (each its own store; SQLite: each opening the same
+/// file).
+fn concurrency(w: &Workload, url: &str, schema: &str, processes: bool) -> Result<Vec<Row>, String> {
+    let load = Load::new();
+    let tmp = tempfile::tempdir().map_err(err)?;
+    let mut rows = Vec::new();
+    let per_session = load.events.len();
+    let mut add = |pg: Figures, lite: Figures, writers: usize, how: &str, lite_how: &str| {
+        // The load (see `Load`): appends of at most WRITER_BATCH events, a
+        // sync at each turn end, `per_session` events to each session.
+        let retried = |n: usize| match n {
+            0 => String::new(),
+            n => format!(" ({n} syncs refused `locked`, tried again)"),
+        };
+        let what =
+            format!("{writers} writer(s) at once ({per_session} ev each), {how}{}", retried(pg.retried));
+        let lite_how = format!("{lite_how}{}", retried(lite.retried));
+        rows.push(with_baseline(
+            row("postgres", &format!("{what}: throughput"), w, pg.events_per_sec, "ev/s"),
+            &format!("SQLite, {lite_how}"),
+            lite.events_per_sec,
+        ));
+        rows.push(with_baseline(
+            row("postgres", &format!("{what}: p50 append latency"), w, pg.p50_ms, "ms"),
+            &format!("SQLite, {lite_how}"),
+            lite.p50_ms,
+        ));
+        rows.push(with_baseline(
+            row("postgres", &format!("{what}: p99 append latency"), w, pg.p99_ms, "ms"),
+            &format!("SQLite, {lite_how}"),
+            lite.p99_ms,
+        ));
+    };
+    for writers in WRITERS {
+        let pg = in_threads(&load, writers, "threads", &|| {
+            Ok(Arc::new(PgStore::connect_with(url, options(schema)).map_err(err)?) as Arc<dyn SessionStore>)
+        })?;
+        let file = tmp.path().join(format!("threads-{writers}.db"));
+        let shared: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&file).map_err(err)?);
+        let lite = in_threads(&load, writers, "threads", &|| Ok(Arc::clone(&shared)))?;
+        add(pg, lite, writers, "threads, a PgStore each", "threads sharing one store");
+    }
+    if processes {
+        for writers in WRITERS {
+            let pg = in_processes(&load, writers, "postgres", schema, "processes")?;
+            let file = tmp.path().join(format!("processes-{writers}.db"));
+            // Created here, so the children race only to write, not to initialise.
+            drop(SqliteStore::open(&file).map_err(err)?);
+            let lite = in_processes(&load, writers, "sqlite", &path_str(&file)?, "processes")?;
+            add(pg, lite, writers, "processes, a PgStore each", "processes, one file");
+        }
+    }
+    Ok(rows)
+}
+
+fn path_str(p: &Path) -> Result<String, String> {
+    p.to_str().map(str::to_owned).ok_or_else(|| format!("not a UTF-8 path: {}", p.display()))
+}
