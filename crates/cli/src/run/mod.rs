@@ -122,7 +122,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_tokens: Option<u64>,
     /// An extra HTTP header of every request, NAME:VALUE; repeatable. Logged by name in the
-    /// settings, with the value "<redacted>" when the name looks secret (authorization, cookie,
+    /// settings, with the value `<redacted>` when the name looks secret (authorization, cookie,
     /// or containing key, token, secret, auth, password); never carried over by --session.
     #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
     pub(crate) headers: Vec<(String, String)>,

@@ -120,7 +120,7 @@ pub(crate) enum Read {
 }
 
 /// Where lines come from: the line editor on a terminal, else stdin's
-/// lines. `None` from [`next`](Lines::next) is the end of input.
+/// lines. `None` from its `next` is the end of input.
 pub(crate) struct Lines {
     /// On a terminal: asks the editor thread for one line.
     ask: Option<std::sync::mpsc::Sender<()>>,
