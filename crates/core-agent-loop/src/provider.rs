@@ -381,13 +381,7 @@ pub struct Completion {
 impl Completion {
     /// The text blocks, concatenated.
     pub fn text(&self) -> String {
-        self.content
-            .iter()
-            .filter_map(|b| match b {
-                Block::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
+        Block::text_of(&self.content)
     }
 }
 

@@ -92,13 +92,7 @@ impl Message {
 
     /// The text of its text blocks, joined (no separator).
     pub fn text(&self) -> String {
-        self.content
-            .iter()
-            .filter_map(|b| match b {
-                Block::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
+        Block::text_of(&self.content)
     }
 }
 
@@ -163,6 +157,17 @@ impl Block {
     /// A text block.
     pub fn text(text: impl Into<String>) -> Block {
         Block::Text { text: text.into() }
+    }
+
+    /// The text of the text blocks among `blocks`, joined (no separator).
+    pub fn text_of(blocks: &[Block]) -> String {
+        blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
     }
 }
 
