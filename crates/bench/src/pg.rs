@@ -315,6 +315,13 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
         || load_validate(&store, &header.id),
         || bare_select(&mut bare, &sql, &header.id),
     )?;
+    // The same, without the surface rules: where the time goes.
+    let (load_only, select_again) = paired(
+        runs,
+        || Ok(()),
+        || store.load(&header.id).map_err(err),
+        || bare_select(&mut bare, &sql, &header.id),
+    )?;
     let (resume, bare_resume) = paired(
         runs,
         || Ok(()),
@@ -357,6 +364,17 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
             row("postgres", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
             "bare postgres select of the same rows",
             per_sec(w.n, select),
+        ),
+        with_baseline(
+            row(
+                "postgres",
+                "load alone (rows decoded and checked, no surface rules)",
+                w,
+                per_sec(w.n, load_only),
+                "ev/s",
+            ),
+            "bare postgres select of the same rows",
+            per_sec(w.n, select_again),
         ),
         with_baseline(
             row("postgres", "resume: connect, open the store, load + validate", w, ms(resume), "ms"),

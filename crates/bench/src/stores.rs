@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use palimpsest_core_session::Session;
-use palimpsest_persistence::SessionStore;
+use palimpsest_persistence::{load_session, SessionStore};
 use palimpsest_persistence_jsonl::JsonlStore;
 use palimpsest_persistence_sqlite::SqliteStore;
 
@@ -63,9 +63,10 @@ pub(crate) fn append_one_by_one(store: &dyn SessionStore, w: &Workload) -> Resul
     Ok(events.len())
 }
 
+/// What opening a session costs a user: [`load_session`], which checks the
+/// events as the store reads them (what `DurableSession::open` does).
 pub(crate) fn load_validate(store: &dyn SessionStore, id: &str) -> Result<Session, String> {
-    let stored = store.load(id).map_err(err)?;
-    Session::from_log(stored.header, stored.events).map_err(err)
+    load_session(store, id, None).map(|(session, _)| session).map_err(err)
 }
 
 pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
 use palimpsest_persistence::{
-    check_continues, check_header, LoadReport, SessionStore, StoreError, StoredSession,
+    check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoreError, StoredSession,
 };
 use postgres::config::SslMode;
 use postgres::error::SqlState;
@@ -15,7 +15,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, Config};
 
-use crate::codec::{self, Columns, EventRow};
+use crate::codec::{self, Columns};
 use crate::error::{invalid_input, is_lost, pg_err};
 use crate::hold::{self, Hold, HoldRow};
 use crate::options::PgOptions;
@@ -798,7 +798,7 @@ impl PgStore {
                     .iter()
                     .enumerate()
                     .map(|(i, r)| {
-                        EventRow::read(r, 0).ok().and_then(|row| row.decode(first.seq() + i as u64).ok())
+                        codec::read_row(r, 0).ok().and_then(|row| row.decode(first.seq() + i as u64).ok())
                     })
                     .collect();
                 let same = stored.len() == events.len()
@@ -959,6 +959,55 @@ impl PgStore {
             }
             .into()),
         }
+    }
+
+    /// Reads a session into `sink` inside a read transaction: the header,
+    /// then the events, decoded on another thread as rows come off the
+    /// socket. The first bad row by position is the error, whether its
+    /// columns or its contents are wrong.
+    fn read_session(
+        &self,
+        client: &mut Client,
+        session_id: &str,
+        sink: &mut dyn LoadSink,
+    ) -> Result<(), TxError> {
+        let header = client
+            .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
+            .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+        let header =
+            header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+        if sink.header(header).is_break() {
+            return Ok(());
+        }
+        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&session_id, Type::TEXT)];
+        let mut rows = client.query_typed_raw(&self.sql.events, params)?;
+        let mut unreadable = None;
+        let decoded = codec::decode_into(
+            codec::decode_threads(),
+            |push| {
+                let mut index = 0;
+                while let Some(row) = rows.next()? {
+                    match codec::read_row(&row, codec::line_of(index)) {
+                        Ok(row) => {
+                            if !push(row) {
+                                break;
+                            }
+                            index += 1;
+                        }
+                        Err(e) => {
+                            unreadable = Some((index, e));
+                            break;
+                        }
+                    }
+                }
+                Ok::<(), postgres::Error>(())
+            },
+            &mut |event| sink.event(event),
+        )?;
+        drop(rows);
+        decoded
+            .and_then(|()| unreadable.map_or(Ok(()), Err))
+            .map_err(|(index, e)| TxError::Refused(self.corrupt(session_id, Some(index), e)))
     }
 
     /// Runs `f` in one read-only snapshot; after a lost connection it
@@ -1204,32 +1253,39 @@ impl SessionStore for PgStore {
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
         off_the_runtime(|| {
             check_id(session_id)?;
+            // A fresh collector per attempt: after a lost connection the
+            // read starts again from nothing.
             self.read("loading a session", |client| {
-                let header = client
-                    .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
-                    .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
-                let header =
-                    header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
-                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&session_id, Type::TEXT)];
-                let mut rows = client.query_typed_raw(&self.sql.events, params)?;
-                let mut events = Vec::new();
-                let mut failed = None;
-                while let Some(row) = rows.next()? {
-                    let index = events.len() as u64;
-                    match EventRow::read(&row, codec::line_of(index)).and_then(|r| r.decode(index)) {
-                        Ok(e) => events.push(e),
-                        Err(e) => {
-                            failed = Some(self.corrupt(session_id, Some(index), e));
-                            break;
-                        }
-                    }
-                }
-                drop(rows);
-                if let Some(e) = failed {
-                    return Err(TxError::Refused(e));
-                }
-                Ok(StoredSession { header, events, report: LoadReport::default() })
+                let mut sink = CollectSink::default();
+                self.read_session(client, session_id, &mut sink)?;
+                sink.finish(LoadReport::default()).ok_or_else(|| {
+                    TxError::Refused(StoreError::NotFound { session_id: session_id.to_owned() })
+                })
             })
+        })
+    }
+
+    fn load_into(&self, session_id: &str, sink: &mut dyn LoadSink) -> Result<LoadReport, StoreError> {
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            let mut attempts = 0;
+            self.read("loading a session", |client| {
+                attempts += 1;
+                if attempts > 1 {
+                    // The sink has seen part of the session: it cannot be
+                    // handed the session again from the start.
+                    return Err(TxError::Refused(StoreError::Io {
+                        context: format!(
+                            "{}: loading session {session_id:?}: the connection was lost during the read; \
+                             load it again",
+                            self.location
+                        ),
+                        source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+                    }));
+                }
+                self.read_session(client, session_id, &mut *sink)
+            })?;
+            Ok(LoadReport::default())
         })
     }
 

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
 use palimpsest_persistence::{
-    check_continues, check_header, LoadReport, SessionStore, StoreError, StoredSession,
+    check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoreError, StoredSession,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::audit::{self, StoreViolation};
-use crate::codec::{self, EventRow};
+use crate::codec;
 use crate::file::{self, Purpose};
 use crate::options::{SqliteOptions, Synchronous};
 use crate::read_only::{self, FileStamp, ReadMode, Reader};
@@ -372,22 +372,99 @@ impl SqliteStore {
         StoreError::Corrupt { location, detail: cause.to_string(), cause: Some(cause) }
     }
 
+    /// Reads a session into `sink` inside the read transaction `tx`: the
+    /// header, then the events, decoded on another thread as SQLite steps
+    /// through the rows.
+    fn read_session(
+        &self,
+        tx: &Transaction<'_>,
+        session_id: &str,
+        sink: &mut dyn LoadSink,
+    ) -> Result<(), ReadError> {
+        let not_found = || ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() });
+        let header = tx
+            .prepare_cached(SELECT_HEADER)?
+            .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
+            .optional()?
+            .ok_or_else(not_found)?
+            .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+        let mut stmt = tx.prepare_cached(SELECT_EVENTS)?;
+        let mut rows = stmt.query([session_id])?;
+        // Not sized from max(seq): a tampered seq must not size an allocation.
+        // SQLite steps through rows on this thread; other threads decode
+        // them meanwhile. The first bad row by position is the error,
+        // whether its columns or its contents are wrong: a row whose
+        // columns cannot be read is never decoded, and ends the read.
+        let mut unreadable = None;
+        if sink.header(header).is_break() {
+            return Ok(());
+        }
+        let decoded = codec::decode_into(
+            codec::decode_threads(),
+            |push| {
+                let mut index = 0;
+                while let Some(row) = rows.next()? {
+                    match codec::read_row(row, codec::line_of(index)) {
+                        Ok(row) => {
+                            if !push(row) {
+                                break;
+                            }
+                            index += 1;
+                        }
+                        Err(e) => {
+                            unreadable = Some((index, e));
+                            break;
+                        }
+                    }
+                }
+                Ok::<(), rusqlite::Error>(())
+            },
+            &mut |event| sink.event(event),
+        )?;
+        decoded
+            .and_then(|()| unreadable.map_or(Ok(()), Err))
+            .map_err(|(index, e)| ReadError::Store(self.corrupt(session_id, Some(index), e)))
+    }
+
     fn checkpoint(&self, inner: &Inner) -> Result<(), rusqlite::Error> {
         let conn = &inner.conn;
         if self.options.synchronous == Synchronous::Off {
             // Under OFF a checkpoint does not fsync: raise the level for it.
             conn.pragma_update(None, "synchronous", Synchronous::Normal.pragma_value())?;
         }
-        let result = conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |r| r.get::<_, i64>(0));
+        let result = self.checkpoint_within_timeout(conn);
         if self.options.synchronous == Synchronous::Off {
             conn.pragma_update(None, "synchronous", Synchronous::Off.pragma_value())?;
         }
-        match result? {
-            0 => Ok(()),
-            _ => Err(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
-                Some("the checkpoint could not finish: another connection kept an old snapshot".into()),
-            )),
+        result
+    }
+
+    /// Runs a FULL checkpoint until it completes or the busy timeout has
+    /// passed. The busy handler covers waiting for the write lock, but a
+    /// checkpoint that got it still stops short while another connection
+    /// reads an older snapshot; under many writers and readers that happens
+    /// often and passes in a millisecond or two, so it is tried again
+    /// rather than reported as `locked` at once.
+    fn checkpoint_within_timeout(&self, conn: &Connection) -> Result<(), rusqlite::Error> {
+        let deadline = Instant::now() + self.options.busy_timeout;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            if conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |r| r.get::<_, i64>(0))? == 0 {
+                return Ok(());
+            }
+            if Instant::now() + pause > deadline {
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                    Some(
+                        "the checkpoint could not finish within the busy timeout: other connections kept \
+                         reading older snapshots"
+                            .into(),
+                    ),
+                ));
+            }
+            tracing::trace!(?pause, "checkpoint stopped short of readers of an older snapshot; trying again");
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
         }
     }
 }
@@ -557,46 +634,27 @@ impl SessionStore for SqliteStore {
     }
 
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        // A fresh collector per attempt: a read that is tried again (the
+        // file changed under an immutable read) starts from nothing.
         self.read("loading a session", |tx| {
-            let not_found = || ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() });
-            let header = tx
-                .prepare_cached(SELECT_HEADER)?
-                .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
-                .optional()?
-                .ok_or_else(not_found)?
-                .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
-            let mut stmt = tx.prepare_cached(SELECT_EVENTS)?;
-            let mut rows = stmt.query([session_id])?;
-            // Not sized from max(seq): a tampered seq must not size an allocation.
-            // SQLite steps through rows on this thread; other threads decode
-            // them meanwhile. The first bad row by position is the error,
-            // whether its columns or its contents are wrong: a row whose
-            // columns cannot be read is never decoded, and ends the read.
-            let mut unreadable = None;
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let events = codec::decode_while_reading(threads, |push| {
-                let mut index = 0;
-                while let Some(row) = rows.next()? {
-                    match EventRow::read(row, codec::line_of(index)) {
-                        Ok(row) => {
-                            if !push(row) {
-                                break;
-                            }
-                            index += 1;
-                        }
-                        Err(e) => {
-                            unreadable = Some((index, e));
-                            break;
-                        }
-                    }
-                }
-                Ok::<(), rusqlite::Error>(())
-            })?;
-            let events = events.and_then(|events| unreadable.map_or(Ok(events), Err));
-            let events =
-                events.map_err(|(index, e)| ReadError::Store(self.corrupt(session_id, Some(index), e)))?;
-            Ok(StoredSession { header, events, report: LoadReport::default() })
+            let mut sink = CollectSink::default();
+            self.read_session(tx, session_id, &mut sink)?;
+            sink.finish(LoadReport::default())
+                .ok_or_else(|| ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() }))
         })
+    }
+
+    fn load_into(&self, session_id: &str, sink: &mut dyn LoadSink) -> Result<LoadReport, StoreError> {
+        let mut attempts = 0;
+        self.read("loading a session", |tx| {
+            attempts += 1;
+            if attempts > 1 {
+                // The sink has seen part of a read that must be done again.
+                return Err(ReadError::Store(read_only::changing(&self.location)));
+            }
+            self.read_session(tx, session_id, &mut *sink)
+        })?;
+        Ok(LoadReport::default())
     }
 
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {

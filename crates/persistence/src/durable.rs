@@ -1,6 +1,7 @@
 //! [`DurableSession`]: a [`Session`] whose every append is written to a store
 //! before it is committed in memory.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use palimpsest_core_session::payload::{LogPayload, SurfacePayload};
@@ -9,7 +10,72 @@ use palimpsest_core_session::{
 };
 
 use crate::error::StoreError;
-use crate::store::{LoadReport, SessionStore};
+use crate::store::{LoadReport, LoadSink, SessionStore};
+
+/// Loads a session from `store` and checks it into a [`Session`] (every
+/// rule, and `guard` if given), without keeping a copy of the log: the
+/// session is built as the store reads it, through
+/// [`SessionStore::load_into`] (on the store's decoding thread, where it
+/// has one), not after. The result is that of
+/// [`load`](SessionStore::load) followed by
+/// [`Session::from_log_guarded`], errors included: a store error comes
+/// first, then the first event the rules refuse.
+///
+/// ```
+/// use palimpsest_core_session::SessionHeader;
+/// use palimpsest_persistence::{load_session, MemoryStore, SessionStore};
+///
+/// let store = MemoryStore::default();
+/// store.create(&SessionHeader::new("s1", 0))?;
+/// let (session, _report) = load_session(&store, "s1", None)?;
+/// assert_eq!(session.next_seq(), 0);
+/// # Ok::<(), palimpsest_persistence::DurableError>(())
+/// ```
+pub fn load_session(
+    store: &dyn SessionStore,
+    session_id: &str,
+    guard: Option<Box<dyn AppendGuard>>,
+) -> Result<(Session, LoadReport), DurableError> {
+    let mut sink = SessionSink { guard, session: None, refused: None };
+    let report = store.load_into(session_id, &mut sink)?;
+    // A store error (above) comes first, as it would after a whole load.
+    if let Some(refused) = sink.refused {
+        return Err(refused.into());
+    }
+    let session = sink.session.ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+    Ok((session, report))
+}
+
+/// Builds a [`Session`] from a session handed over as it is read. After a
+/// refused event it takes the rest without looking at it, so the read goes
+/// on and a store error further on still comes first, as after a whole
+/// [`load`](SessionStore::load) followed by [`Session::from_log`].
+struct SessionSink {
+    guard: Option<Box<dyn AppendGuard>>,
+    session: Option<Session>,
+    refused: Option<AppendError>,
+}
+
+impl LoadSink for SessionSink {
+    fn header(&mut self, header: SessionHeader) -> ControlFlow<()> {
+        match Session::from_log_guarded(header, Vec::new(), self.guard.take()) {
+            Ok(session) => self.session = Some(session),
+            Err(e) => self.refused = Some(e),
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn event(&mut self, event: Event) -> ControlFlow<()> {
+        if self.refused.is_none() {
+            if let Some(session) = self.session.as_mut() {
+                if let Err(e) = session.append(event) {
+                    self.refused = Some(e);
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
 
 /// When appended events are made durable, and so what a crash can lose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -137,9 +203,8 @@ impl DurableSession {
         durability: Durability,
         guard: Option<Box<dyn AppendGuard>>,
     ) -> Result<(DurableSession, LoadReport), DurableError> {
-        let stored = store.load(session_id)?;
-        let session = Session::from_log_guarded(stored.header, stored.events, guard)?;
-        Ok((DurableSession { session, store, durability }, stored.report))
+        let (session, report) = load_session(&*store, session_id, guard)?;
+        Ok((DurableSession { session, store, durability }, report))
     }
 
     /// The in-memory session (read-only: appends go through this wrapper).

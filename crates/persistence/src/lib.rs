@@ -26,12 +26,15 @@
 mod durable;
 mod error;
 mod memory;
+pub mod rows;
 mod store;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
-pub use durable::{Durability, DurableError, DurableSession};
+pub use durable::{load_session, Durability, DurableError, DurableSession};
 pub use error::StoreError;
 pub use memory::MemoryStore;
-pub use store::{check_continues, check_header, LoadReport, SessionStore, StoredSession};
+pub use store::{
+    check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoredSession,
+};

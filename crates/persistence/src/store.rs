@@ -1,6 +1,7 @@
 //! The [`SessionStore`] trait: what a backend must do, and nothing more.
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use palimpsest_core_session::jsonl::TornTail;
@@ -75,6 +76,31 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// Loads a session: header, events, and what was found at the tail.
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError>;
 
+    /// Hands a session to `sink` as it is read: the header, then each
+    /// event in seq order, every one checked as [`load`](SessionStore::load)
+    /// checks it. The same events `load` returns, in the same order, with
+    /// the same errors; a sink that breaks stops the read early (`Ok`).
+    /// After an error the sink may have seen a prefix of the session.
+    ///
+    /// This is how a consumer's own work (building and checking a
+    /// [`Session`](palimpsest_core_session::Session), as
+    /// [`DurableSession::open`](crate::DurableSession::open) does) overlaps
+    /// the read instead of waiting for it, and how a reader holds less than
+    /// the whole log. The sink is `Send` so a backend may call it from a
+    /// thread of its own (the SQL backends decode rows on one). The default
+    /// calls [`load`](SessionStore::load) and hands over its events.
+    fn load_into(&self, session_id: &str, sink: &mut dyn LoadSink) -> Result<LoadReport, StoreError> {
+        let stored = self.load(session_id)?;
+        if sink.header(stored.header).is_continue() {
+            for event in stored.events {
+                if sink.event(event).is_break() {
+                    break;
+                }
+            }
+        }
+        Ok(stored.report)
+    }
+
     /// The headers of every stored session.
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError>;
 
@@ -83,6 +109,68 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
 
     /// Makes every append so far durable (fsync or equivalent).
     fn sync(&self, session_id: &str) -> Result<(), StoreError>;
+}
+
+/// What [`SessionStore::load_into`] hands a session to, as it is read.
+///
+/// ```
+/// use std::ops::ControlFlow;
+/// use palimpsest_core_session::{Event, SessionHeader};
+/// use palimpsest_persistence::{LoadSink, MemoryStore, SessionStore};
+///
+/// /// Counts events without keeping them.
+/// #[derive(Default)]
+/// struct Count(u64);
+/// impl LoadSink for Count {
+///     fn header(&mut self, _: SessionHeader) -> ControlFlow<()> {
+///         ControlFlow::Continue(())
+///     }
+///     fn event(&mut self, _: Event) -> ControlFlow<()> {
+///         self.0 += 1;
+///         ControlFlow::Continue(())
+///     }
+/// }
+///
+/// let store = MemoryStore::default();
+/// store.create(&SessionHeader::new("s1", 0))?;
+/// let mut count = Count::default();
+/// store.load_into("s1", &mut count)?;
+/// assert_eq!(count.0, 0);
+/// # Ok::<(), palimpsest_persistence::StoreError>(())
+/// ```
+pub trait LoadSink: Send {
+    /// The header, once, before any event. `Break` ends the read.
+    fn header(&mut self, header: SessionHeader) -> ControlFlow<()>;
+
+    /// The next event, in seq order. `Break` ends the read.
+    fn event(&mut self, event: Event) -> ControlFlow<()>;
+}
+
+/// Collects a whole [`StoredSession`]: how a backend that implements
+/// [`SessionStore::load_into`] can implement `load` with the same code.
+#[derive(Debug, Default)]
+pub struct CollectSink {
+    header: Option<SessionHeader>,
+    events: Vec<Event>,
+}
+
+impl CollectSink {
+    /// The session collected, with `report`; `None` if no header came.
+    pub fn finish(self, report: LoadReport) -> Option<StoredSession> {
+        Some(StoredSession { header: self.header?, events: self.events, report })
+    }
+}
+
+impl LoadSink for CollectSink {
+    fn header(&mut self, header: SessionHeader) -> ControlFlow<()> {
+        self.header = Some(header);
+        ControlFlow::Continue(())
+    }
+
+    fn event(&mut self, event: Event) -> ControlFlow<()> {
+        self.events.push(event);
+        ControlFlow::Continue(())
+    }
 }
 
 /// A shared store is a store: several owners (a loop, a CLI command, a
@@ -100,6 +188,9 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
         (**self).load(session_id)
+    }
+    fn load_into(&self, session_id: &str, sink: &mut dyn LoadSink) -> Result<LoadReport, StoreError> {
+        (**self).load_into(session_id, sink)
     }
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
         (**self).list()

@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceOp};
 
-use crate::{Durability, DurableSession, MemoryStore, SessionStore, StoreError};
+use crate::{Durability, DurableSession, LoadSink, MemoryStore, SessionStore, StoreError};
 
 /// How the kit reaches a backend: opens the store at one fixed location.
 ///
@@ -154,6 +154,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("create_twice_is_already_exists", create_twice_is_already_exists),
     ("create_with_events_is_all_or_nothing", create_with_events_is_all_or_nothing),
     ("io_errors_never_store_a_batch_in_part_or_twice", io_errors_never_store_a_batch_in_part_or_twice),
+    ("load_into_hands_over_what_load_returns", load_into_hands_over_what_load_returns),
     ("list_returns_every_header", list_returns_every_header),
     ("delete_then_load_is_not_found", delete_then_load_is_not_found),
     ("reopen_after_drop_sees_everything", reopen_after_drop_sees_everything),
@@ -219,6 +220,7 @@ macro_rules! store_contract_tests {
             create_twice_is_already_exists,
             create_with_events_is_all_or_nothing,
             io_errors_never_store_a_batch_in_part_or_twice,
+            load_into_hands_over_what_load_returns,
             list_returns_every_header,
             delete_then_load_is_not_found,
             reopen_after_drop_sees_everything,
@@ -1003,6 +1005,73 @@ pub fn io_errors_never_store_a_batch_in_part_or_twice(factory: &dyn StoreFactory
     let mut expected = stored;
     expected.push(tick(n));
     assert_stored(&*store, &h, &expected, "appending after the I/O error and a reopen");
+}
+
+/// A sink that keeps what it is handed and breaks after `stop_after`
+/// events (never, for `None`).
+struct KeepSink {
+    header: Option<SessionHeader>,
+    events: Vec<Event>,
+    stop_after: Option<usize>,
+    calls_after_break: usize,
+}
+
+impl KeepSink {
+    fn new(stop_after: Option<usize>) -> KeepSink {
+        KeepSink { header: None, events: Vec::new(), stop_after, calls_after_break: 0 }
+    }
+}
+
+impl LoadSink for KeepSink {
+    fn header(&mut self, header: SessionHeader) -> std::ops::ControlFlow<()> {
+        self.header = Some(header);
+        if self.stop_after == Some(0) {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+
+    fn event(&mut self, event: Event) -> std::ops::ControlFlow<()> {
+        if self.stop_after.is_some_and(|n| self.events.len() >= n) {
+            self.calls_after_break += 1;
+        }
+        self.events.push(event);
+        if self.stop_after.is_some_and(|n| self.events.len() >= n) {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+}
+
+/// `load_into` hands over exactly what `load` returns, header first and
+/// events in order, across many rows (several decoding batches in the SQL
+/// backends); a sink that breaks gets nothing more; an unknown id is
+/// `not-found` with nothing handed over.
+pub fn load_into_hands_over_what_load_returns(factory: &dyn StoreFactory) {
+    let store = factory.open();
+    let h = header("kit-into");
+    let mut events = sample_events();
+    let n = events.len() as u64;
+    events.extend((n..n + 3000).map(tick));
+    must(store.create_with_events(&h, &events), "create_with_events");
+    let loaded = must(store.load("kit-into"), "load");
+    let mut all = KeepSink::new(None);
+    let report = must(store.load_into("kit-into", &mut all), "load_into");
+    assert_eq!(all.header.as_ref(), Some(&loaded.header), "load_into's header");
+    assert!(all.events == loaded.events, "load_into handed over other events than load returned");
+    assert_eq!(report, loaded.report, "load_into's report");
+    for stop in [0, 1, 1024, 2500] {
+        let mut some = KeepSink::new(Some(stop));
+        must(store.load_into("kit-into", &mut some), "load_into with a sink that breaks");
+        assert_eq!(some.header.as_ref(), Some(&loaded.header), "header before a break after {stop}");
+        assert_eq!(some.calls_after_break, 0, "a sink that broke after {stop} events was called again");
+        assert!(some.events[..] == loaded.events[..stop], "the first {stop} events, in order");
+    }
+    let mut none = KeepSink::new(None);
+    must_fail(store.load_into("kit-no-such", &mut none), "not-found", "load_into of an unknown id");
+    assert!(none.header.is_none() && none.events.is_empty(), "nothing handed over for an unknown id");
 }
 
 /// `list` returns exactly the headers created (optional fields included),

@@ -1,0 +1,413 @@
+//! For backends that keep one event per row (SQLite, PostgreSQL, yours):
+//! the column encodings, and the decoding of rows back into [`Event`]s that
+//! the bundled SQL backends share.
+//!
+//! A row is turned back into an [`Event`] through [`Event::from_parts`],
+//! which runs exactly the checks `Event::from_json` runs on a JSONL line, so
+//! a row edited behind the store's back is refused with the same contract
+//! code, without rebuilding and re-reading a JSON line per row. The columns
+//! are `seq`, `time`, `type`, `data` (the payload's JSON text, byte for
+//! byte), and the nullable JSON texts `source_event_seqs` and `surface_op`
+//! (see `docs/backends.md`).
+//!
+//! # Example
+//!
+//! ```
+//! use palimpsest_core_session::{Event, EventType};
+//! use palimpsest_persistence::rows::{self, EventRow};
+//!
+//! let event = Event::from_json(r#"{"seq":0,"time":7,"type":"x/note","data":{"n":1}}"#)?;
+//! // Writing: one column per part.
+//! let row = EventRow {
+//!     seq: rows::to_sql_int(event.seq()),
+//!     time: rows::to_sql_int(event.time()),
+//!     event_type: EventType::parse(event.event_type().as_str()),
+//!     data: event.data().to_owned(),
+//!     source_event_seqs: event.source_event_seqs().map(rows::sources_json),
+//!     surface_op: event.surface_op().map(rows::surface_op_json),
+//! };
+//! // Reading: the row at position 0 of its session, checked as a line is.
+//! assert_eq!(row.decode(0)?, event);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+
+use palimpsest_core_session::{AppendError, Event, EventType, LoadError, SurfaceOp};
+
+/// The JSON text of a `surfaceOp`, exactly as the JSONL line holds it.
+pub fn surface_op_json(op: SurfaceOp) -> String {
+    match op {
+        SurfaceOp::Append => "\"append\"".to_owned(),
+        // Serializing integers and static strings cannot fail.
+        replace => serde_json::to_string(&replace).unwrap_or_default(),
+    }
+}
+
+/// The JSON text of a `sourceEventSeqs`, exactly as the JSONL line holds it
+/// (`[]` stays `[]`).
+pub fn sources_json(sources: &[u64]) -> String {
+    serde_json::to_string(sources).unwrap_or_default()
+}
+
+/// A `u64` as the `i64` SQL stores (SQLite `INTEGER`, PostgreSQL `bigint`): the same bits. Every value below 2^63
+/// reads the same in SQL; larger ones (a `time` no clock produces) show as
+/// negative in SQL and still round-trip exactly.
+pub fn to_sql_int(v: u64) -> i64 {
+    i64::from_ne_bytes(v.to_ne_bytes())
+}
+
+/// The inverse of [`to_sql_int`].
+pub fn from_sql_int(v: i64) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes())
+}
+
+/// The 1-based line the event at `index` would occupy in the equivalent
+/// JSONL file (the header is line 1), used in [`LoadError`]s.
+pub fn line_of(index: u64) -> u64 {
+    index + 2
+}
+
+/// One event row, its columns read and copied but not yet checked: the
+/// copies become the event's own strings, so a row is copied once.
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    /// Column `seq`, as [`to_sql_int`] wrote it.
+    pub seq: i64,
+    /// Column `time`, as [`to_sql_int`] wrote it.
+    pub time: i64,
+    /// Column `type`, parsed as it is read: a core type allocates nothing.
+    pub event_type: EventType,
+    /// Column `data`: the payload's JSON text, byte for byte.
+    pub data: String,
+    /// Column `source_event_seqs`: [`sources_json`], or NULL when absent.
+    pub source_event_seqs: Option<String>,
+    /// Column `surface_op`: [`surface_op_json`], or NULL when absent.
+    pub surface_op: Option<String>,
+}
+
+impl EventRow {
+    /// Rebuilds the event at position `index` of its session, checking it as
+    /// a JSONL line would be checked.
+    pub fn decode(self, index: u64) -> Result<Event, LoadError> {
+        let at = line_of(index);
+        let seq = from_sql_int(self.seq);
+        if self.seq < 0 {
+            return Err(LoadError::LogCorrupt { line: at, detail: format!("negative seq {}", self.seq) });
+        }
+        if seq != index {
+            return Err(LoadError::Rule {
+                line: at,
+                error: AppendError::SeqNotContiguous { seq, expected: index },
+            });
+        }
+        // Each column must hold exactly one JSON value, as written: from_parts
+        // refuses trailing text; whitespace around `data` would not survive a
+        // round trip byte for byte.
+        let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+        let padded = self.data.as_bytes().first().is_some_and(json_space)
+            || self.data.as_bytes().last().is_some_and(json_space);
+        let (has_sources, has_op) = (self.source_event_seqs.is_some(), self.surface_op.is_some());
+        let event = Event::from_parts(
+            seq,
+            from_sql_int(self.time),
+            self.event_type.as_str(),
+            self.data,
+            self.source_event_seqs.as_deref(),
+            self.surface_op.as_deref(),
+        )
+        .map_err(|error| LoadError::Rule { line: at, error })?;
+        let malformed = |detail: &str| LoadError::Rule {
+            line: at,
+            error: AppendError::EventMalformed { seq: Some(seq), detail: detail.to_owned() },
+        };
+        if padded {
+            return Err(malformed("column `data` does not hold exactly one JSON value"));
+        }
+        if event.source_event_seqs().is_some() != has_sources {
+            return Err(malformed("column `source_event_seqs` does not match the event read back"));
+        }
+        if event.surface_op().is_some() != has_op {
+            return Err(malformed("column `surface_op` does not match the event read back"));
+        }
+        Ok(event)
+    }
+}
+
+/// Rows per batch handed to the decoding thread.
+const BATCH_ROWS: usize = 1024;
+
+/// Decodes rows into events while they are being read, collecting them:
+/// [`decode_into`] with a consumer that keeps every event. The result is
+/// that of decoding the rows in order: the events, or the first bad row's
+/// error with its position.
+pub fn decode_while_reading<E>(
+    threads: usize,
+    read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+) -> Result<Result<Vec<Event>, (u64, LoadError)>, E> {
+    let mut events = Vec::new();
+    let decoded = decode_into(threads, read, &mut |event| {
+        events.push(event);
+        ControlFlow::Continue(())
+    })?;
+    Ok(decoded.map(|()| events))
+}
+
+/// Decodes rows into events while they are being read, handing each event
+/// to `consume` in order: `read` calls `push` with each row in order (row
+/// `i` at position `i` of its session) and stops early when `push` returns
+/// `false`, which it does once a row failed to decode or `consume` broke.
+///
+/// With `threads` > 1, rows go in batches to one other thread, which
+/// decodes them and calls `consume` while `read` goes on: a database
+/// client (SQLite stepping through rows, PostgreSQL reading them off the
+/// socket) yields rows on one thread only, and on the benchmark workload
+/// reading a row takes about as long as decoding and checking it, so a
+/// second decoder would wait. Pass [`decode_threads`] unless you have a
+/// reason not to.
+///
+/// The result is `Ok(())` when every row read decoded (or `consume`
+/// broke), or the first bad row's error with its position; `consume` has
+/// then seen every event before it.
+pub fn decode_into<E>(
+    threads: usize,
+    read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+    consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
+) -> Result<Result<(), (u64, LoadError)>, E> {
+    /// Decodes rows in order, from position `*next` on, into `consume`.
+    /// `Ok(false)` when `consume` broke.
+    fn decode_onto(
+        next: &mut u64,
+        rows: impl IntoIterator<Item = EventRow>,
+        consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
+    ) -> Result<bool, (u64, LoadError)> {
+        for row in rows {
+            let index = *next;
+            let event = row.decode(index).map_err(|e| (index, e))?;
+            *next += 1;
+            if consume(event).is_break() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+    /// Decodes each row as it is read.
+    fn inline<E>(
+        read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+        consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
+    ) -> Result<Result<(), (u64, LoadError)>, E> {
+        let (mut next, mut failed) = (0, None);
+        read(&mut |row| match decode_onto(&mut next, [row], consume) {
+            Ok(more) => more,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        })?;
+        Ok(failed.map_or(Ok(()), Err))
+    }
+    if threads <= 1 {
+        return inline(read, consume);
+    }
+    let stopped = AtomicBool::new(false);
+    // The decoder takes `consume` through this lock; if it cannot be
+    // started, the lock is free and this thread decodes instead.
+    let consume_cell = std::sync::Mutex::new(consume);
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<Vec<EventRow>>(4);
+        let decoder =
+            std::thread::Builder::new().name("palimpsest-row-decode".into()).spawn_scoped(scope, || {
+                let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
+                let mut next = 0;
+                for batch in rx {
+                    match decode_onto(&mut next, batch, &mut **consume) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            stopped.store(true, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            stopped.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(())
+            });
+        let decoder = match decoder {
+            Ok(decoder) => decoder,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot start a decode thread; decoding as rows are read");
+                let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
+                return inline(read, &mut **consume);
+            }
+        };
+        let mut batch = Vec::with_capacity(BATCH_ROWS);
+        let read = read(&mut |row| {
+            batch.push(row);
+            if batch.len() == BATCH_ROWS {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+                // A refused send means the decoder stopped: at a bad row,
+                // or because `consume` broke.
+                return tx.send(full).is_ok() && !stopped.load(Ordering::Relaxed);
+            }
+            true
+        });
+        if read.is_ok() && !batch.is_empty() {
+            // As above: if refused, the decoder already stopped.
+            let _ = tx.send(batch);
+        }
+        drop(tx);
+        let decoded = decoder.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        read?;
+        Ok(decoded)
+    })
+}
+
+/// The threads [`decode_while_reading`] should use on this machine: one
+/// reader and one decoder where there are two cores or more.
+pub fn decode_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(data: &str, sources: Option<&str>, op: Option<&str>) -> EventRow {
+        EventRow {
+            seq: 3,
+            time: 7,
+            event_type: EventType::parse("assistant/message"),
+            data: data.to_owned(),
+            source_event_seqs: sources.map(str::to_owned),
+            surface_op: op.map(str::to_owned),
+        }
+    }
+
+    const MSG: &str = r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}}"#;
+
+    #[test]
+    fn a_row_decodes_to_the_event_whose_columns_it_holds() {
+        let e = row(MSG, Some("[]"), Some("\"append\"")).decode(3).map_err(|e| e.to_string());
+        let e = e.expect("valid row");
+        assert_eq!(e.seq(), 3);
+        assert_eq!(e.time(), 7);
+        assert_eq!(e.data(), MSG);
+        assert_eq!(e.source_event_seqs(), Some(&[][..]));
+        assert_eq!(e.surface_op(), Some(SurfaceOp::Append));
+        assert_eq!(surface_op_json(e.surface_op().unwrap_or(SurfaceOp::Append)), "\"append\"");
+        assert_eq!(sources_json(&[]), "[]");
+    }
+
+    #[test]
+    fn json_smuggled_through_one_column_into_another_key_is_refused() {
+        let smuggled = format!("{MSG},\"sourceEventSeqs\":[1]");
+        let err = row(&smuggled, None, Some("\"append\"")).decode(3).map(drop);
+        assert_eq!(err.as_ref().map_err(LoadError::code), Err("event-malformed"));
+        let err = row(MSG, Some("[1],\"surfaceOp\":\"append\""), None).decode(3).map(drop);
+        // Without the smuggled op the event would lack its surfaceOp (rule 1);
+        // with it, the surface_op column (NULL) does not match.
+        assert_eq!(err.as_ref().map_err(LoadError::code), Err("event-malformed"));
+    }
+
+    #[test]
+    fn whitespace_around_data_is_refused_as_it_would_not_round_trip() {
+        for padded in [format!(" {MSG}"), format!("{MSG}\n"), format!("\t{MSG}\r")] {
+            let err = row(&padded, None, Some("\"append\"")).decode(3).map(drop);
+            assert_eq!(err.as_ref().map_err(LoadError::code), Err("event-malformed"), "{padded:?}");
+        }
+        // Inside the value it is part of the payload, and kept.
+        let inner = MSG.replace("\"turn\":1", "\"turn\": 1");
+        let e = row(&inner, None, Some("\"append\"")).decode(3).map_err(|e| e.to_string());
+        assert_eq!(e.expect("valid row").data(), inner);
+    }
+
+    #[test]
+    fn a_seq_other_than_the_position_is_not_contiguous() {
+        let err = row(MSG, None, Some("\"append\"")).decode(2).map(drop);
+        assert_eq!(err.as_ref().map_err(LoadError::code), Err("seq-not-contiguous"));
+        assert_eq!(err.err().and_then(|e| e.line()), Some(4));
+    }
+
+    #[test]
+    fn integers_round_trip_through_their_sql_form() {
+        for v in [0, 1, 1_700_000_000_000, i64::MAX as u64, u64::MAX] {
+            assert_eq!(from_sql_int(to_sql_int(v)), v);
+        }
+        assert_eq!(to_sql_int(42), 42);
+    }
+
+    /// Decodes `rows` as a load does, on `threads` threads; the error's
+    /// position only.
+    fn decoded(rows: &[EventRow], threads: usize) -> Result<Vec<Event>, u64> {
+        let read = |push: &mut dyn FnMut(EventRow) -> bool| -> Result<(), ()> {
+            for row in rows.iter().cloned() {
+                if !push(row) {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        decode_while_reading(threads, read).expect("reading cannot fail here").map_err(|e| e.0)
+    }
+
+    #[test]
+    fn rows_decode_on_threads_exactly_as_in_order() {
+        let plugin = |seq: i64| EventRow {
+            seq,
+            time: 1,
+            event_type: EventType::parse("x/p"),
+            data: format!("{{\"i\":{seq}}}"),
+            source_event_seqs: None,
+            surface_op: None,
+        };
+        // Enough rows for several batches on every thread.
+        let n = BATCH_ROWS * 5 + 17;
+        let good: Vec<EventRow> = (0..n as i64).map(plugin).collect();
+        let expected = decoded(&good, 1).expect("valid rows");
+        assert_eq!(expected.len(), n);
+        for threads in 2..6 {
+            assert_eq!(decoded(&good, threads), Ok(expected.clone()), "{threads} threads");
+        }
+        // One or two bad rows anywhere: the first by position is the error.
+        for bad in [0, 7, BATCH_ROWS - 1, BATCH_ROWS, 3 * BATCH_ROWS + 5, n - 1] {
+            for also in [None, Some(bad + BATCH_ROWS), Some(bad.saturating_sub(3))] {
+                let mut rows = good.clone();
+                rows[bad].data = "{".into();
+                if let Some(also) = also.filter(|&a| a < rows.len()) {
+                    rows[also].seq = -1;
+                }
+                let first = also.filter(|&a| a < n).map_or(bad, |a| a.min(bad)) as u64;
+                assert_eq!(decoded(&rows, 1).map(drop), Err(first));
+                for threads in 2..6 {
+                    assert_eq!(decoded(&rows, threads).map(drop), Err(first), "{threads} threads, bad {bad}");
+                }
+            }
+        }
+        assert_eq!(decoded(&[], 3), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_read_error_is_returned_after_the_decoders_stop() {
+        let rows = [row(MSG, None, Some("\"append\""))];
+        for threads in [1, 3] {
+            let read = |push: &mut dyn FnMut(EventRow) -> bool| {
+                push(rows[0].clone());
+                Err("disk gone")
+            };
+            assert_eq!(decode_while_reading(threads, read).map(drop), Err("disk gone"));
+        }
+    }
+
+    #[test]
+    fn odd_type_strings_and_huge_times_survive() {
+        let mut r = row(r#"{"x":1}"#, None, None);
+        r.event_type = EventType::parse("odd\"type\n");
+        r.time = to_sql_int(u64::MAX);
+        let e = r.decode(3).expect("a plugin event with an odd type");
+        assert_eq!((e.event_type().as_str(), e.time()), ("odd\"type\n", u64::MAX));
+    }
+}
