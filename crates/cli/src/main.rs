@@ -111,8 +111,9 @@ enum Command {
     /// the lineage instead: each fork under its parent, with the seq it was
     /// forked after.
     Sessions {
-        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
-        store: PathBuf,
+        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL
+        /// [default: ./palimpsest.db, the store `palimpsest run` writes].
+        store: Option<PathBuf>,
         /// Show forks under their parents.
         #[arg(long)]
         tree: bool,
@@ -155,9 +156,9 @@ enum Command {
     Explain {
         #[command(flatten)]
         target: StoreArgs,
-        /// The event to explain.
+        /// The event to explain (required; `explain SEQ` alone reads ./palimpsest.db).
         #[arg(value_name = "SEQ")]
-        seq: u64,
+        seq: Option<u64>,
         /// Print one JSON object instead of the report.
         #[arg(long)]
         json: bool,
@@ -220,8 +221,11 @@ enum Command {
     /// terminal; without a terminal, --yes is required. A session another
     /// worker holds is refused with `locked`.
     Delete {
-        #[command(flatten)]
-        target: StoreArgs,
+        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
+        store: PathBuf,
+        /// The session to delete; may be left out when STORE holds exactly one.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
         /// Delete without asking.
         #[arg(long)]
         yes: bool,
@@ -345,7 +349,9 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Derive { target, provenance, request } => cmd::derive(&target, provenance, request, out),
         Command::Repair { target, write } => cmd::repair(&target, write, out),
         Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
-        Command::Sessions { store, tree, json } => sessions::sessions(&store, tree, json, out),
+        Command::Sessions { store, tree, json } => {
+            sessions::sessions(&store_arg::store_or_default(store.as_deref())?, tree, json, out)
+        }
         Command::Fork { target, at, id } => fork::fork(&target, at, id.as_deref(), out),
         Command::Explain { target, seq, json } => explain::explain(&target, seq, json, out),
         Command::Export { target, format, view, output } => {
@@ -364,7 +370,9 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
             demo::run(&options, out)
         }
         Command::Run(args) => run::run(args, out),
-        Command::Delete { target, yes } => remove::delete(&target, yes, out),
+        Command::Delete { store, session, yes } => {
+            remove::delete(&StoreArgs { store: Some(store), session }, yes, out)
+        }
         Command::Prune { store, older_than, yes } => remove::prune(&store, older_than, yes, out),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -302,7 +302,7 @@ fn a_missing_or_unreadable_file_is_an_io_error_exit_2() {
 
 #[test]
 fn usage_errors_exit_2_with_a_usage_code() {
-    for args in [&["validate"][..], &["validate", "--bogus", EXAMPLE], &["frobnicate"]] {
+    for args in [&["explain"][..], &["validate", "--bogus", EXAMPLE], &["frobnicate"]] {
         let run = palimpsest(args);
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
         assert!(run.stderr.starts_with("error[usage]: "), "{args:?}: {:?}", run.stderr);

@@ -149,3 +149,63 @@ fn export_takes_its_format_from_the_output_file_and_accepts_md() {
         assert!(run.stderr.contains("error[usage]") && run.stderr.contains("--format"), "{}", run.stderr);
     }
 }
+
+/// Every reading command with STORE left out, and what each one needs after it.
+const READERS: &[&[&str]] = &[
+    &["validate"],
+    &["surface"],
+    &["derive"],
+    &["repair"],
+    &["inspect", "--color", "never"],
+    &["sessions"],
+    &["explain", "0"],
+    &["export"],
+    &["fork", "--at", "0"],
+];
+
+#[test]
+fn reading_commands_without_store_use_palimpsest_db_here() {
+    let dir = scratch(&["ok/crash-open.jsonl"]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "crash-open.jsonl", "palimpsest.db"]));
+    for args in READERS {
+        let (command, rest) = args.split_first().expect("a command");
+        let defaulted = palimpsest(d, args);
+        let mut named = vec![*command, "palimpsest.db"];
+        named.extend_from_slice(rest);
+        if *command == "fork" {
+            // The first fork took the default id; the second gets `-2`.
+            assert_eq!(defaulted.code, 0, "{defaulted:?}");
+            assert!(defaulted.stdout.contains("-fork-0"), "{defaulted:?}");
+            continue;
+        }
+        let named = palimpsest(d, &named);
+        assert_eq!(
+            (defaulted.code, &defaulted.stdout, &defaulted.stderr),
+            (named.code, &named.stdout, &named.stderr),
+            "{args:?} reads ./palimpsest.db"
+        );
+    }
+}
+
+#[test]
+fn reading_commands_without_store_and_without_palimpsest_db_say_so_and_create_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let mut transcripts = Vec::new();
+    for args in READERS {
+        let run = palimpsest(d, args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "one line: {run:?}");
+        transcripts.push(run.transcript(args));
+        let left: Vec<_> = fs::read_dir(d).expect("the dir").collect();
+        assert!(left.is_empty(), "{args:?} created {left:?}");
+    }
+    // One snapshot: they all say the same thing.
+    insta::assert_snapshot!("no_store_here", transcripts.join("\n"));
+    for command in ["validate", "sessions", "explain", "export", "inspect"] {
+        let help = ok(palimpsest(d, &[command, "--help"])).stdout;
+        assert!(help.contains("[default: ./palimpsest.db"), "{command} --help says the default: {help}");
+    }
+}
