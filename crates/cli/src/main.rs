@@ -42,7 +42,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::error::{describe, Exit};
+use crate::error::Exit;
 use crate::store_arg::StoreArgs;
 
 /// Check, inspect, derive, repair, fork, explain and export Palimpsest session logs.
@@ -304,6 +304,7 @@ fn main() -> ExitCode {
     };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
+    let json_errors = cli.command.prints_json();
     let result = run(cli.command, &mut out).and_then(|exit| {
         out.flush()?;
         Ok(exit)
@@ -313,10 +314,14 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // Whatever was printed before the error still goes out.
+            let error = error::resolve(&e);
+            if json_errors {
+                // Where stdout is JSON, so is the error (stderr has it too).
+                let _ = writeln!(out, "{}", error::json_line(&error));
+            }
             let _ = out.flush();
-            let (line, exit) = describe(&e);
-            output::error_line(&line);
-            exit.into()
+            output::error_line(&error.to_string());
+            error.exit.into()
         }
     }
 }
@@ -387,6 +392,22 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
             use clap::CommandFactory;
             clap_mangen::Man::new(Cli::command()).render(out)?;
             Ok(Exit::Success)
+        }
+    }
+}
+
+impl Command {
+    /// Whether the command's stdout is JSON (`--json`, `export --format
+    /// json` to stdout): an error is then printed there as JSON too.
+    fn prints_json(&self) -> bool {
+        match self {
+            Command::Validate { json, .. }
+            | Command::Sessions { json, .. }
+            | Command::Explain { json, .. } => *json,
+            Command::Export { format, output, .. } => {
+                *format == Some(export::Format::Json) && output.is_none()
+            }
+            _ => false,
         }
     }
 }

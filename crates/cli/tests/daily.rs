@@ -209,3 +209,36 @@ fn reading_commands_without_store_and_without_palimpsest_db_say_so_and_create_no
         assert!(help.contains("[default: ./palimpsest.db"), "{command} --help says the default: {help}");
     }
 }
+
+#[test]
+fn where_stdout_is_json_an_error_is_json_there_too() {
+    let dir = scratch(&["ok/crash-open.jsonl", "err/seq-not-contiguous.jsonl"]);
+    let d = dir.path();
+    let cases: &[(&[&str], &str, i32)] = &[
+        (&["validate", "--json", "missing.jsonl"], "io", 2),
+        (&["sessions", "--json"], "not-found", 2),
+        (&["explain", "--json", "crash-open.jsonl", "999"], "not-found", 2),
+        (&["export", "--format", "json", "seq-not-contiguous.jsonl"], "seq-not-contiguous", 1),
+    ];
+    let mut transcripts = Vec::new();
+    for (args, code, exit) in cases {
+        let run = palimpsest(d, args);
+        assert_eq!(run.code, *exit, "{args:?}: {run:?}");
+        let json = run.json();
+        assert_eq!(json["error"]["code"], *code, "{args:?}: {run:?}");
+        // The same error, once on each stream.
+        let line = run.stderr.lines().find(|l| l.starts_with("error[")).unwrap_or_default();
+        let message = json["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(line, format!("error[{code}]: {message}"), "{args:?}");
+        transcripts.push(run.transcript(args));
+    }
+    insta::assert_snapshot!("json_errors", transcripts.join("\n"));
+    // Not asked for JSON: stdout stays empty.
+    for args in
+        [&["validate", "missing.jsonl"][..], &["export", "seq-not-contiguous.jsonl", "--format", "md"]]
+    {
+        let run = palimpsest(d, args);
+        assert_ne!(run.code, 0, "{run:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+    }
+}
