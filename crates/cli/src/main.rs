@@ -151,8 +151,9 @@ enum Command {
     /// `--json` prints one object: `{"session", "seq", "type", "time",
     /// "turn", "step", "surfacePosition" (from 0), "surfaceOp", "shadowed",
     /// "shadowedBy", "shadowChain", "standsInItsPlace", "cites": [{"seq",
-    /// "type", "cites"}], "citedBy"}` (see docs/export-format.md). A SEQ
-    /// that is not in the log is `not-found` (exit 2).
+    /// "type", "cites"}], "citedBy"}`, each key described in the project's
+    /// documentation of the export format. A SEQ that is not in the log is
+    /// `not-found` (exit 2).
     Explain {
         #[command(flatten)]
         target: StoreArgs,
@@ -185,8 +186,8 @@ enum Command {
     /// "step", "surfacePosition", "surfaceOp", "sourceEventSeqs",
     /// "shadowedBy", "replaces": {"kind", "shadowed"}, "usage",
     /// "toolError", "interrupted", "message"}`. Every key is always present
-    /// (null when empty); new keys may be added within a version.
-    /// docs/export-format.md documents every field.
+    /// (null when empty); new keys may be added within a version. The
+    /// project's documentation of the export format describes every field.
     Export {
         #[command(flatten)]
         target: StoreArgs,

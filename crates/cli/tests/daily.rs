@@ -242,3 +242,47 @@ fn where_stdout_is_json_an_error_is_json_there_too() {
         assert_eq!(run.stdout, "", "{args:?}");
     }
 }
+
+/// The paths into the repository a help text names: `docs/...`, `crates/...`
+/// and the like, or a Markdown file that is a path (`a/b.md`) or a
+/// repository file (`README.md`, `CHANGELOG.md`). An output name such as
+/// `-o s.md` is not one.
+fn repository_paths(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || "()`'\",;[]{}".contains(c))
+        .map(|w| w.trim_end_matches(['.', ':']))
+        .filter(|w| {
+            let md = w.strip_suffix(".md");
+            ["docs/", "crates/", "rfcs/", "xtask/", "test_data/"].iter().any(|d| w.contains(d))
+                || md.is_some_and(|stem| stem.contains('/') || stem.chars().any(|c| c.is_ascii_uppercase()))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn no_help_text_points_at_a_file_of_the_repository() {
+    assert_eq!(
+        repository_paths("see docs/export-format.md, or README.md; write -o s.md or x.md"),
+        ["docs/export-format.md", "README.md"]
+    );
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let top = ok(palimpsest(dir.path(), &["--help"])).stdout;
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() > 15 && commands.iter().any(|c| c == "export"), "{commands:?}");
+    let mut found = Vec::new();
+    for command in std::iter::once(None).chain(commands.iter().map(Some)) {
+        let args: Vec<&str> = command.map(String::as_str).into_iter().chain(["--help"]).collect();
+        let help = ok(palimpsest(dir.path(), &args)).stdout;
+        found.extend(repository_paths(&help).into_iter().map(|p| format!("{args:?}: {p}")));
+    }
+    let man = ok(palimpsest(dir.path(), &["man"])).stdout;
+    found.extend(repository_paths(&man).into_iter().map(|p| format!("man: {p}")));
+    assert!(found.is_empty(), "an installed binary has no such files: {found:#?}");
+}
