@@ -373,10 +373,50 @@ fn settings_of(resolved: &Resolved, tools: &ToolRegistry, tools_dir: Option<&Pat
 /// How long the exit waits for tool threads a cancelled turn abandoned.
 pub(crate) const ABANDONED_TOOL_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// A base URL without `scheme://` (`localhost:8080/v1`) is refused before
+/// any request, suggesting the URL with `http://` (a local host) or
+/// `https://` in front; the URL parser would read `localhost:` as a scheme.
+fn check_scheme(base_url: &str) -> Result<(), CliError> {
+    let url = base_url.trim();
+    if url.is_empty() || url.contains("://") {
+        return Ok(());
+    }
+    let host = url.split(['/', '?']).next().unwrap_or_default();
+    let host = host.rsplit('@').next().unwrap_or(host);
+    let local = host.starts_with("localhost")
+        || host.starts_with("127.")
+        || host.starts_with("0.0.0.0")
+        || host.starts_with("[::1]")
+        || host.starts_with("10.")
+        || host.starts_with("192.168.");
+    let scheme = if local { "http" } else { "https" };
+    // A URL with user-info may hold a password: not echoed.
+    let (shown, suggestion) = if url.contains('@') {
+        ("the base URL".to_owned(), format!("{scheme}:// in front of it"))
+    } else {
+        (format!("base URL {url:?}"), format!("{scheme}://{url}"))
+    };
+    Err(CliError::usage(format!("{shown} has no scheme (http:// or https://); did you mean {suggestion}?")))
+}
+
+/// Where the API key a run sends comes from, for the hint after a 401 or
+/// 403: the flag, the variable, or nowhere.
+fn key_source(args: &RunArgs, config: &OpenAiConfig) -> &'static str {
+    match (&args.api_key, &config.api_key) {
+        (Some(k), Some(_)) if !k.is_empty() => "the key of --api-key was sent",
+        (_, Some(_)) => "the key of OPENAI_API_KEY was sent",
+        (_, None) => "no key was sent: pass --api-key or set OPENAI_API_KEY",
+    }
+}
+
 /// A configuration the provider refuses: the command line's fault (exit 2).
 fn config_error(e: ConfigError) -> anyhow::Error {
     match e {
         ConfigError::HttpClient { .. } => CliError::io("", crate::error::chain(&e, None)).into(),
+        ConfigError::InvalidBaseUrl { ref url, .. } if !url.contains("://") => match check_scheme(url) {
+            Err(suggestion) => suggestion.into(),
+            Ok(()) => CliError::usage(e.to_string()).into(),
+        },
         e => CliError::usage(e.to_string()).into(),
     }
 }
@@ -392,6 +432,7 @@ async fn run_async(
     let shown = opened.shown();
     let store = opened.store.clone();
     let about_model = format!("model {} at {}", provider.config().model, provider.shown_endpoint());
+    let hints = Hints { key: key_source(&args, &resolved.config), model: provider.config().model.clone() };
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
 
@@ -484,6 +525,7 @@ async fn run_async(
         store,
         maker,
         compaction,
+        hints,
     };
     let exit = match args.prompt {
         Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
@@ -567,6 +609,33 @@ struct Driver<'o> {
     maker: Maker,
     /// Asks the loop's compaction plugin for a compaction (`/compact`).
     compaction: CompactionTrigger,
+    hints: Hints,
+}
+
+/// What the hints after a provider error name.
+struct Hints {
+    /// Where the API key came from ([`key_source`]).
+    key: &'static str,
+    model: String,
+}
+
+impl Hints {
+    /// Says on stderr what may help after a turn ended with this error: a
+    /// 401 or 403 points at the API key; an answer of nothing at all (no
+    /// content, no finish reason) is a warning naming the model.
+    fn after(&self, code: &str, message: &str) {
+        if message.contains("HTTP 401 ") || message.contains("HTTP 403 ") {
+            output::hint(&format!(
+                "the endpoint refused the request's credentials: check the API key ({})",
+                self.key
+            ));
+        } else if code == "PROVIDER_STREAM" && message.contains("with no content and no finish reason") {
+            output::warning(&format!(
+                "the endpoint streamed no answer at all; check that it serves the model {:?} (--model or OPENAI_MODEL)",
+                self.model
+            ));
+        }
+    }
 }
 
 /// What the interactive loop does after a command.
@@ -851,6 +920,7 @@ impl Driver<'_> {
                     format!("turn {} ended with an error: {}", outcome.turn, error.message),
                 );
                 output::error_line(&e.to_string());
+                self.hints.after(&error.code, &error.message);
                 Ended::Failed
             }
             other => {
