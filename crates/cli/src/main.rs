@@ -252,7 +252,11 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff), e.g. `palimpsest man | man -l -`.
-    Man,
+    Man {
+        /// Write one page per command into DIR instead: palimpsest.1, palimpsest-run.1, ...
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// The main job: a scripted agent session with real tools, end to end.
     ///
     /// Runs six turns over a sandboxed workspace, pruning and compacting the
@@ -389,12 +393,39 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
             out.write_all(&script)?;
             Ok(Exit::Success)
         }
-        Command::Man => {
+        Command::Man { dir: None } => {
             use clap::CommandFactory;
-            clap_mangen::Man::new(Cli::command()).render(out)?;
+            // As `--dir` writes it: no `palimpsest-help(1)`, which has no page.
+            clap_mangen::Man::new(Cli::command().disable_help_subcommand(true)).render(out)?;
             Ok(Exit::Success)
         }
+        Command::Man { dir: Some(dir) } => man_pages(&dir, out),
     }
+}
+
+/// `palimpsest man --dir DIR`: every page, one per command, with clap's
+/// generator; prints the path of each page written.
+fn man_pages(dir: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    use clap::CommandFactory;
+    let shown = dir.display().to_string();
+    std::fs::create_dir_all(dir)
+        .map_err(|e| error::CliError::io(shown.clone(), format!("cannot create: {e}")))?;
+    clap_mangen::generate_to(Cli::command(), dir)
+        .map_err(|e| error::CliError::io(shown.clone(), format!("cannot write the pages: {e}")))?;
+    // The pages clap_mangen writes: the command's, then one per subcommand
+    // (there are no nested ones).
+    let cli = Cli::command();
+    let subcommands = cli.get_subcommands().filter(|c| !c.is_hide_set()).map(|c| c.get_name().to_owned());
+    let names =
+        std::iter::once("palimpsest.1".to_owned()).chain(subcommands.map(|n| format!("palimpsest-{n}.1")));
+    for name in names {
+        let page = dir.join(&name);
+        if !page.is_file() {
+            return Err(error::CliError::io(page.display().to_string(), "the page was not written").into());
+        }
+        writeln!(out, "{}", page.display())?;
+    }
+    Ok(Exit::Success)
 }
 
 impl Command {

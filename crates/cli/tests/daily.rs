@@ -286,3 +286,26 @@ fn no_help_text_points_at_a_file_of_the_repository() {
     found.extend(repository_paths(&man).into_iter().map(|p| format!("man: {p}")));
     assert!(found.is_empty(), "an installed binary has no such files: {found:#?}");
 }
+
+#[test]
+fn man_dir_writes_one_page_per_command_and_lists_them() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let run = ok(palimpsest(dir.path(), &["man", "--dir", "pages"]));
+    let listed: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(listed.first(), Some(&"pages/palimpsest.1"), "{listed:?}");
+    for command in ["run", "export", "sessions", "man"] {
+        assert!(listed.contains(&format!("pages/palimpsest-{command}.1").as_str()), "{command}: {listed:?}");
+    }
+    let mut on_disk: Vec<String> = fs::read_dir(dir.path().join("pages"))
+        .expect("the pages")
+        .map(|e| format!("pages/{}", e.expect("an entry").file_name().to_string_lossy()))
+        .collect();
+    on_disk.sort();
+    let mut sorted: Vec<String> = listed.iter().map(|s| (*s).to_owned()).collect();
+    sorted.sort();
+    assert_eq!(sorted, on_disk, "every page written is listed");
+    let top = fs::read_to_string(dir.path().join("pages/palimpsest.1")).expect("the top page");
+    assert_eq!(top, ok(palimpsest(dir.path(), &["man"])).stdout, "the same page as `palimpsest man`");
+    let run_page = fs::read_to_string(dir.path().join("pages/palimpsest-run.1")).expect("run's page");
+    assert!(run_page.contains(".TH palimpsest-run 1"), "{}", &run_page[..200]);
+}
