@@ -23,6 +23,7 @@ mod demo;
 mod error;
 mod explain;
 mod export;
+mod file_store;
 mod fork;
 mod inspect;
 mod location;
@@ -264,7 +265,8 @@ enum Command {
     /// default); then shows the log beside the surface, reopens and
     /// validates the store, and sums up. No setup, no network.
     Demo {
-        /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, any other a JSONL store directory.
+        /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, one ending in
+        /// `.jsonl` a new session file (one session a file), any other a JSONL store directory.
         #[arg(long, value_name = "PATH", default_value = demo::DEFAULT_STORE)]
         store: PathBuf,
         /// Continue a stored demo session (after Ctrl-C, a crash, or a normal exit).

@@ -162,3 +162,23 @@ fn the_on_disk_figure_is_the_sum_of_the_files_it_names() {
     let total: u64 = files.iter().sum();
     assert_eq!(line, format!("{total} bytes in {} file under jsonl-store", files.len()), "{line}");
 }
+
+#[test]
+fn a_jsonl_store_is_one_session_file_and_a_second_demo_needs_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["demo", "--store", "d.jsonl", "--pace", "0", "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.path().join("d.jsonl").is_file(), "a file, not a directory");
+    assert!(stdout(&o).contains("store:     d.jsonl (JSONL file)"), "{}", stdout(&o));
+    let v = run(dir.path(), &["validate", "d.jsonl"]);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    let again = run(dir.path(), &["demo", "--store", "d.jsonl", "--pace", "0", "--quiet"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr),
+        "error[already-exists]: d.jsonl: this JSONL session file already holds a session; `--resume ID` \
+         continues it, or name a new file, a directory or a `.db`\n"
+    );
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries, ["d.jsonl"]);
+}

@@ -895,3 +895,71 @@ fn a_stream_of_nothing_without_a_finish_reason_is_a_warning_exit_1_and_an_error_
     assert!(!types(&log).contains(&"assistant/message"), "no empty answer is logged: {:?}", types(&log));
     assert_valid(dir.path(), "s", &run.session_id());
 }
+
+/// The events of a JSONL session file.
+fn file_log(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("the session file");
+    text.lines().skip(1).map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+#[test]
+fn store_jsonl_makes_one_session_file_then_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let file = dir.path().join("s.jsonl");
+    assert!(file.is_file(), "a session file, not a directory");
+    let id = first.session_id();
+    assert!(
+        first.stderr.contains(&format!("note: new session {id} in s.jsonl (JSONL file); continue it with `palimpsest run --store s.jsonl`")),
+        "{first:?}"
+    );
+    // Named again, the file's one session carries on, with or without --session.
+    let second = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "And?"]));
+    assert_eq!((second.code, second.stdout.as_str()), (Some(0), "Two.\n"), "{second:?}");
+    assert!(second.stderr.contains(&format!("note: resuming session {id} in s.jsonl")), "{second:?}");
+    let third = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "--session", &id, "More?"]));
+    assert_eq!(third.code, Some(0), "{third:?}");
+    let log = file_log(&file);
+    assert_eq!(turn_end_reasons(&log).len(), 3, "three turns in the one file");
+    assert_valid(dir.path(), "s.jsonl", &id);
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries, ["s.jsonl"], "nothing beside it");
+
+    // A --session that is not the file's is not-found; nothing is asked.
+    let wrong = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "--session", "other", "Hi"]));
+    assert_eq!(wrong.code, Some(2), "{wrong:?}");
+    assert!(wrong.stderr.starts_with("error[not-found]: s.jsonl: no session \"other\""), "{wrong:?}");
+    assert_eq!(server.requests().len(), 3);
+    // A new file with --session has nothing to continue.
+    let missing = run(dir.path(), &model_args(&base, &["--store", "new.jsonl", "--session", "x", "Hi"]));
+    assert_eq!(missing.code, Some(2), "{missing:?}");
+    assert!(!dir.path().join("new.jsonl").exists());
+}
+
+#[test]
+fn a_session_file_being_run_is_locked_for_a_second_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![Reply::Stall]);
+    let base = server.base_url();
+    let mut child: Child = command(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Think hard."]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.requests().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.requests().len(), 1, "the request never arrived");
+    // The first run's turn is open; continuing would close it, and cannot.
+    let second = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Me too"]));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(second.code, Some(1), "{second:?}");
+    assert!(second.stderr.contains("error[locked]: "), "{second:?}");
+    assert_eq!(server.requests().len(), 1, "the second run asked nothing");
+}

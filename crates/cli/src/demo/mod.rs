@@ -125,6 +125,21 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     let started = Instant::now();
     let opened = open_store(&options.store)?;
     let shown = opened.shown();
+    if matches!(opened.location, crate::location::Location::JsonlFile(_))
+        && options.resume.is_none()
+        && options.store.exists()
+    {
+        // A session file holds one session: a new demo needs a new file.
+        return Err(crate::error::CliError {
+            code: "already-exists".into(),
+            location: shown.clone(),
+            message: "this JSONL session file already holds a session; `--resume ID` continues it, \
+                      or name a new file, a directory or a `.db`"
+                .into(),
+            exit: Exit::Invalid,
+        }
+        .into());
+    }
     let store = opened.store.clone();
     let workspace =
         tempfile::Builder::new().prefix("palimpsest-demo-").tempdir().context("creating the workspace")?;

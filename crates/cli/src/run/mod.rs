@@ -84,7 +84,9 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 /// unless a turn failed with an error (1). Usage and I/O errors are 2.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RunArgs {
-    /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, any other a JSONL store directory (created if missing).
+    /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, one ending in
+    /// `.jsonl` a session file (continued if it exists, else made for the new session), any other a
+    /// JSONL store directory (created if missing).
     #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
     pub(crate) store: PathBuf,
     /// Continue this stored session instead of starting a new one (a unique prefix of its id will do).
@@ -137,6 +139,11 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
     // changed. A resumed session's settings are read first: they are the
     // defaults its flags override.
     let location = writable_location(&args.store)?;
+    // A session file that exists holds the one session to continue; one
+    // that does not is made, as a file, for a new session.
+    if matches!(location, Location::JsonlFile(_)) && args.store.exists() && args.session.is_none() {
+        args.continue_last = true;
+    }
     let resuming = args.session.is_some() || args.continue_last;
     if resuming && !matches!(location, Location::Postgres(_)) && !args.store.exists() {
         // Resuming reads the store: it is never created for that.
@@ -470,8 +477,12 @@ async fn run_async(
             let id = new_session_id();
             let agent = builder.create(Arc::clone(&store), id.clone()).map_err(|e| loop_error(e, &shown))?;
             _hold = opened.hold(&id)?;
+            let again = match opened.location {
+                Location::JsonlFile(_) => format!("`palimpsest run --store {}`", output::shell_word(&shown)),
+                _ => format!("--session {id}"),
+            };
             output::note(&format!(
-                "new session {id} in {shown} ({}); continue it with --session {id}",
+                "new session {id} in {shown} ({}); continue it with {again}",
                 opened.kind()
             ));
             agent
@@ -526,6 +537,7 @@ async fn run_async(
         maker,
         compaction,
         hints,
+        one_session_file: matches!(opened.location, Location::JsonlFile(_)),
     };
     let exit = match args.prompt {
         Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
@@ -610,6 +622,8 @@ struct Driver<'o> {
     /// Asks the loop's compaction plugin for a compaction (`/compact`).
     compaction: CompactionTrigger,
     hints: Hints,
+    /// The store is one JSONL session file: it has no room for a fork.
+    one_session_file: bool,
 }
 
 /// What the hints after a provider error name.
@@ -802,6 +816,15 @@ impl Driver<'_> {
     /// free `-2`, `-3`, ...); the run carries on in the child, the parent
     /// is left as it is.
     fn fork(&mut self) -> anyhow::Result<()> {
+        if self.one_session_file {
+            output::error_line(&format!(
+                "error[usage]: {}: a JSONL session file holds one session, so /fork has nowhere to write the \
+                 child; `palimpsest fork {} --at SEQ` writes it beside the file",
+                self.shown,
+                output::shell_word(&self.shown)
+            ));
+            return Ok(());
+        }
         self.agent.flush().map_err(|e| loop_error(e, &self.shown))?;
         let parent = self.agent.session();
         let Some(at) = (parent.events().len() as u64).checked_sub(1) else {
