@@ -29,6 +29,7 @@ mod inspect;
 mod location;
 mod open_store;
 mod output;
+mod pager;
 mod remove;
 mod run;
 mod sessions;
@@ -98,12 +99,20 @@ enum Command {
         write: bool,
     },
     /// Show a session as a timeline a person can read.
+    ///
+    /// On a terminal, lines are clipped to its width ($COLUMNS, else the
+    /// terminal's) and the output goes through a pager: $PALIMPSEST_PAGER,
+    /// else $PAGER, else `less -FRX` (empty or `cat`: none). Piped, the
+    /// output is unchanged.
     Inspect {
         #[command(flatten)]
         target: StoreArgs,
         /// When to use colours.
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
+        /// Write straight to the terminal, without a pager.
+        #[arg(long)]
+        no_pager: bool,
     },
     /// List the sessions of a store, newest first: id, creation time, last
     /// activity, events, turns, parent.
@@ -360,7 +369,7 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Surface { target } => cmd::surface(&target, out),
         Command::Derive { target, provenance, request } => cmd::derive(&target, provenance, request, out),
         Command::Repair { target, write } => cmd::repair(&target, write, out),
-        Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
+        Command::Inspect { target, color, no_pager } => cmd::inspect(&target, color.enabled(), no_pager, out),
         Command::Sessions { store, tree, json } => {
             sessions::sessions(&store_arg::store_or_default(store.as_deref())?, tree, json, out)
         }
