@@ -176,16 +176,18 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-/// Renders any error of a command as its one stderr line and exit status:
-/// a [`CliError`] in the chain as it is (after the contexts around it),
-/// else [`from_chain`].
+/// Any error of a command as its one stderr line and exit status (the
+/// tests' view of [`resolve`]).
 #[cfg(test)]
 pub(crate) fn describe(error: &anyhow::Error) -> (String, Exit) {
     let e = resolve(error);
     (e.to_string(), e.exit)
 }
 
-/// The [`CliError`] any error of a command is reported as (see [`describe`]).
+/// The [`CliError`] any error of a command is reported as: a [`CliError`]
+/// in the chain as it is (after the contexts around it), else
+/// [`from_chain`]. Its `Display` is the stderr line; [`json_line`] the
+/// JSON form.
 pub(crate) fn resolve(error: &anyhow::Error) -> CliError {
     let links: Vec<&(dyn std::error::Error + 'static)> = error.chain().collect();
     if let Some(at) = links.iter().position(|e| e.is::<CliError>()) {
