@@ -477,11 +477,28 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         _ => {
             let text = e.to_string();
             let text = text.strip_prefix("error: ").unwrap_or(&text);
+            if asks_for_json(std::env::args().skip(1)) {
+                // As a parsed command's error would be: JSON on stdout too.
+                let first = text.lines().next().unwrap_or_default();
+                let error = error::CliError::usage(first);
+                let _ = writeln!(io::stdout().lock(), "{}", error::json_line(&error));
+            }
             let mut stderr = io::stderr().lock();
             let _ = write!(stderr, "error[usage]: {text}");
             Exit::Usage.into()
         }
     }
+}
+
+/// Whether a command line that did not parse asked for JSON output
+/// (`--json`, `--format json`): its usage error is then JSON on stdout too.
+fn asks_for_json(args: impl Iterator<Item = String>) -> bool {
+    let args: Vec<String> = args.collect();
+    args.iter().enumerate().any(|(i, a)| {
+        a == "--json"
+            || a == "--format=json"
+            || (a == "--format" && args.get(i + 1).is_some_and(|v| v == "json"))
+    })
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

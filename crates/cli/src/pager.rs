@@ -78,6 +78,9 @@ fn page(pager: &str, text: &[u8]) -> io::Result<()> {
         c
     };
     let mut child = command.stdin(Stdio::piped()).spawn()?;
+    // Ctrl-C in the pager reaches this process too: it must not end it
+    // and hand the terminal back to the shell while the pager still runs.
+    let _calm = IgnoreInterrupts::start();
     if let Some(mut stdin) = child.stdin.take() {
         match stdin.write_all(text) {
             Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
@@ -89,6 +92,32 @@ fn page(pager: &str, text: &[u8]) -> io::Result<()> {
     }
     child.wait()?;
     Ok(())
+}
+
+/// While it lives, SIGINT is caught and dropped (a tokio signal listener,
+/// no unsafe code); once caught it stays so, which is fine: the process
+/// ends soon after the pager does.
+struct IgnoreInterrupts {
+    #[cfg(unix)]
+    _listener: Option<(tokio::runtime::Runtime, tokio::signal::unix::Signal)>,
+}
+
+impl IgnoreInterrupts {
+    fn start() -> IgnoreInterrupts {
+        #[cfg(unix)]
+        {
+            let listener =
+                tokio::runtime::Builder::new_current_thread().enable_io().build().ok().and_then(|rt| {
+                    let signal = rt.block_on(async {
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                    });
+                    signal.ok().map(|s| (rt, s))
+                });
+            IgnoreInterrupts { _listener: listener }
+        }
+        #[cfg(not(unix))]
+        IgnoreInterrupts {}
+    }
 }
 
 /// Every line of `text` clipped to `width` columns ([`clip`]).

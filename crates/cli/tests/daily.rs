@@ -233,6 +233,11 @@ fn where_stdout_is_json_an_error_is_json_there_too() {
         transcripts.push(run.transcript(args));
     }
     insta::assert_snapshot!("json_errors", transcripts.join("\n"));
+    // A command line that does not parse, but asked for JSON, gets it too.
+    let bad = palimpsest(d, &["sessions", "--json", "--bogus"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert_eq!(bad.json()["error"]["code"], "usage", "{bad:?}");
+    assert!(bad.stderr.starts_with("error[usage]: unexpected argument '--bogus'"), "{bad:?}");
     // Not asked for JSON: stdout stays empty.
     for args in
         [&["validate", "missing.jsonl"][..], &["export", "seq-not-contiguous.jsonl", "--format", "md"]]

@@ -154,3 +154,50 @@ fn piped_the_output_is_neither_clipped_nor_paged() {
     assert!(!text.contains(START), "{text}");
     assert!(widest(&text) > 40, "lines keep their length when piped");
 }
+
+#[test]
+fn ctrl_c_while_the_pager_runs_does_not_end_inspect_before_it() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let pager = dir.path().join("slow-pager");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // Reads everything, then waits for a signal file before it ends.
+        let script = format!(
+            "#!/bin/sh\ncat >/dev/null\ntouch '{ready}'\nwhile [ ! -e '{go}' ]; do sleep 0.05; done\necho '{END}'\n",
+            ready = dir.path().join("ready").display(),
+            go = dir.path().join("go").display()
+        );
+        std::fs::write(&pager, script).expect("write the pager");
+        std::fs::set_permissions(&pager, std::fs::Permissions::from_mode(0o755)).expect("executable");
+    }
+    let mut command = Command::new(BIN);
+    command
+        .arg("inspect")
+        .arg(fixture())
+        .env("TERM", "xterm")
+        .env("PALIMPSEST_PAGER", &pager)
+        .env_remove("PAGER")
+        .env_remove("PALIMPSEST_LOG");
+    let mut session = Session::spawn(command).expect("spawn palimpsest on a pty");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !dir.path().join("ready").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(dir.path().join("ready").exists(), "the pager never started");
+    let pid = session.get_process().pid().to_string();
+    let kill = Command::new("kill").args(["-INT", &pid]).status().expect("kill");
+    assert!(kill.success());
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(dir.path().join("go"), "").expect("let the pager end");
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match session.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
+    let status = session.get_process().wait();
+    assert!(matches!(status, Ok(WaitStatus::Exited(_, 0))), "inspect waited for the pager: {status:?}");
+    assert!(String::from_utf8_lossy(&bytes).contains(END));
+}
