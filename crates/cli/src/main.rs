@@ -477,7 +477,7 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         _ => {
             let text = e.to_string();
             let text = text.strip_prefix("error: ").unwrap_or(&text);
-            if asks_for_json(std::env::args().skip(1)) {
+            if asks_for_json(std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned())) {
                 // As a parsed command's error would be: JSON on stdout too.
                 let first = text.lines().next().unwrap_or_default();
                 let error = error::CliError::usage(first);
