@@ -10,6 +10,8 @@
 //!   (see [`mod@bench`]).
 //! * `cargo xtask fuzz [--seconds N] [TARGET]` runs the `cargo fuzz` targets
 //!   for a chosen time and reports their executions (see [`fuzz`]).
+//! * `cargo xtask man [--out DIR]` writes the CLI's manual pages, one per
+//!   command, into `target/man/` or DIR (see [`man`]).
 //!
 //! # Adding a command
 //!
@@ -24,6 +26,7 @@
 mod bench;
 mod ci;
 mod fuzz;
+mod man;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -38,6 +41,7 @@ const COMMANDS: &[(&str, &str)] = &[
         "build the benchmark suite in release and run it: [--quick] [--sizes N,..] [--only S] [--json FILE]",
     ),
     ("fuzz", "run the cargo-fuzz targets (needs cargo-fuzz): [--seconds N] [TARGET]"),
+    ("man", "write the CLI's manual pages (one per command) into target/man/: [--out DIR]"),
     ("help", "print this list"),
 ];
 
@@ -59,6 +63,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         ["tidy"] => tidy::run(&root),
         ["bench", rest @ ..] => bench::run(&root, &rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         ["fuzz", rest @ ..] => fuzz::run(&root, &rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        ["man", rest @ ..] => man::run(&root, &rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         [] | ["help" | "--help" | "-h"] => {
             print_help();
             Ok(())

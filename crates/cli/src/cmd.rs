@@ -206,10 +206,19 @@ pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyh
 
 /// `palimpsest inspect STORE`: the timeline. Exit 1 when the log is invalid
 /// (everything readable is still shown).
-pub(crate) fn inspect(args: &StoreArgs, color: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
+pub(crate) fn inspect(
+    args: &StoreArgs,
+    color: bool,
+    no_pager: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
     let target = store_arg::open(args, Access::Read)?;
     let checked = target.check()?;
-    crate::inspect::render(&checked, color, out)?;
+    // Rendered whole first: on a terminal it is fitted and paged (see
+    // `crate::pager`), piped it goes out as it is.
+    let mut text = Vec::new();
+    crate::inspect::render(&checked, color, &mut text)?;
+    crate::pager::show(&text, out, no_pager)?;
     if checked.is_valid() {
         Ok(Exit::Success)
     } else {

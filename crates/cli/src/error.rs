@@ -176,10 +176,19 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-/// Renders any error of a command as its one stderr line and exit status:
-/// a [`CliError`] in the chain as it is (after the contexts around it),
-/// else [`from_chain`].
+/// Any error of a command as its one stderr line and exit status (the
+/// tests' view of [`resolve`]).
+#[cfg(test)]
 pub(crate) fn describe(error: &anyhow::Error) -> (String, Exit) {
+    let e = resolve(error);
+    (e.to_string(), e.exit)
+}
+
+/// The [`CliError`] any error of a command is reported as: a [`CliError`]
+/// in the chain as it is (after the contexts around it), else
+/// [`from_chain`]. Its `Display` is the stderr line; [`json_line`] the
+/// JSON form.
+pub(crate) fn resolve(error: &anyhow::Error) -> CliError {
     let links: Vec<&(dyn std::error::Error + 'static)> = error.chain().collect();
     if let Some(at) = links.iter().position(|e| e.is::<CliError>()) {
         if let Some(e) = links[at].downcast_ref::<CliError>() {
@@ -188,11 +197,20 @@ pub(crate) fn describe(error: &anyhow::Error) -> (String, Exit) {
             if !contexts.is_empty() {
                 e.message = format!("{}: {}", contexts.join(": "), e.message);
             }
-            return (e.to_string(), e.exit);
+            return e;
         }
     }
-    let e = from_chain(error.as_ref(), "");
-    (e.to_string(), e.exit)
+    from_chain(error.as_ref(), "")
+}
+
+/// The error as one JSON line for commands whose stdout is JSON:
+/// `{"error": {"code": s, "message": s}}`, the message being the stderr
+/// line after its `error[<code>]: ` (so it names the location too).
+pub(crate) fn json_line(error: &CliError) -> String {
+    let line = error.to_string();
+    let prefix = format!("error[{}]: ", error.code);
+    let message = line.strip_prefix(&prefix).unwrap_or(&line);
+    serde_json::json!({"error": {"code": error.code, "message": message}}).to_string()
 }
 
 /// Keeps an error on one line: line breaks inside a message become spaces.
@@ -379,6 +397,16 @@ mod tests {
         assert_eq!(clip_values("short \"values\" stay"), "short \"values\" stay");
         let bare = clip_values(&format!("found {big} at the end"));
         assert!(bare.ends_with("… (50000 bytes) at the end") && bare.len() < 400, "{bare}");
+    }
+
+    #[test]
+    fn the_json_form_has_the_code_and_the_rest_of_the_line() {
+        let e = CliError::refused("log-corrupt", "a.jsonl:3", "not \"JSON\"");
+        let v: serde_json::Value = serde_json::from_str(&json_line(&e)).unwrap_or_default();
+        assert_eq!(
+            v,
+            serde_json::json!({"error": {"code": "log-corrupt", "message": "a.jsonl:3: not \"JSON\""}})
+        );
     }
 
     #[test]

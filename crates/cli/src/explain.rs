@@ -48,9 +48,31 @@ use crate::settings_view;
 use crate::store_arg::StoreArgs;
 use crate::timefmt;
 
-/// `palimpsest explain`.
-pub(crate) fn explain(args: &StoreArgs, seq: u64, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args, crate::store_arg::Access::Read)?;
+/// STORE and SEQ from `explain`'s one or two words: `explain STORE SEQ`, or
+/// `explain SEQ` for the default store. No SEQ at all is a usage error.
+fn store_and_seq(args: &StoreArgs, seq: Option<u64>) -> Result<(StoreArgs, u64), CliError> {
+    if let Some(seq) = seq {
+        return Ok((args.clone(), seq));
+    }
+    let Some(word) = args.store.as_ref() else {
+        return Err(CliError::usage("explain needs the SEQ of the event to explain"));
+    };
+    let seq = word.to_str().and_then(|w| w.parse::<u64>().ok()).ok_or_else(|| {
+        CliError::usage(format!("{}: not a SEQ (a number); explain takes [STORE] SEQ", word.display()))
+    })?;
+    Ok((StoreArgs { store: None, session: args.session.clone() }, seq))
+}
+
+/// `palimpsest explain [STORE] SEQ`: with one word, it is SEQ and STORE is
+/// the default (`./palimpsest.db`).
+pub(crate) fn explain(
+    args: &StoreArgs,
+    seq: Option<u64>,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
+    let (args, seq) = store_and_seq(args, seq)?;
+    let (_, checked) = open_checked(&args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
     // What a replace took off, in surface order (the explanation lists it by seq).
     let taken_off = checked.replaced.iter().find(|r| r.seq == seq).map(|r| r.shadowed.clone());

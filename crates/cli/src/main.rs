@@ -23,11 +23,13 @@ mod demo;
 mod error;
 mod explain;
 mod export;
+mod file_store;
 mod fork;
 mod inspect;
 mod location;
 mod open_store;
 mod output;
+mod pager;
 mod remove;
 mod run;
 mod sessions;
@@ -42,7 +44,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::error::{describe, Exit};
+use crate::error::Exit;
 use crate::store_arg::StoreArgs;
 
 /// Check, inspect, derive, repair, fork, explain and export Palimpsest session logs.
@@ -97,12 +99,20 @@ enum Command {
         write: bool,
     },
     /// Show a session as a timeline a person can read.
+    ///
+    /// On a terminal, lines are clipped to its width ($COLUMNS, else the
+    /// terminal's) and the output goes through a pager: $PALIMPSEST_PAGER,
+    /// else $PAGER, else `less -FRX` (empty or `cat`: none). Piped, the
+    /// output is unchanged.
     Inspect {
         #[command(flatten)]
         target: StoreArgs,
         /// When to use colours.
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
+        /// Write straight to the terminal, without a pager.
+        #[arg(long)]
+        no_pager: bool,
     },
     /// List the sessions of a store, newest first: id, creation time, last
     /// activity, events, turns, parent.
@@ -111,8 +121,9 @@ enum Command {
     /// the lineage instead: each fork under its parent, with the seq it was
     /// forked after.
     Sessions {
-        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
-        store: PathBuf,
+        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL
+        /// [default: ./palimpsest.db, the store `palimpsest run` writes].
+        store: Option<PathBuf>,
         /// Show forks under their parents.
         #[arg(long)]
         tree: bool,
@@ -150,14 +161,15 @@ enum Command {
     /// `--json` prints one object: `{"session", "seq", "type", "time",
     /// "turn", "step", "surfacePosition" (from 0), "surfaceOp", "shadowed",
     /// "shadowedBy", "shadowChain", "standsInItsPlace", "cites": [{"seq",
-    /// "type", "cites"}], "citedBy"}` (see docs/export-format.md). A SEQ
-    /// that is not in the log is `not-found` (exit 2).
+    /// "type", "cites"}], "citedBy"}`, each key described in the project's
+    /// documentation of the export format. A SEQ that is not in the log is
+    /// `not-found` (exit 2).
     Explain {
         #[command(flatten)]
         target: StoreArgs,
-        /// The event to explain.
+        /// The event to explain (required; `explain SEQ` alone reads ./palimpsest.db).
         #[arg(value_name = "SEQ")]
-        seq: u64,
+        seq: Option<u64>,
         /// Print one JSON object instead of the report.
         #[arg(long)]
         json: bool,
@@ -184,8 +196,8 @@ enum Command {
     /// "step", "surfacePosition", "surfaceOp", "sourceEventSeqs",
     /// "shadowedBy", "replaces": {"kind", "shadowed"}, "usage",
     /// "toolError", "interrupted", "message"}`. Every key is always present
-    /// (null when empty); new keys may be added within a version.
-    /// docs/export-format.md documents every field.
+    /// (null when empty); new keys may be added within a version. The
+    /// project's documentation of the export format describes every field.
     Export {
         #[command(flatten)]
         target: StoreArgs,
@@ -220,8 +232,11 @@ enum Command {
     /// terminal; without a terminal, --yes is required. A session another
     /// worker holds is refused with `locked`.
     Delete {
-        #[command(flatten)]
-        target: StoreArgs,
+        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
+        store: PathBuf,
+        /// The session to delete; may be left out when STORE holds exactly one.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
         /// Delete without asking.
         #[arg(long)]
         yes: bool,
@@ -247,7 +262,11 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff), e.g. `palimpsest man | man -l -`.
-    Man,
+    Man {
+        /// Write one page per command into DIR instead: palimpsest.1, palimpsest-run.1, ...
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// The main job: a scripted agent session with real tools, end to end.
     ///
     /// Runs six turns over a sandboxed workspace, pruning and compacting the
@@ -255,7 +274,8 @@ enum Command {
     /// default); then shows the log beside the surface, reopens and
     /// validates the store, and sums up. No setup, no network.
     Demo {
-        /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, any other a JSONL store directory.
+        /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, one ending in
+        /// `.jsonl` a new session file (one session a file), any other a JSONL store directory.
         #[arg(long, value_name = "PATH", default_value = demo::DEFAULT_STORE)]
         store: PathBuf,
         /// Continue a stored demo session (after Ctrl-C, a crash, or a normal exit).
@@ -300,6 +320,7 @@ fn main() -> ExitCode {
     };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
+    let json_errors = cli.command.prints_json();
     let result = run(cli.command, &mut out).and_then(|exit| {
         out.flush()?;
         Ok(exit)
@@ -309,10 +330,14 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // Whatever was printed before the error still goes out.
+            let error = error::resolve(&e);
+            if json_errors {
+                // Where stdout is JSON, so is the error (stderr has it too).
+                let _ = writeln!(out, "{}", error::json_line(&error));
+            }
             let _ = out.flush();
-            let (line, exit) = describe(&e);
-            output::error_line(&line);
-            exit.into()
+            output::error_line(&error.to_string());
+            error.exit.into()
         }
     }
 }
@@ -344,8 +369,10 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Surface { target } => cmd::surface(&target, out),
         Command::Derive { target, provenance, request } => cmd::derive(&target, provenance, request, out),
         Command::Repair { target, write } => cmd::repair(&target, write, out),
-        Command::Inspect { target, color } => cmd::inspect(&target, color.enabled(), out),
-        Command::Sessions { store, tree, json } => sessions::sessions(&store, tree, json, out),
+        Command::Inspect { target, color, no_pager } => cmd::inspect(&target, color.enabled(), no_pager, out),
+        Command::Sessions { store, tree, json } => {
+            sessions::sessions(&store_arg::store_or_default(store.as_deref())?, tree, json, out)
+        }
         Command::Fork { target, at, id } => fork::fork(&target, at, id.as_deref(), out),
         Command::Explain { target, seq, json } => explain::explain(&target, seq, json, out),
         Command::Export { target, format, view, output } => {
@@ -364,7 +391,9 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
             demo::run(&options, out)
         }
         Command::Run(args) => run::run(args, out),
-        Command::Delete { target, yes } => remove::delete(&target, yes, out),
+        Command::Delete { store, session, yes } => {
+            remove::delete(&StoreArgs { store: Some(store), session }, yes, out)
+        }
         Command::Prune { store, older_than, yes } => remove::prune(&store, older_than, yes, out),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -375,10 +404,53 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
             out.write_all(&script)?;
             Ok(Exit::Success)
         }
-        Command::Man => {
+        Command::Man { dir: None } => {
             use clap::CommandFactory;
-            clap_mangen::Man::new(Cli::command()).render(out)?;
+            // As `--dir` writes it: no `palimpsest-help(1)`, which has no page.
+            clap_mangen::Man::new(Cli::command().disable_help_subcommand(true)).render(out)?;
             Ok(Exit::Success)
+        }
+        Command::Man { dir: Some(dir) } => man_pages(&dir, out),
+    }
+}
+
+/// `palimpsest man --dir DIR`: every page, one per command, with clap's
+/// generator; prints the path of each page written.
+fn man_pages(dir: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<Exit> {
+    use clap::CommandFactory;
+    let shown = dir.display().to_string();
+    std::fs::create_dir_all(dir)
+        .map_err(|e| error::CliError::io(shown.clone(), format!("cannot create: {e}")))?;
+    clap_mangen::generate_to(Cli::command(), dir)
+        .map_err(|e| error::CliError::io(shown.clone(), format!("cannot write the pages: {e}")))?;
+    // The pages clap_mangen writes: the command's, then one per subcommand
+    // (there are no nested ones).
+    let cli = Cli::command();
+    let subcommands = cli.get_subcommands().filter(|c| !c.is_hide_set()).map(|c| c.get_name().to_owned());
+    let names =
+        std::iter::once("palimpsest.1".to_owned()).chain(subcommands.map(|n| format!("palimpsest-{n}.1")));
+    for name in names {
+        let page = dir.join(&name);
+        if !page.is_file() {
+            return Err(error::CliError::io(page.display().to_string(), "the page was not written").into());
+        }
+        writeln!(out, "{}", page.display())?;
+    }
+    Ok(Exit::Success)
+}
+
+impl Command {
+    /// Whether the command's stdout is JSON (`--json`, `export --format
+    /// json` to stdout): an error is then printed there as JSON too.
+    fn prints_json(&self) -> bool {
+        match self {
+            Command::Validate { json, .. }
+            | Command::Sessions { json, .. }
+            | Command::Explain { json, .. } => *json,
+            Command::Export { format, output, .. } => {
+                *format == Some(export::Format::Json) && output.is_none()
+            }
+            _ => false,
         }
     }
 }
@@ -405,11 +477,28 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         _ => {
             let text = e.to_string();
             let text = text.strip_prefix("error: ").unwrap_or(&text);
+            if asks_for_json(std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned())) {
+                // As a parsed command's error would be: JSON on stdout too.
+                let first = text.lines().next().unwrap_or_default();
+                let error = error::CliError::usage(first);
+                let _ = writeln!(io::stdout().lock(), "{}", error::json_line(&error));
+            }
             let mut stderr = io::stderr().lock();
             let _ = write!(stderr, "error[usage]: {text}");
             Exit::Usage.into()
         }
     }
+}
+
+/// Whether a command line that did not parse asked for JSON output
+/// (`--json`, `--format json`): its usage error is then JSON on stdout too.
+fn asks_for_json(args: impl Iterator<Item = String>) -> bool {
+    let args: Vec<String> = args.collect();
+    args.iter().enumerate().any(|(i, a)| {
+        a == "--json"
+            || a == "--format=json"
+            || (a == "--format" && args.get(i + 1).is_some_and(|v| v == "json"))
+    })
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -1,8 +1,8 @@
 //! Opening the store that `demo` and `run` write sessions into, from one
 //! `--store STORE` flag read by [`crate::location`] (contract §7): a SQLite
 //! database (`.db`), a PostgreSQL URL or a JSONL store directory, created
-//! when missing. A `.jsonl` session file is refused here: these commands
-//! write through a [`SessionStore`], which a bare file is not.
+//! when missing; or a `.jsonl` session file, a store of one session
+//! ([`crate::file_store::FileStore`]), made as a file by the first session.
 
 use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -114,17 +114,9 @@ pub(crate) fn holder_name() -> String {
     format!("{host}:{}", std::process::id())
 }
 
-/// Reads `--store STORE`, refusing forms `demo` and `run` cannot write to.
+/// Reads `--store STORE` (every form can be written to).
 pub(crate) fn writable_location(arg: &Path) -> Result<Location, CliError> {
-    let location = Location::parse(arg)?;
-    if let Location::JsonlFile(p) = &location {
-        return Err(CliError::usage(format!(
-            "--store {}: a `.jsonl` STORE is one session file; this command writes to a store: \
-             a JSONL directory, a `.db` file or a postgres:// URL",
-            p.display()
-        )));
-    }
-    Ok(location)
+    Location::parse(arg)
 }
 
 /// Opens (creating if needed) the store `--store STORE` names.

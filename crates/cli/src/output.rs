@@ -16,6 +16,11 @@ pub(crate) fn warning(message: &str) {
     let _ = writeln!(io::stderr().lock(), "warning: {message}");
 }
 
+/// Writes a `hint: ...` line to stderr: what may fix the error just printed.
+pub(crate) fn hint(message: &str) {
+    let _ = writeln!(io::stderr().lock(), "hint: {message}");
+}
+
 /// Writes a `note: ...` line to stderr: what the command did besides its output.
 pub(crate) fn note(message: &str) {
     let _ = writeln!(io::stderr().lock(), "note: {message}");

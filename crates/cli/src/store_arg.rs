@@ -44,9 +44,10 @@ use crate::location::Location;
 /// The `STORE [--session ID]` arguments every reading command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StoreArgs {
-    /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
+    /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL
+    /// [default: ./palimpsest.db, the store `palimpsest run` writes].
     #[arg(value_name = "STORE")]
-    pub(crate) store: PathBuf,
+    pub(crate) store: Option<PathBuf>,
     /// The session to read; may be left out when STORE holds exactly one.
     #[arg(long, value_name = "ID")]
     pub(crate) session: Option<String>,
@@ -400,6 +401,29 @@ pub(crate) fn unique_id(ids: &[String], wanted: &str, shown: &str, kind: &str) -
     }
 }
 
+/// The store a reading command reads when STORE is left out: the one
+/// `palimpsest run` writes by default, in the current directory.
+pub(crate) const DEFAULT_STORE: &str = crate::run::DEFAULT_STORE;
+
+/// STORE as given, or else [`DEFAULT_STORE`] when it exists. When it does
+/// not: `not-found` (exit 2) saying how to name one; nothing is created
+/// (reading never creates a store, contract §7).
+pub(crate) fn store_or_default(given: Option<&Path>) -> Result<PathBuf, CliError> {
+    if let Some(given) = given {
+        return Ok(given.to_owned());
+    }
+    let default = PathBuf::from(DEFAULT_STORE);
+    if fs::symlink_metadata(&default).is_ok() {
+        return Ok(default);
+    }
+    Err(CliError {
+        code: "not-found".into(),
+        location: format!("./{DEFAULT_STORE}"),
+        message: "no store given and none here; pass STORE or run `palimpsest run` first".into(),
+        exit: Exit::Usage,
+    })
+}
+
 /// One session of a STORE, as a command names it.
 #[derive(Debug)]
 pub(crate) struct Target {
@@ -442,7 +466,7 @@ impl Target {
 /// Opens STORE and picks the session: the one place every command that
 /// takes `STORE [--session ID]` resolves its argument.
 pub(crate) fn open(args: &StoreArgs, access: Access) -> Result<Target, CliError> {
-    let store = Store::open_existing(&args.store, access)?;
+    let store = Store::open_existing(&store_or_default(args.store.as_deref())?, access)?;
     let id = store.resolve(args.session.as_deref())?;
     // A bare file names its session in its header: the id asked for must
     // be that one, in full. Elsewhere a prefix has been resolved.

@@ -296,13 +296,16 @@ fn a_missing_or_unreadable_file_is_an_io_error_exit_2() {
         assert!(run.stderr.starts_with("error[io]: no/such/file.jsonl: cannot read"), "{:?}", run.stderr);
         assert_eq!(run.stdout, "");
     }
+    // With --json the error is also JSON on stdout; stderr keeps its line.
     let run = palimpsest(&["validate", "--json", "no/such/file.jsonl"]);
-    assert_eq!((run.code, run.stdout.as_str()), (2, ""));
+    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.json()["error"]["code"], "io", "{run:?}");
+    assert!(run.stderr.starts_with("error[io]: no/such/file.jsonl: cannot read"), "{run:?}");
 }
 
 #[test]
 fn usage_errors_exit_2_with_a_usage_code() {
-    for args in [&["validate"][..], &["validate", "--bogus", EXAMPLE], &["frobnicate"]] {
+    for args in [&["explain"][..], &["validate", "--bogus", EXAMPLE], &["frobnicate"]] {
         let run = palimpsest(args);
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
         assert!(run.stderr.starts_with("error[usage]: "), "{args:?}: {:?}", run.stderr);

@@ -149,3 +149,168 @@ fn export_takes_its_format_from_the_output_file_and_accepts_md() {
         assert!(run.stderr.contains("error[usage]") && run.stderr.contains("--format"), "{}", run.stderr);
     }
 }
+
+/// Every reading command with STORE left out, and what each one needs after it.
+const READERS: &[&[&str]] = &[
+    &["validate"],
+    &["surface"],
+    &["derive"],
+    &["repair"],
+    &["inspect", "--color", "never"],
+    &["sessions"],
+    &["explain", "0"],
+    &["export"],
+    &["fork", "--at", "0"],
+];
+
+#[test]
+fn reading_commands_without_store_use_palimpsest_db_here() {
+    let dir = scratch(&["ok/crash-open.jsonl"]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "crash-open.jsonl", "palimpsest.db"]));
+    for args in READERS {
+        let (command, rest) = args.split_first().expect("a command");
+        let defaulted = palimpsest(d, args);
+        let mut named = vec![*command, "palimpsest.db"];
+        named.extend_from_slice(rest);
+        if *command == "fork" {
+            // The first fork took the default id; the second gets `-2`.
+            assert_eq!(defaulted.code, 0, "{defaulted:?}");
+            assert!(defaulted.stdout.contains("-fork-0"), "{defaulted:?}");
+            continue;
+        }
+        let named = palimpsest(d, &named);
+        assert_eq!(
+            (defaulted.code, &defaulted.stdout, &defaulted.stderr),
+            (named.code, &named.stdout, &named.stderr),
+            "{args:?} reads ./palimpsest.db"
+        );
+    }
+}
+
+#[test]
+fn reading_commands_without_store_and_without_palimpsest_db_say_so_and_create_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let mut transcripts = Vec::new();
+    for args in READERS {
+        let run = palimpsest(d, args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "one line: {run:?}");
+        transcripts.push(run.transcript(args));
+        let left: Vec<_> = fs::read_dir(d).expect("the dir").collect();
+        assert!(left.is_empty(), "{args:?} created {left:?}");
+    }
+    // One snapshot: they all say the same thing.
+    insta::assert_snapshot!("no_store_here", transcripts.join("\n"));
+    for command in ["validate", "sessions", "explain", "export", "inspect"] {
+        let help = ok(palimpsest(d, &[command, "--help"])).stdout;
+        assert!(help.contains("[default: ./palimpsest.db"), "{command} --help says the default: {help}");
+    }
+}
+
+#[test]
+fn where_stdout_is_json_an_error_is_json_there_too() {
+    let dir = scratch(&["ok/crash-open.jsonl", "err/seq-not-contiguous.jsonl"]);
+    let d = dir.path();
+    let cases: &[(&[&str], &str, i32)] = &[
+        (&["validate", "--json", "missing.jsonl"], "io", 2),
+        (&["sessions", "--json"], "not-found", 2),
+        (&["explain", "--json", "crash-open.jsonl", "999"], "not-found", 2),
+        (&["export", "--format", "json", "seq-not-contiguous.jsonl"], "seq-not-contiguous", 1),
+    ];
+    let mut transcripts = Vec::new();
+    for (args, code, exit) in cases {
+        let run = palimpsest(d, args);
+        assert_eq!(run.code, *exit, "{args:?}: {run:?}");
+        let json = run.json();
+        assert_eq!(json["error"]["code"], *code, "{args:?}: {run:?}");
+        // The same error, once on each stream.
+        let line = run.stderr.lines().find(|l| l.starts_with("error[")).unwrap_or_default();
+        let message = json["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(line, format!("error[{code}]: {message}"), "{args:?}");
+        transcripts.push(run.transcript(args));
+    }
+    insta::assert_snapshot!("json_errors", transcripts.join("\n"));
+    // A command line that does not parse, but asked for JSON, gets it too.
+    let bad = palimpsest(d, &["sessions", "--json", "--bogus"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert_eq!(bad.json()["error"]["code"], "usage", "{bad:?}");
+    assert!(bad.stderr.starts_with("error[usage]: unexpected argument '--bogus'"), "{bad:?}");
+    // Not asked for JSON: stdout stays empty.
+    for args in
+        [&["validate", "missing.jsonl"][..], &["export", "seq-not-contiguous.jsonl", "--format", "md"]]
+    {
+        let run = palimpsest(d, args);
+        assert_ne!(run.code, 0, "{run:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+    }
+}
+
+/// The paths into the repository a help text names: `docs/...`, `crates/...`
+/// and the like, or a Markdown file that is a path (`a/b.md`) or a
+/// repository file (`README.md`, `CHANGELOG.md`). An output name such as
+/// `-o s.md` is not one.
+fn repository_paths(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || "()`'\",;[]{}".contains(c))
+        .map(|w| w.trim_end_matches(['.', ':']))
+        .filter(|w| {
+            let md = w.strip_suffix(".md");
+            ["docs/", "crates/", "rfcs/", "xtask/", "test_data/"].iter().any(|d| w.contains(d))
+                || md.is_some_and(|stem| stem.contains('/') || stem.chars().any(|c| c.is_ascii_uppercase()))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn no_help_text_points_at_a_file_of_the_repository() {
+    assert_eq!(
+        repository_paths("see docs/export-format.md, or README.md; write -o s.md or x.md"),
+        ["docs/export-format.md", "README.md"]
+    );
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let top = ok(palimpsest(dir.path(), &["--help"])).stdout;
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() > 15 && commands.iter().any(|c| c == "export"), "{commands:?}");
+    let mut found = Vec::new();
+    for command in std::iter::once(None).chain(commands.iter().map(Some)) {
+        let args: Vec<&str> = command.map(String::as_str).into_iter().chain(["--help"]).collect();
+        let help = ok(palimpsest(dir.path(), &args)).stdout;
+        found.extend(repository_paths(&help).into_iter().map(|p| format!("{args:?}: {p}")));
+    }
+    let man = ok(palimpsest(dir.path(), &["man"])).stdout;
+    found.extend(repository_paths(&man).into_iter().map(|p| format!("man: {p}")));
+    assert!(found.is_empty(), "an installed binary has no such files: {found:#?}");
+}
+
+#[test]
+fn man_dir_writes_one_page_per_command_and_lists_them() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let run = ok(palimpsest(dir.path(), &["man", "--dir", "pages"]));
+    let listed: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(listed.first(), Some(&"pages/palimpsest.1"), "{listed:?}");
+    for command in ["run", "export", "sessions", "man"] {
+        assert!(listed.contains(&format!("pages/palimpsest-{command}.1").as_str()), "{command}: {listed:?}");
+    }
+    let mut on_disk: Vec<String> = fs::read_dir(dir.path().join("pages"))
+        .expect("the pages")
+        .map(|e| format!("pages/{}", e.expect("an entry").file_name().to_string_lossy()))
+        .collect();
+    on_disk.sort();
+    let mut sorted: Vec<String> = listed.iter().map(|s| (*s).to_owned()).collect();
+    sorted.sort();
+    assert_eq!(sorted, on_disk, "every page written is listed");
+    let top = fs::read_to_string(dir.path().join("pages/palimpsest.1")).expect("the top page");
+    assert_eq!(top, ok(palimpsest(dir.path(), &["man"])).stdout, "the same page as `palimpsest man`");
+    let run_page = fs::read_to_string(dir.path().join("pages/palimpsest-run.1")).expect("run's page");
+    assert!(run_page.contains(".TH palimpsest-run 1"), "{}", &run_page[..200]);
+}

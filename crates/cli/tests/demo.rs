@@ -115,3 +115,70 @@ fn ctrl_c_cancels_the_turn_and_resume_finishes_the_demo() {
     let text = resume(dir.path(), store, &id);
     assert!(!text.contains("repaired:"), "{text}");
 }
+
+/// The `on disk:` line's figure and the files it names, as printed.
+fn on_disk_line(text: &str) -> String {
+    let line = text.lines().find_map(|l| l.strip_prefix("on disk:"));
+    line.unwrap_or_else(|| panic!("no on-disk line: {text}")).trim().to_owned()
+}
+
+#[test]
+fn the_on_disk_figure_is_the_sum_of_the_files_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    // SQLite: `N bytes: a.db (n) + a.db-wal (m) ...`.
+    let o = run(dir.path(), &["demo", "--pace", "0", "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = on_disk_line(&stdout(&o));
+    let (total, files) = line.split_once(" bytes: ").unwrap_or_else(|| panic!("{line}"));
+    let total: u64 = total.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+    let mut sum = 0;
+    let mut names = Vec::new();
+    for part in files.split(" + ") {
+        let (name, size) =
+            part.strip_suffix(')').and_then(|p| p.split_once(" (")).unwrap_or_else(|| panic!("{part}"));
+        let on_disk = std::fs::metadata(dir.path().join(name))
+            .map(|m| m.len())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(size.parse::<u64>().ok(), Some(on_disk), "{name} as named in {line}");
+        sum += on_disk;
+        names.push(name.to_owned());
+    }
+    assert_eq!(total, sum, "{line}");
+    assert!(names.contains(&"palimpsest-demo.db".to_owned()), "{line}");
+    // Every file of the store beside it is named.
+    for suffix in ["-wal", "-shm"] {
+        let name = format!("palimpsest-demo.db{suffix}");
+        assert_eq!(dir.path().join(&name).exists(), names.contains(&name), "{name}: {line}");
+    }
+
+    // A JSONL directory: `N bytes in K files under DIR`.
+    let o = run(dir.path(), &["demo", "--pace", "0", "--quiet", "--store", "jsonl-store"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = on_disk_line(&stdout(&o));
+    let files: Vec<u64> = std::fs::read_dir(dir.path().join("jsonl-store"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .collect();
+    let total: u64 = files.iter().sum();
+    assert_eq!(line, format!("{total} bytes in {} file under jsonl-store", files.len()), "{line}");
+}
+
+#[test]
+fn a_jsonl_store_is_one_session_file_and_a_second_demo_needs_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["demo", "--store", "d.jsonl", "--pace", "0", "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.path().join("d.jsonl").is_file(), "a file, not a directory");
+    assert!(stdout(&o).contains("store:     d.jsonl (JSONL file)"), "{}", stdout(&o));
+    let v = run(dir.path(), &["validate", "d.jsonl"]);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    let again = run(dir.path(), &["demo", "--store", "d.jsonl", "--pace", "0", "--quiet"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr),
+        "error[already-exists]: d.jsonl: this JSONL session file already holds a session; `--resume ID` \
+         continues it, or name a new file, a directory or a `.db`\n"
+    );
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries, ["d.jsonl"]);
+}

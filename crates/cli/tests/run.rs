@@ -818,3 +818,148 @@ fn continue_picks_the_session_started_last_and_a_prefix_names_one() {
     assert!(unknown.stderr.contains("error[not-found]"), "{}", unknown.stderr);
     assert_eq!(server.requests().len(), 4, "no model call for a refused resume");
 }
+
+/// The `error`, `hint` and `warning` lines of a run, its session id and
+/// server address replaced, for snapshots.
+fn advice(run: &Run, base: &str) -> String {
+    let id = if run.stderr.contains("note: new session ") { run.session_id() } else { String::new() };
+    run.stderr
+        .lines()
+        .filter(|l| l.starts_with("error[") || l.starts_with("hint: ") || l.starts_with("warning: "))
+        .map(|l| {
+            let l = if id.is_empty() { l.to_owned() } else { l.replace(&id, "<id>") };
+            format!("{}\n", l.replace(base, "<base>"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_401_or_403_hints_at_the_api_key_and_where_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |status| Reply::Json(status, r#"{"error":{"message":"invalid api key"}}"#.into());
+    let server = Server::start(vec![refused(401), refused(403)]);
+    let base = server.base_url();
+    let no_key = run(dir.path(), &model_args(&base, &["Hi"]));
+    assert_eq!(no_key.code, Some(1), "{no_key:?}");
+    let with_flag = run(dir.path(), &model_args(&base, &["--api-key", "sk-wrong", "Hi"]));
+    assert_eq!(with_flag.code, Some(1), "{with_flag:?}");
+    assert_eq!(server.requests().len(), 2, "a refusal is not retried");
+    insta::assert_snapshot!(
+        "provider_refused_credentials",
+        format!("--- no key\n{}--- --api-key\n{}", advice(&no_key, &base), advice(&with_flag, &base))
+    );
+    let hint = |r: &Run| r.stderr.lines().filter(|l| l.starts_with("hint: ")).count();
+    assert_eq!((hint(&no_key), hint(&with_flag)), (1, 1));
+    assert_valid(dir.path(), "palimpsest.db", &no_key.session_id());
+}
+
+#[test]
+fn a_base_url_without_a_scheme_is_refused_before_any_request_with_a_suggestion() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = run(dir.path(), &model_args("localhost:8080/v1", &["Hi"]));
+    assert_eq!(local.code, Some(2), "{local:?}");
+    assert_eq!(
+        local.stderr,
+        "error[usage]: base URL \"localhost:8080/v1\" has no scheme (http:// or https://); did you mean http://localhost:8080/v1?\n"
+    );
+    // From the variable too, and a remote host gets https.
+    let remote = command(dir.path(), &["run", "--model", "m", "Hi"])
+        .env("OPENAI_BASE_URL", "api.example.com/v1")
+        .stdin(Stdio::null())
+        .output()
+        .map(Run::from)
+        .unwrap();
+    assert_eq!(remote.code, Some(2), "{remote:?}");
+    assert!(remote.stderr.contains("did you mean https://api.example.com/v1?"), "{remote:?}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "nothing is created before the URL is checked: {left:?}");
+}
+
+#[test]
+fn a_stream_of_nothing_without_a_finish_reason_is_a_warning_exit_1_and_an_error_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let nothing = vec![sse::event(json!({"role": "assistant"}), None), "data: [DONE]\n\n".to_owned()];
+    let server = Server::start(vec![Reply::Sse(nothing)]);
+    let base = server.base_url();
+    let run = run(dir.path(), &model_args(&base, &["--store", "s", "Hi"]));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stdout, "");
+    insta::assert_snapshot!("provider_empty_stream", advice(&run, &base));
+    let log = jsonl_log(&dir.path().join("s"));
+    let reasons = turn_end_reasons(&log);
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert_eq!(
+        (&reasons[0]["kind"], &reasons[0]["error"]["code"]),
+        (&json!("error"), &json!("PROVIDER_STREAM"))
+    );
+    assert!(!types(&log).contains(&"assistant/message"), "no empty answer is logged: {:?}", types(&log));
+    assert_valid(dir.path(), "s", &run.session_id());
+}
+
+/// The events of a JSONL session file.
+fn file_log(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("the session file");
+    text.lines().skip(1).map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+#[test]
+fn store_jsonl_makes_one_session_file_then_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let file = dir.path().join("s.jsonl");
+    assert!(file.is_file(), "a session file, not a directory");
+    let id = first.session_id();
+    assert!(
+        first.stderr.contains(&format!("note: new session {id} in s.jsonl (JSONL file); continue it with `palimpsest run --store s.jsonl`")),
+        "{first:?}"
+    );
+    // Named again, the file's one session carries on, with or without --session.
+    let second = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "And?"]));
+    assert_eq!((second.code, second.stdout.as_str()), (Some(0), "Two.\n"), "{second:?}");
+    assert!(second.stderr.contains(&format!("note: resuming session {id} in s.jsonl")), "{second:?}");
+    let third = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "--session", &id, "More?"]));
+    assert_eq!(third.code, Some(0), "{third:?}");
+    let log = file_log(&file);
+    assert_eq!(turn_end_reasons(&log).len(), 3, "three turns in the one file");
+    assert_valid(dir.path(), "s.jsonl", &id);
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries, ["s.jsonl"], "nothing beside it");
+
+    // A --session that is not the file's is not-found; nothing is asked.
+    let wrong = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "--session", "other", "Hi"]));
+    assert_eq!(wrong.code, Some(2), "{wrong:?}");
+    assert!(wrong.stderr.starts_with("error[not-found]: s.jsonl: no session \"other\""), "{wrong:?}");
+    assert_eq!(server.requests().len(), 3);
+    // A new file with --session has nothing to continue.
+    let missing = run(dir.path(), &model_args(&base, &["--store", "new.jsonl", "--session", "x", "Hi"]));
+    assert_eq!(missing.code, Some(2), "{missing:?}");
+    assert!(!dir.path().join("new.jsonl").exists());
+}
+
+#[test]
+fn a_session_file_being_run_is_locked_for_a_second_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![Reply::Stall]);
+    let base = server.base_url();
+    let mut child: Child = command(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Think hard."]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.requests().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.requests().len(), 1, "the request never arrived");
+    // The first run's turn is open; continuing would close it, and cannot.
+    let second = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Me too"]));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(second.code, Some(1), "{second:?}");
+    assert!(second.stderr.contains("error[locked]: "), "{second:?}");
+    assert_eq!(server.requests().len(), 1, "the second run asked nothing");
+}

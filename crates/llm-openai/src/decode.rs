@@ -39,10 +39,12 @@
 //! Every failure is a [`ProviderError::Stream`] and ends the stream:
 //! undecodable bytes or an endless line, a data event that is not JSON or
 //! not shaped like a chunk, an `error` object (or `event: error`) sent by
-//! the server mid-stream (its message is kept), and an end of input before
-//! `[DONE]` and before any `finish_reason` (a cut connection). An end
-//! after a `finish_reason` but without `[DONE]` is accepted: some servers
-//! omit it.
+//! the server mid-stream (its message is kept), an end of input before
+//! `[DONE]` and before any `finish_reason` (a cut connection), and a
+//! `[DONE]` before any content (text, reasoning or a tool call) and before
+//! any `finish_reason` (an endpoint that answered nothing: logging it as a
+//! completed, empty answer would hide that). An end after a `finish_reason`
+//! but without `[DONE]` is accepted: some servers omit it.
 
 use palimpsest_core_agent_loop::{FinishReason, ProviderError, StreamItem};
 use palimpsest_core_session::payload::{StreamChunk, Usage};
@@ -88,6 +90,8 @@ pub struct StreamDecoder {
     calls: Vec<CallSlot>,
     response_id: Option<String>,
     finished: bool,
+    /// A text, reasoning or tool-call delta was read.
+    content: bool,
     done: bool,
     failed: bool,
     events: u64,
@@ -197,6 +201,14 @@ impl StreamDecoder {
             return Err(ProviderError::stream(format!("the server sent an error event: {message}")));
         }
         if data == "[DONE]" {
+            if !self.finished && !self.content {
+                // Nothing to log as an answer and no word on why: not a
+                // turn that completed with an empty answer.
+                return Err(ProviderError::stream(format!(
+                    "the event stream ended ([DONE]) with no content and no finish reason, after {} events",
+                    self.events
+                )));
+            }
             self.done = true;
             return Ok(());
         }
@@ -207,7 +219,11 @@ impl StreamDecoder {
         // event (missing blank lines) gets each read in turn.
         for value in serde_json::Deserializer::from_str(data).into_iter::<Value>() {
             let value = value.map_err(|e| malformed(self.events, data, e))?;
+            let before = out.len();
             self.handle_value(value, data, out)?;
+            self.content |= out[before..]
+                .iter()
+                .any(|item| matches!(item, Ok(StreamItem::Chunk(c)) if !matches!(c, StreamChunk::Usage(_))));
         }
         Ok(())
     }
@@ -564,6 +580,27 @@ mod tests {
     }
 
     #[test]
+    fn done_with_no_content_and_no_finish_reason_is_an_error_but_an_empty_finished_answer_is_not() {
+        let usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":0}}\n\n";
+        let nothing = decode(&format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"role\":\"assistant\"}}}}]}}\n\n{usage}data: [DONE]\n\n"
+        ));
+        assert_eq!(
+            error_text(&nothing),
+            Some((
+                "PROVIDER_STREAM".into(),
+                "provider stream failed: the event stream ended ([DONE]) with no content and no finish reason, after 3 events"
+                    .into()
+            ))
+        );
+        let empty_answer =
+            decode("data: {\"choices\":[{\"delta\":{\"content\":\"\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+        assert_eq!(error_text(&empty_answer), None, "{empty_answer:?}");
+        let no_finish = decode("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n");
+        assert_eq!(no_finish, [text(0, "a")], "content without a finish reason is accepted, as before");
+    }
+
+    #[test]
     fn garbage_is_a_stream_error_and_ends_decoding() {
         let mut d = StreamDecoder::new();
         let items = plain(
@@ -624,6 +661,7 @@ mod tests {
     #[test]
     fn usage_maps_details_and_defaults() {
         let items = decode(concat!(
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
             "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3,",
             "\"prompt_tokens_details\":{\"cached_tokens\":4},\"completion_tokens_details\":{\"reasoning_tokens\":2}}}\n\n",
             "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11}}\n\n",
@@ -632,6 +670,7 @@ mod tests {
         assert_eq!(
             items,
             [
+                Ok(StreamItem::Finish(FinishReason::Stop)),
                 Ok(StreamItem::Chunk(StreamChunk::Usage(Usage {
                     input_tokens: 10,
                     output_tokens: 3,

@@ -125,6 +125,21 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     let started = Instant::now();
     let opened = open_store(&options.store)?;
     let shown = opened.shown();
+    if matches!(opened.location, crate::location::Location::JsonlFile(_))
+        && options.resume.is_none()
+        && options.store.exists()
+    {
+        // A session file holds one session: a new demo needs a new file.
+        return Err(crate::error::CliError {
+            code: "already-exists".into(),
+            location: shown.clone(),
+            message: "this JSONL session file already holds a session; `--resume ID` continues it, \
+                      or name a new file, a directory or a `.db`"
+                .into(),
+            exit: Exit::Invalid,
+        }
+        .into());
+    }
     let store = opened.store.clone();
     let workspace =
         tempfile::Builder::new().prefix("palimpsest-demo-").tempdir().context("creating the workspace")?;
@@ -278,7 +293,10 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     writeln!(out, "rewrites:   {} replaces: {compactions} compaction(s), {prunes} pruned tool result(s); nothing was deleted", replaces.len())?;
     if !options.deterministic {
         if !matches!(opened.location, crate::location::Location::Postgres(_)) {
-            writeln!(out, "on disk:    {} bytes", bytes_on_disk(&options.store))?;
+            // Closed first: SQLite folds its WAL into the database when the
+            // last connection goes, so the files named are the ones left.
+            drop((reopened, store, opened));
+            writeln!(out, "on disk:    {}", on_disk(&options.store))?;
         }
         writeln!(out, "time:       {:.2} s", started.elapsed().as_secs_f64())?;
     }
@@ -299,19 +317,37 @@ fn completed_turns(session: &palimpsest_core_session::Session) -> usize {
         .count()
 }
 
-/// The store's size: the database with its WAL, or the directory's files.
-fn bytes_on_disk(path: &Path) -> u64 {
+/// The store's files and their sizes, summed: `N bytes: a.db (N)`, with
+/// `-wal` and `-shm` files when they exist, or a directory's files
+/// (`N bytes in K files under DIR`). The figure is the sum of the sizes
+/// of exactly the files named.
+fn on_disk(path: &Path) -> String {
     let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
     if path.is_dir() {
-        std::fs::read_dir(path).map_or(0, |d| d.flatten().map(|e| size(&e.path())).sum())
-    } else {
-        let with = |suffix: &str| {
+        let files: Vec<u64> = std::fs::read_dir(path).map_or_else(
+            |_| Vec::new(),
+            |d| d.flatten().filter(|e| e.path().is_file()).map(|e| size(&e.path())).collect(),
+        );
+        let total: u64 = files.iter().sum();
+        let n = files.len();
+        return format!(
+            "{total} bytes in {n} file{} under {}",
+            if n == 1 { "" } else { "s" },
+            path.display()
+        );
+    }
+    let named: Vec<(String, u64)> = ["", "-wal", "-shm"]
+        .iter()
+        .filter_map(|suffix| {
             let mut s = path.as_os_str().to_owned();
             s.push(suffix);
-            size(Path::new(&s))
-        };
-        size(path) + with("-wal") + with("-shm")
-    }
+            let p = std::path::PathBuf::from(s);
+            std::fs::metadata(&p).ok().filter(|m| m.is_file()).map(|m| (p.display().to_string(), m.len()))
+        })
+        .collect();
+    let total: u64 = named.iter().map(|(_, n)| n).sum();
+    let list: Vec<String> = named.iter().map(|(p, n)| format!("{p} ({n})")).collect();
+    format!("{total} bytes: {}", list.join(" + "))
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ pub(crate) enum Format {
     Markdown,
     /// One self-contained HTML file: inline CSS, no scripts, no network.
     Html,
-    /// The documented JSON shape (docs/export-format.md).
+    /// One JSON object, stable within its version (`palimpsest help export` shows its shape).
     Json,
 }
 

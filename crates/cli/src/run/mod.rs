@@ -84,7 +84,9 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 /// unless a turn failed with an error (1). Usage and I/O errors are 2.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RunArgs {
-    /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, any other a JSONL store directory (created if missing).
+    /// The store: a path ending in `.db` is SQLite, a postgres:// URL is PostgreSQL, one ending in
+    /// `.jsonl` a session file (continued if it exists, else made for the new session), any other a
+    /// JSONL store directory (created if missing).
     #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
     pub(crate) store: PathBuf,
     /// Continue this stored session instead of starting a new one (a unique prefix of its id will do).
@@ -137,6 +139,11 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
     // changed. A resumed session's settings are read first: they are the
     // defaults its flags override.
     let location = writable_location(&args.store)?;
+    // A session file that exists holds the one session to continue; one
+    // that does not is made, as a file, for a new session.
+    if matches!(location, Location::JsonlFile(_)) && args.store.exists() && args.session.is_none() {
+        args.continue_last = true;
+    }
     let resuming = args.session.is_some() || args.continue_last;
     if resuming && !matches!(location, Location::Postgres(_)) && !args.store.exists() {
         // Resuming reads the store: it is never created for that.
@@ -373,10 +380,50 @@ fn settings_of(resolved: &Resolved, tools: &ToolRegistry, tools_dir: Option<&Pat
 /// How long the exit waits for tool threads a cancelled turn abandoned.
 pub(crate) const ABANDONED_TOOL_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// A base URL without `scheme://` (`localhost:8080/v1`) is refused before
+/// any request, suggesting the URL with `http://` (a local host) or
+/// `https://` in front; the URL parser would read `localhost:` as a scheme.
+fn check_scheme(base_url: &str) -> Result<(), CliError> {
+    let url = base_url.trim();
+    if url.is_empty() || url.contains("://") {
+        return Ok(());
+    }
+    let host = url.split(['/', '?']).next().unwrap_or_default();
+    let host = host.rsplit('@').next().unwrap_or(host);
+    let local = host.starts_with("localhost")
+        || host.starts_with("127.")
+        || host.starts_with("0.0.0.0")
+        || host.starts_with("[::1]")
+        || host.starts_with("10.")
+        || host.starts_with("192.168.");
+    let scheme = if local { "http" } else { "https" };
+    // A URL with user-info may hold a password: not echoed.
+    let (shown, suggestion) = if url.contains('@') {
+        ("the base URL".to_owned(), format!("{scheme}:// in front of it"))
+    } else {
+        (format!("base URL {url:?}"), format!("{scheme}://{url}"))
+    };
+    Err(CliError::usage(format!("{shown} has no scheme (http:// or https://); did you mean {suggestion}?")))
+}
+
+/// Where the API key a run sends comes from, for the hint after a 401 or
+/// 403: the flag, the variable, or nowhere.
+fn key_source(args: &RunArgs, config: &OpenAiConfig) -> &'static str {
+    match (&args.api_key, &config.api_key) {
+        (Some(k), Some(_)) if !k.is_empty() => "the key of --api-key was sent",
+        (_, Some(_)) => "the key of OPENAI_API_KEY was sent",
+        (_, None) => "no key was sent: pass --api-key or set OPENAI_API_KEY",
+    }
+}
+
 /// A configuration the provider refuses: the command line's fault (exit 2).
 fn config_error(e: ConfigError) -> anyhow::Error {
     match e {
         ConfigError::HttpClient { .. } => CliError::io("", crate::error::chain(&e, None)).into(),
+        ConfigError::InvalidBaseUrl { ref url, .. } if !url.contains("://") => match check_scheme(url) {
+            Err(suggestion) => suggestion.into(),
+            Ok(()) => CliError::usage(e.to_string()).into(),
+        },
         e => CliError::usage(e.to_string()).into(),
     }
 }
@@ -392,6 +439,7 @@ async fn run_async(
     let shown = opened.shown();
     let store = opened.store.clone();
     let about_model = format!("model {} at {}", provider.config().model, provider.shown_endpoint());
+    let hints = Hints { key: key_source(&args, &resolved.config), model: provider.config().model.clone() };
     let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
 
@@ -429,8 +477,12 @@ async fn run_async(
             let id = new_session_id();
             let agent = builder.create(Arc::clone(&store), id.clone()).map_err(|e| loop_error(e, &shown))?;
             _hold = opened.hold(&id)?;
+            let again = match opened.location {
+                Location::JsonlFile(_) => format!("`palimpsest run --store {}`", output::shell_word(&shown)),
+                _ => format!("--session {id}"),
+            };
             output::note(&format!(
-                "new session {id} in {shown} ({}); continue it with --session {id}",
+                "new session {id} in {shown} ({}); continue it with {again}",
                 opened.kind()
             ));
             agent
@@ -484,6 +536,8 @@ async fn run_async(
         store,
         maker,
         compaction,
+        hints,
+        one_session_file: matches!(opened.location, Location::JsonlFile(_)),
     };
     let exit = match args.prompt {
         Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
@@ -567,6 +621,35 @@ struct Driver<'o> {
     maker: Maker,
     /// Asks the loop's compaction plugin for a compaction (`/compact`).
     compaction: CompactionTrigger,
+    hints: Hints,
+    /// The store is one JSONL session file: it has no room for a fork.
+    one_session_file: bool,
+}
+
+/// What the hints after a provider error name.
+struct Hints {
+    /// Where the API key came from ([`key_source`]).
+    key: &'static str,
+    model: String,
+}
+
+impl Hints {
+    /// Says on stderr what may help after a turn ended with this error: a
+    /// 401 or 403 points at the API key; an answer of nothing at all (no
+    /// content, no finish reason) is a warning naming the model.
+    fn after(&self, code: &str, message: &str) {
+        if message.contains("HTTP 401 ") || message.contains("HTTP 403 ") {
+            output::hint(&format!(
+                "the endpoint refused the request's credentials: check the API key ({})",
+                self.key
+            ));
+        } else if code == "PROVIDER_STREAM" && message.contains("with no content and no finish reason") {
+            output::warning(&format!(
+                "the endpoint streamed no answer at all; check that it serves the model {:?} (--model or OPENAI_MODEL)",
+                self.model
+            ));
+        }
+    }
 }
 
 /// What the interactive loop does after a command.
@@ -733,6 +816,15 @@ impl Driver<'_> {
     /// free `-2`, `-3`, ...); the run carries on in the child, the parent
     /// is left as it is.
     fn fork(&mut self) -> anyhow::Result<()> {
+        if self.one_session_file {
+            output::error_line(&format!(
+                "error[usage]: {}: a JSONL session file holds one session, so /fork has nowhere to write the \
+                 child; `palimpsest fork {} --at SEQ` writes it beside the file",
+                self.shown,
+                output::shell_word(&self.shown)
+            ));
+            return Ok(());
+        }
         self.agent.flush().map_err(|e| loop_error(e, &self.shown))?;
         let parent = self.agent.session();
         let Some(at) = (parent.events().len() as u64).checked_sub(1) else {
@@ -851,6 +943,7 @@ impl Driver<'_> {
                     format!("turn {} ended with an error: {}", outcome.turn, error.message),
                 );
                 output::error_line(&e.to_string());
+                self.hints.after(&error.code, &error.message);
                 Ended::Failed
             }
             other => {

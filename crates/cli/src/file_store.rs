@@ -1,0 +1,179 @@
+//! [`FileStore`]: one JSONL session file seen as a store of (at most) one
+//! session, so that `run --store x.jsonl` and `demo --store x.jsonl` write
+//! through the same [`SessionStore`] as every other store (contract §7: a
+//! path ending `.jsonl` is one JSONL session file, never a directory).
+//!
+//! The file holds one session: `create` makes the file (`already-exists`
+//! when it is there, whatever session it holds), and every other call names
+//! the file's own session or gets `not-found`. Writing holds the file as
+//! [`palimpsest_persistence_jsonl::JsonlStore`] holds each of a directory's:
+//! a [`SessionFile`], locked from the first write until the store is
+//! dropped, so a second writer gets `locked`. Loads before that read the
+//! file without locking it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
+use palimpsest_persistence_jsonl::{read_session_file, SessionFile};
+
+/// One JSONL session file as a store.
+#[derive(Debug)]
+pub(crate) struct FileStore {
+    path: PathBuf,
+    /// The file, held (and locked) once this store has written to it.
+    held: Mutex<Option<SessionFile>>,
+}
+
+impl FileStore {
+    /// The store of the file at `path`, which need not exist yet. Nothing is
+    /// opened or locked until it is used.
+    pub(crate) fn new(path: &Path) -> FileStore {
+        FileStore { path: path.to_owned(), held: Mutex::new(None) }
+    }
+
+    fn held(&self) -> MutexGuard<'_, Option<SessionFile>> {
+        // The slot is only set or read; a panic cannot leave it half-changed.
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The id of the session the file holds, when it exists.
+    fn id(&self) -> Result<Option<String>, StoreError> {
+        match self.path.try_exists() {
+            Ok(false) => Ok(None),
+            Ok(true) => Ok(Some(read_session_file(&self.path)?.header.id)),
+            Err(e) => Err(StoreError::io(format!("stat {}", self.path.display()), e)),
+        }
+    }
+
+    /// `not-found` unless the file holds session `id`.
+    fn check(&self, id: &str) -> Result<(), StoreError> {
+        match self.id()? {
+            Some(found) if found == id => Ok(()),
+            _ => Err(StoreError::NotFound { session_id: id.to_owned() }),
+        }
+    }
+
+    /// Runs `f` on the held file, opening (and locking) it first if needed.
+    fn with_file<T>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut SessionFile) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut held = self.held();
+        if held.is_none() {
+            self.check(id)?;
+            *held = Some(SessionFile::open(&self.path)?);
+        }
+        match held.as_mut() {
+            Some(file) => f(file),
+            None => Err(StoreError::NotFound { session_id: id.to_owned() }),
+        }
+    }
+}
+
+impl SessionStore for FileStore {
+    fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        self.create_with_events(header, &[])
+    }
+
+    fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+        let mut held = self.held();
+        // `already-exists` when the file is there, whichever session it holds.
+        *held = Some(SessionFile::create_with_events(&self.path, header, events)?);
+        Ok(())
+    }
+
+    fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        self.with_file(session_id, |file| file.append(events))
+    }
+
+    fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
+        if let Some(file) = self.held().as_mut() {
+            let stored = file.load()?;
+            return match stored.header.id == session_id {
+                true => Ok(stored),
+                false => Err(StoreError::NotFound { session_id: session_id.to_owned() }),
+            };
+        }
+        let stored = match read_session_file(&self.path) {
+            Err(StoreError::NotFound { .. }) => None,
+            other => Some(other?),
+        };
+        match stored {
+            Some(stored) if stored.header.id == session_id => Ok(stored),
+            _ => Err(StoreError::NotFound { session_id: session_id.to_owned() }),
+        }
+    }
+
+    fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+        if !self.path.exists() {
+            return Ok(Vec::new());
+        }
+        Ok(vec![read_session_file(&self.path)?.header])
+    }
+
+    fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        self.check(session_id)?;
+        let mut held = self.held();
+        // Held (locked) while removed, so no other writer is appending.
+        let file = match held.take() {
+            Some(file) => file,
+            None => SessionFile::open(&self.path)?,
+        };
+        std::fs::remove_file(&self.path)
+            .map_err(|e| StoreError::io(format!("delete {}", self.path.display()), e))?;
+        drop(file);
+        Ok(())
+    }
+
+    fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        match self.held().as_mut() {
+            Some(file) => file.sync(),
+            None => self.check(session_id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palimpsest_core_session::payload::TurnStart;
+
+    fn header(id: &str) -> SessionHeader {
+        SessionHeader::new(id, 1)
+    }
+
+    #[test]
+    fn one_session_per_file_created_appended_loaded_and_locked() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("s.jsonl");
+        let store = FileStore::new(&path);
+        assert_eq!(store.list().map(|l| l.len()).ok(), Some(0));
+        assert_eq!(store.load("a").map(|_| ()).map_err(|e| e.code()), Err("not-found"));
+        store.create(&header("a")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(path.is_file(), "a file, not a directory");
+        let again = store.create(&header("b")).map_err(|e| e.code());
+        assert_eq!(again, Err("already-exists"), "the file holds one session");
+        assert_eq!(
+            store.list().map(|l| l.into_iter().map(|h| h.id).collect::<Vec<_>>()).ok(),
+            Some(vec!["a".to_owned()])
+        );
+        assert_eq!(store.load("a").map(|s| s.header.id).ok().as_deref(), Some("a"));
+        assert_eq!(store.load("b").map(|_| ()).map_err(|e| e.code()), Err("not-found"));
+        store.sync("a").unwrap_or_else(|e| panic!("{e}"));
+
+        // A second store of the same file can read it, but not write it
+        // while the first holds it.
+        let other = FileStore::new(&path);
+        assert_eq!(other.load("a").map(|s| s.events.len()).ok(), Some(0));
+        let event = Event::log(0, 2, TurnStart { turn: 1 }).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(other.append("a", std::slice::from_ref(&event)).map_err(|e| e.code()), Err("locked"));
+        store.append("a", &[event]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(other.load("a").map(|s| s.events.len()).ok(), Some(1));
+        drop(store);
+        other.delete("a").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!path.exists());
+    }
+}

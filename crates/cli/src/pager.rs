@@ -1,0 +1,234 @@
+//! Fitting `inspect`'s output to the terminal, as git does: when stdout is
+//! a terminal, every line is clipped to its width (`…` marks a cut; colours
+//! are closed), and the whole goes through a pager: `$PALIMPSEST_PAGER`,
+//! else `$PAGER`, else `less -FRX` (which prints short output and exits).
+//! An empty value or `cat` means no pager, as does `--no-pager`; a pager
+//! that cannot be started is skipped and the text written directly. When
+//! stdout is not a terminal nothing changes: the bytes go out as rendered.
+//!
+//! The width is `$COLUMNS` when it is a number, else the terminal's own
+//! (`TIOCGWINSZ` on stdout), else 80.
+
+use std::io::{self, IsTerminal, Write};
+use std::process::{Command, Stdio};
+
+use unicode_width::UnicodeWidthChar;
+
+/// The pager when neither variable names one.
+pub(crate) const DEFAULT_PAGER: &str = "less -FRX";
+
+/// Writes `text` to stdout (`out`) as a person at a terminal should see it;
+/// unchanged when stdout is not a terminal.
+pub(crate) fn show(text: &[u8], out: &mut dyn Write, no_pager: bool) -> io::Result<()> {
+    if !io::stdout().is_terminal() {
+        return out.write_all(text);
+    }
+    let fitted = fit(&String::from_utf8_lossy(text), width());
+    let pager = if no_pager { None } else { pager_command(|name| std::env::var(name).ok()) };
+    if let Some(pager) = pager {
+        out.flush()?;
+        match page(&pager, fitted.as_bytes()) {
+            Ok(()) => return Ok(()),
+            Err(e) => tracing::debug!(pager, error = %e, "the pager could not run; writing directly"),
+        }
+    }
+    out.write_all(fitted.as_bytes())
+}
+
+/// The terminal's width in columns (see the module docs).
+fn width() -> usize {
+    let columns =
+        std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse::<usize>().ok()).filter(|&c| c > 0);
+    columns.or_else(terminal_columns).unwrap_or(80)
+}
+
+#[cfg(unix)]
+fn terminal_columns() -> Option<usize> {
+    let size = rustix::termios::tcgetwinsize(io::stdout()).ok()?;
+    Some(usize::from(size.ws_col)).filter(|&c| c > 0)
+}
+
+#[cfg(not(unix))]
+fn terminal_columns() -> Option<usize> {
+    None
+}
+
+/// The pager to run: `PALIMPSEST_PAGER`, else `PAGER`, else
+/// [`DEFAULT_PAGER`]; `None` when the one chosen is empty or `cat`.
+pub(crate) fn pager_command(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let chosen = env("PALIMPSEST_PAGER").or_else(|| env("PAGER")).unwrap_or_else(|| DEFAULT_PAGER.to_owned());
+    let chosen = chosen.trim();
+    (!chosen.is_empty() && chosen != "cat").then(|| chosen.to_owned())
+}
+
+/// Runs `pager` with `text` on its stdin and waits for it. A command with
+/// shell syntax runs through `sh -c`; a plain one (`less -FRX`) directly,
+/// so one that does not exist is an error here, not a shell's complaint.
+/// The person quitting before the end (a closed pipe) is not an error.
+fn page(pager: &str, text: &[u8]) -> io::Result<()> {
+    let shell = pager.contains(['|', '&', ';', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?']);
+    let mut command = if shell {
+        let mut c = Command::new("sh");
+        c.args(["-c", pager]);
+        c
+    } else {
+        let mut words = pager.split_whitespace();
+        let mut c = Command::new(words.next().unwrap_or(DEFAULT_PAGER));
+        c.args(words);
+        c
+    };
+    let mut child = command.stdin(Stdio::piped()).spawn()?;
+    // Ctrl-C in the pager reaches this process too: it must not end it
+    // and hand the terminal back to the shell while the pager still runs.
+    let _calm = IgnoreInterrupts::start();
+    if let Some(mut stdin) = child.stdin.take() {
+        match stdin.write_all(text) {
+            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+                let _ = child.wait();
+                return Err(e);
+            }
+            _ => {}
+        }
+    }
+    child.wait()?;
+    Ok(())
+}
+
+/// While it lives, SIGINT is caught and dropped (a tokio signal listener,
+/// no unsafe code); once caught it stays so, which is fine: the process
+/// ends soon after the pager does.
+struct IgnoreInterrupts {
+    #[cfg(unix)]
+    _listener: Option<(tokio::runtime::Runtime, tokio::signal::unix::Signal)>,
+}
+
+impl IgnoreInterrupts {
+    fn start() -> IgnoreInterrupts {
+        #[cfg(unix)]
+        {
+            let listener =
+                tokio::runtime::Builder::new_current_thread().enable_io().build().ok().and_then(|rt| {
+                    let signal = rt.block_on(async {
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                    });
+                    signal.ok().map(|s| (rt, s))
+                });
+            IgnoreInterrupts { _listener: listener }
+        }
+        #[cfg(not(unix))]
+        IgnoreInterrupts {}
+    }
+}
+
+/// Every line of `text` clipped to `width` columns ([`clip`]).
+pub(crate) fn fit(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        out.push_str(&clip(body, width));
+        out.push_str(end);
+    }
+    out
+}
+
+/// `line` cut to `width` terminal columns, the last one a `…` when it is
+/// cut. ANSI escape sequences take no column and are kept; a cut line that
+/// had any ends with a reset, so no colour runs on.
+pub(crate) fn clip(line: &str, width: usize) -> String {
+    if visible_width(line) <= width {
+        return line.to_owned();
+    }
+    let room = width.saturating_sub(1);
+    let mut out = String::with_capacity(line.len().min(4 * width + 16));
+    let (mut used, mut escaped, mut chars) = (0, false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            escaped = true;
+            out.push(c);
+            // CSI: ESC [ parameters, then one final byte in @..~.
+            if chars.peek() == Some(&'[') {
+                out.extend(chars.next());
+                for c in chars.by_ref() {
+                    out.push(c);
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        let w = c.width().unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    if escaped {
+        out.push_str("\x1b[0m");
+    }
+    out
+}
+
+/// How many terminal columns `line` takes, escape sequences not counted.
+pub(crate) fn visible_width(line: &str) -> usize {
+    let (mut width, mut chars) = (0, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        width += c.width().unwrap_or(0);
+    }
+    width
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_clipped_to_the_width_in_columns_keeping_colours_closed() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("0123456789abc", 10), "012345678…");
+        assert_eq!(visible_width(&clip("0123456789abc", 10)), 10);
+        // Wide characters take two columns; escapes none.
+        let wide = clip("日本語のテキスト", 7);
+        assert_eq!((wide.as_str(), visible_width(&wide)), ("日本語…", 7));
+        let red = clip("\x1b[31mred text that goes on\x1b[0m", 8);
+        assert_eq!(red, "\x1b[31mred tex…\x1b[0m");
+        assert_eq!(visible_width(&red), 8);
+        assert_eq!(fit("a long line\nok\nlast one", 6), "a lon…\nok\nlast …");
+    }
+
+    #[test]
+    fn the_pager_is_palimpsest_pager_then_pager_then_less_and_empty_or_cat_is_none() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+        };
+        assert_eq!(pager_command(env(&[])).as_deref(), Some("less -FRX"));
+        assert_eq!(pager_command(env(&[("PAGER", "more")])).as_deref(), Some("more"));
+        let both = env(&[("PAGER", "more"), ("PALIMPSEST_PAGER", "most -s")]);
+        assert_eq!(pager_command(both).as_deref(), Some("most -s"));
+        assert_eq!(pager_command(env(&[("PAGER", "cat")])), None);
+        assert_eq!(pager_command(env(&[("PAGER", "")])), None);
+        assert_eq!(pager_command(env(&[("PALIMPSEST_PAGER", ""), ("PAGER", "more")])), None);
+    }
+
+    #[test]
+    fn a_pager_that_cannot_start_is_an_error_to_fall_back_from() {
+        assert!(page("/no/such/pager -x", b"text").is_err());
+        assert!(page("true", b"text").is_ok(), "one that quits early is fine");
+    }
+}
