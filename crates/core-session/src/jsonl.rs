@@ -49,15 +49,27 @@ pub struct ReadOptions {
     /// smaller cap reads less, a larger one cannot read more (a line over
     /// [`MAX_EVENT_LINE_BYTES`] is refused once read).
     pub max_line_bytes: usize,
+    /// How many threads may decode one large file: `0` (the default) for
+    /// as many as the machine has, `1` for none but the caller's. A server
+    /// that loads many sessions at once may want `1`.
+    pub decode_threads: usize,
 }
 
 impl Default for ReadOptions {
     fn default() -> ReadOptions {
-        ReadOptions { max_line_bytes: MAX_EVENT_LINE_BYTES }
+        ReadOptions { max_line_bytes: MAX_EVENT_LINE_BYTES, decode_threads: 0 }
     }
 }
 
 impl ReadOptions {
+    /// [`ReadOptions::decode_threads`], `0` resolved to the machine's parallelism.
+    pub fn threads(&self) -> usize {
+        match self.decode_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
     /// The error for line `line` of `len` bytes, over this cap: the same
     /// code whether or not a `\n` ends it (see the module docs). `start`
     /// is the line's first bytes, from which its seq is named when they
@@ -126,8 +138,7 @@ impl JsonlLog {
     /// parallelism), each taking a run of whole lines; the result, errors
     /// and line numbers included, is exactly that of reading it line by line.
     pub fn parse_with(bytes: &[u8], options: ReadOptions) -> Result<JsonlLog, LoadError> {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        JsonlLog::parse_on(bytes, options, threads, MIN_PART_BYTES)
+        JsonlLog::parse_on(bytes, options, options.threads(), MIN_PART_BYTES)
     }
 
     /// [`JsonlLog::parse_with`] on at most `threads` threads, each taking at
@@ -206,11 +217,11 @@ pub struct JsonlDecoder {
 }
 
 impl JsonlDecoder {
-    /// A decoder for one file, using up to the machine's parallelism.
+    /// A decoder for one file, using up to [`ReadOptions::decode_threads`].
     pub fn new(options: ReadOptions) -> JsonlDecoder {
         JsonlDecoder {
             options,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: options.threads(),
             min_part: MIN_PART_BYTES,
             header: None,
             events: Vec::new(),
@@ -631,7 +642,7 @@ mod tests {
 
         #[test]
         fn parts_read_what_lines_read(bytes in file(), threads in 1usize..6, min_part in 1usize..400) {
-            let options = ReadOptions { max_line_bytes: 300 };
+            let options = ReadOptions { max_line_bytes: 300, ..ReadOptions::default() };
             let parts = JsonlLog::parse_on(&bytes, options, threads, min_part);
             prop_assert_eq!(parts, by_lines(&bytes, options));
         }
@@ -642,7 +653,7 @@ mod tests {
             cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
             threads in 1usize..4,
         ) {
-            let options = ReadOptions { max_line_bytes: 300 };
+            let options = ReadOptions { max_line_bytes: 300, ..ReadOptions::default() };
             let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
             at.push(bytes.len());
             at.sort_unstable();

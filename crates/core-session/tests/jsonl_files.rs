@@ -120,9 +120,11 @@ fn section_2_violations_on_load_carry_seq_and_line() {
 #[test]
 fn the_line_size_cap_bounds_memory() {
     let long = format!(r#"{{"seq":0,"time":0,"type":"x","data":"{}"}}"#, "a".repeat(2000));
-    let err =
-        JsonlLog::parse_with(format!("{HEADER}\n{long}\n").as_bytes(), ReadOptions { max_line_bytes: 1000 })
-            .unwrap_err();
+    let err = JsonlLog::parse_with(
+        format!("{HEADER}\n{long}\n").as_bytes(),
+        ReadOptions { max_line_bytes: 1000, ..ReadOptions::default() },
+    )
+    .unwrap_err();
     assert_eq!((err.code(), err.line(), err.seq()), ("event-too-large", Some(2), Some(0)));
 }
 

@@ -93,7 +93,7 @@ fn typed_constructors_refuse_payloads_too_large_to_write() {
 
 #[test]
 fn a_line_over_the_cap_is_event_too_large_with_its_line_and_seq_terminated_or_not() {
-    let cap = ReadOptions { max_line_bytes: 1000 };
+    let cap = ReadOptions { max_line_bytes: 1000, ..ReadOptions::default() };
     let over = plugin_line(1, 1001);
     for end in ["\n", ""] {
         let file = format!("{HEADER}\n{E0}\n{over}{end}");
@@ -115,7 +115,7 @@ fn a_line_over_the_cap_is_event_too_large_with_its_line_and_seq_terminated_or_no
 
 #[test]
 fn a_reader_without_a_cap_of_its_own_still_refuses_a_line_over_the_format_limit() {
-    let uncapped = ReadOptions { max_line_bytes: usize::MAX };
+    let uncapped = ReadOptions { max_line_bytes: usize::MAX, ..ReadOptions::default() };
     let over = plugin_line(1, MAX_EVENT_LINE_BYTES + 1);
     let file = format!("{HEADER}\n{E0}\n{over}");
     let err = JsonlLog::parse_with(file.as_bytes(), uncapped).unwrap_err();

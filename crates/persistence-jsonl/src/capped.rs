@@ -181,7 +181,7 @@ mod tests {
         files.push(format!("{HEADER}\n{}\nnot json\n", event(0, 400)));
         for file in &files {
             for cap in (0..400).step_by(7).chain([usize::MAX]) {
-                let options = ReadOptions { max_line_bytes: cap };
+                let options = ReadOptions { max_line_bytes: cap, ..ReadOptions::default() };
                 let capped = match read_capped(file.as_bytes(), options) {
                     Ok(c) => c,
                     Err(e) => panic!("read: {e}"),
@@ -217,7 +217,7 @@ mod tests {
                 Ok(n)
             }
         }
-        let options = ReadOptions { max_line_bytes: 1 << 20 };
+        let options = ReadOptions { max_line_bytes: 1 << 20, ..ReadOptions::default() };
         let capped = match read_capped(Endless { served: 0 }, options) {
             Ok(c) => c,
             Err(e) => panic!("read: {e}"),

@@ -75,7 +75,7 @@ impl JsonlStore {
     /// use palimpsest_persistence_jsonl::JsonlStore;
     ///
     /// let dir = tempfile::tempdir()?;
-    /// let store = JsonlStore::open(dir.path())?.with_read_options(ReadOptions { max_line_bytes: 16 << 20 });
+    /// let store = JsonlStore::open(dir.path())?.with_read_options(ReadOptions { max_line_bytes: 16 << 20, ..ReadOptions::default() });
     /// assert_eq!(store.read_options().max_line_bytes, 16 << 20);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

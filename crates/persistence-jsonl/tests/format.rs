@@ -399,7 +399,9 @@ fn a_file_larger_than_a_read_piece_reads_as_its_bytes_parse() {
         .collect();
     let bytes = to_bytes(&header, &events);
     assert!(bytes.len() > 16 << 20, "{} bytes", bytes.len());
-    let expect = |bytes: &[u8]| JsonlLog::parse_with(bytes, ReadOptions { max_line_bytes: usize::MAX });
+    let expect = |bytes: &[u8]| {
+        JsonlLog::parse_with(bytes, ReadOptions { max_line_bytes: usize::MAX, ..ReadOptions::default() })
+    };
     for damage in ["", "{\"seq\":9000,\"ti", "\n{not json\n"] {
         let mut file = bytes.clone();
         file.extend_from_slice(damage.as_bytes());

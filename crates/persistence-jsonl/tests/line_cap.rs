@@ -13,7 +13,7 @@ use palimpsest_persistence::testkit::StoreFactory;
 use palimpsest_persistence::{SessionStore, StoreError};
 use palimpsest_persistence_jsonl::{read_session_file, read_session_file_with, JsonlStore, SessionFile};
 
-const CAP: ReadOptions = ReadOptions { max_line_bytes: 4096 };
+const CAP: ReadOptions = ReadOptions { max_line_bytes: 4096, decode_threads: 0 };
 
 fn tick(seq: u64, pad: usize) -> Event {
     let json = format!(r#"{{"seq":{seq},"time":{seq},"type":"kit/tick","data":"{}"}}"#, "a".repeat(pad));

@@ -36,6 +36,11 @@ pub struct PgOptions {
     /// command line's reading commands): such a schema is then refused with
     /// `io` (a `NotFound` source), and nothing is created.
     pub create_missing: bool,
+    /// How many threads a load uses: `0` (the default) for one reading
+    /// rows off the socket and one decoding them where the machine has two
+    /// cores or more, `1` to decode on the caller's thread only (a server
+    /// loading many sessions at once may want that).
+    pub decode_threads: usize,
 }
 
 impl Default for PgOptions {
@@ -46,6 +51,7 @@ impl Default for PgOptions {
             lock_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(30),
             create_missing: true,
+            decode_threads: 0,
         }
     }
 }

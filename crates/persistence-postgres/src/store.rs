@@ -983,7 +983,7 @@ impl PgStore {
         let mut rows = client.query_typed_raw(&self.sql.events, params)?;
         let mut unreadable = None;
         let decoded = codec::decode_into(
-            codec::decode_threads(),
+            codec::decode_threads(self.options.decode_threads),
             |push| {
                 let mut index = 0;
                 while let Some(row) = rows.next()? {

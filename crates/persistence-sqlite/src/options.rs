@@ -57,10 +57,19 @@ pub struct SqliteOptions {
     /// checkpoint, an open waiting to initialise a new file. Reads never
     /// wait for writers. Default 5 seconds.
     pub busy_timeout: Duration,
+    /// How many threads a load uses: `0` (the default) for one reading
+    /// rows and one decoding them where the machine has two cores or more,
+    /// `1` to decode on the caller's thread only (a server loading many
+    /// sessions at once may want that).
+    pub decode_threads: usize,
 }
 
 impl Default for SqliteOptions {
     fn default() -> SqliteOptions {
-        SqliteOptions { synchronous: Synchronous::Normal, busy_timeout: Duration::from_secs(5) }
+        SqliteOptions {
+            synchronous: Synchronous::Normal,
+            busy_timeout: Duration::from_secs(5),
+            decode_threads: 0,
+        }
     }
 }

@@ -400,7 +400,7 @@ impl SqliteStore {
             return Ok(());
         }
         let decoded = codec::decode_into(
-            codec::decode_threads(),
+            codec::decode_threads(self.options.decode_threads),
             |push| {
                 let mut index = 0;
                 while let Some(row) = rows.next()? {

@@ -266,10 +266,15 @@ pub fn decode_into<E>(
     })
 }
 
-/// The threads [`decode_while_reading`] should use on this machine: one
-/// reader and one decoder where there are two cores or more.
-pub fn decode_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The threads [`decode_into`] should use for a `decode_threads` option
+/// (as in the SQL stores' options): `0` for the machine's choice, one
+/// reader and one decoder where there are two cores or more; any other
+/// number as it is (`1`: decode on the reading thread).
+pub fn decode_threads(option: usize) -> usize {
+    match option {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
 }
 
 #[cfg(test)]

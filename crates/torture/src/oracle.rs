@@ -72,13 +72,19 @@ impl Drop for Scratch {
 pub fn jsonl_bytes(data: &[u8]) -> Reached {
     let file = Scratch::with(data);
     // A cap from the input: small caps make the over-long paths reachable.
-    let small = ReadOptions { max_line_bytes: data.first().map_or(0, |&b| usize::from(b) * 4) };
-    for options in [ReadOptions { max_line_bytes: usize::MAX }, small] {
+    let small = ReadOptions {
+        max_line_bytes: data.first().map_or(0, |&b| usize::from(b) * 4),
+        ..ReadOptions::default()
+    };
+    for options in [ReadOptions { max_line_bytes: usize::MAX, ..ReadOptions::default() }, small] {
         let parsed = JsonlLog::parse_with(data, options);
         let stored = read_session_file_with(&file.0, options);
         agree(&parsed, &stored, options);
     }
-    let log = match JsonlLog::parse_with(data, ReadOptions { max_line_bytes: usize::MAX }) {
+    let log = match JsonlLog::parse_with(
+        data,
+        ReadOptions { max_line_bytes: usize::MAX, ..ReadOptions::default() },
+    ) {
         Ok(log) => log,
         Err(_) => return Reached::Nothing,
     };

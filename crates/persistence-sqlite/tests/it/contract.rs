@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use palimpsest_persistence::testkit::{StoreFactory, WriteFault};
+use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault};
 use palimpsest_persistence::SessionStore;
-use palimpsest_persistence_sqlite::SqliteStore;
+use palimpsest_persistence_sqlite::{SqliteOptions, SqliteStore};
 use tempfile::TempDir;
 
 /// A fresh database file in its own temporary directory. SQLite has no torn
@@ -74,5 +74,42 @@ mod in_memory {
     #[test]
     fn the_whole_kit_passes_in_memory() {
         palimpsest_persistence::testkit::run_all(factory);
+    }
+}
+
+/// A database opened with a given `decode_threads`.
+struct ThreadsFactory {
+    _dir: TempDir,
+    path: PathBuf,
+    threads: usize,
+}
+
+impl StoreFactory for ThreadsFactory {
+    fn open(&self) -> Box<dyn SessionStore> {
+        let options = SqliteOptions { decode_threads: self.threads, ..SqliteOptions::default() };
+        match SqliteStore::open_with(&self.path, options) {
+            Ok(store) => Box::new(store),
+            Err(e) => panic!("opening {}: {e}", self.path.display()),
+        }
+    }
+}
+
+/// The decoding-thread knob changes nothing a reader sees: one thread (no
+/// decoder of its own), two and three load, hand over and check alike.
+#[test]
+fn every_decode_thread_count_reads_the_same() {
+    let checks: [(&str, testkit::Check); 3] = [
+        ("load_into", testkit::load_into_hands_over_what_load_returns),
+        ("round trip", testkit::round_trips_every_core_event_kind),
+        ("durable open", testkit::durable_open_revalidates_the_stored_log),
+    ];
+    for threads in [1, 2, 3] {
+        for (name, check) in checks {
+            let (dir, path) = crate::common::temp_db();
+            let factory = ThreadsFactory { _dir: dir, path, threads };
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&factory))) {
+                panic!("{name} with decode_threads {threads}: {panic:?}");
+            }
+        }
     }
 }

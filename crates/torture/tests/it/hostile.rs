@@ -88,7 +88,7 @@ fn a_100_mb_line_is_refused_in_memory_by_the_default_cap() {
 #[test]
 fn a_100_mb_line_is_refused_by_a_capped_jsonl_store() {
     let (dir, path) = jsonl_file(&hundred_mb_line(true));
-    let cap = ReadOptions { max_line_bytes: 1 << 20 };
+    let cap = ReadOptions { max_line_bytes: 1 << 20, ..ReadOptions::default() };
     let want = ("corrupt".to_owned(), Some("event-too-large".to_owned()));
     assert_eq!(code_of(read_session_file_with(&path, cap)), want);
     let store = JsonlStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}")).with_read_options(cap);
@@ -147,8 +147,8 @@ fn a_capped_read_of_a_100_mb_line_fits_in_far_less_than_100_mb() {
 fn capped_reader_child() {
     let path = env("FILE");
     let options = match env("CAPPED").as_str() {
-        "1" => ReadOptions { max_line_bytes: 1 << 20 },
-        _ => ReadOptions { max_line_bytes: usize::MAX },
+        "1" => ReadOptions { max_line_bytes: 1 << 20, ..ReadOptions::default() },
+        _ => ReadOptions { max_line_bytes: usize::MAX, ..ReadOptions::default() },
     };
     let result = read_session_file_with(Path::new(&path), options);
     say("CODE", u64::from(matches!(&result, Err(e) if e.contract_code() == Some("event-too-large"))));
