@@ -81,8 +81,9 @@ impl ToolError {
 /// Something the model can call.
 ///
 /// Object-safe: the registry holds `Arc<dyn Tool>`. For a tool made of a
-/// closure, see [`FnTool`].
-pub trait Tool: Send + Sync {
+/// closure, see [`FnTool`]. `Debug`, like `Provider` and `SessionStore`, so
+/// that a loop, a registry and an error can show what they hold.
+pub trait Tool: Send + Sync + fmt::Debug {
     /// The name the model calls it by. Unique within a registry.
     fn name(&self) -> &str;
 

@@ -85,6 +85,12 @@ impl<T> OffThread<T> {
     }
 }
 
+impl<T: BlockingTool> std::fmt::Debug for OffThread<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OffThread").field("tool", &self.tool.name()).field("pace", &self.pace).finish()
+    }
+}
+
 impl<T: BlockingTool> Tool for OffThread<T> {
     fn name(&self) -> &str {
         self.tool.name()
