@@ -12,6 +12,15 @@ use palimpsest_core_session::{
 use crate::error::StoreError;
 use crate::store::{LoadReport, LoadSink, SessionStore};
 
+/// What [`DurableSession::open_or_create`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// The session was not there; it was created, empty.
+    Created,
+    /// The session was there and was opened; what its load found.
+    Existing(LoadReport),
+}
+
 /// Loads a session from `store` and checks it into a [`Session`] (every
 /// rule, and `guard` if given), without keeping a copy of the log: the
 /// session is built as the store reads it, through
@@ -183,6 +192,43 @@ impl DurableSession {
             store.sync(&header.id)?;
         }
         Ok(DurableSession { session: Session::create(header), store, durability })
+    }
+
+    /// Opens session `header.id` if the store holds it (checking every
+    /// rule, as [`open`](DurableSession::open)), or creates it from
+    /// `header` (as [`create`](DurableSession::create)). Of two processes
+    /// racing to create it, the loser opens what the winner created.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use palimpsest_core_session::SessionHeader;
+    /// use palimpsest_persistence::{Durability, DurableSession, MemoryStore, Opened};
+    ///
+    /// let store = Arc::new(MemoryStore::default());
+    /// let header = SessionHeader::new("s1", 0);
+    /// let (_, first) = DurableSession::open_or_create(store.clone(), header.clone(), Durability::default())?;
+    /// let (_, again) = DurableSession::open_or_create(store, header, Durability::default())?;
+    /// assert!(matches!((first, again), (Opened::Created, Opened::Existing(_))));
+    /// # Ok::<(), palimpsest_persistence::DurableError>(())
+    /// ```
+    pub fn open_or_create(
+        store: Arc<dyn SessionStore>,
+        header: SessionHeader,
+        durability: Durability,
+    ) -> Result<(DurableSession, Opened), DurableError> {
+        let open = |store: Arc<dyn SessionStore>| {
+            DurableSession::open(store, &header.id, durability)
+                .map(|(session, report)| (session, Opened::Existing(report)))
+        };
+        match open(store.clone()) {
+            Err(DurableError::Store(StoreError::NotFound { .. })) => {}
+            other => return other,
+        }
+        match DurableSession::create(store.clone(), header.clone(), durability) {
+            Ok(session) => Ok((session, Opened::Created)),
+            Err(DurableError::Store(StoreError::AlreadyExists { .. })) => open(store),
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens a stored session, checking every rule through the seed
@@ -361,5 +407,34 @@ mod tests {
         );
         assert_eq!(err.code(), "locked");
         assert_eq!(store.inner.load("s1").map(|s| s.events.len()).ok(), Some(0));
+    }
+
+    #[test]
+    fn open_or_create_opens_what_is_there_and_never_creates_over_a_bad_log() {
+        let store = Arc::new(MemoryStore::default());
+        let header = SessionHeader::new("s", 1);
+        let (mut durable, opened) =
+            DurableSession::open_or_create(store.clone(), header.clone(), Durability::EveryAppend)
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(opened, Opened::Created);
+        durable.append_log(2, TurnStart { turn: 1 }).unwrap_or_else(|e| panic!("{e}"));
+        let (again, opened) = DurableSession::open_or_create(store.clone(), header, Durability::EveryAppend)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(opened, Opened::Existing(_)));
+        assert_eq!(again.session().next_seq(), 1, "the stored event is there, not a new session");
+
+        // A stored log the rules refuse is an error, not a reason to create.
+        let bad = [
+            r#"{"seq":0,"time":2,"type":"turn/start","data":{"turn":1}}"#,
+            r#"{"seq":1,"time":3,"type":"user/message","data":{"message":{"id":"u","role":"user","content":[],"source":{"kind":"user"}}},"sourceEventSeqs":[0],"surfaceOp":{"op":"replace","start":0,"end":0}}"#,
+        ]
+        .map(|line| Event::from_json(line).unwrap_or_else(|e| panic!("{e}")));
+        store.create_with_events(&SessionHeader::new("bad", 1), &bad).unwrap_or_else(|e| panic!("{e}"));
+        let err = DurableSession::open_or_create(store.clone(), SessionHeader::new("bad", 1), Durability::Os)
+            .map(drop)
+            .expect_err("a replace of an event not on the surface is refused");
+        assert!(matches!(err, DurableError::Refused(_)), "{err:?}");
+        assert_eq!(err.code(), "replace-start-missing");
+        assert_eq!(store.load("bad").map(|s| s.events.len()).ok(), Some(2), "nothing written over it");
     }
 }

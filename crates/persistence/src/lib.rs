@@ -32,7 +32,7 @@ mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
-pub use durable::{load_session, Durability, DurableError, DurableSession};
+pub use durable::{load_session, Durability, DurableError, DurableSession, Opened};
 pub use error::StoreError;
 pub use memory::MemoryStore;
 pub use store::{
