@@ -26,6 +26,7 @@
 mod durable;
 mod error;
 mod memory;
+pub mod search;
 mod store;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
@@ -34,4 +35,5 @@ pub mod testkit;
 pub use durable::{Durability, DurableError, DurableSession};
 pub use error::StoreError;
 pub use memory::MemoryStore;
+pub use search::{QueryError, SearchHit, SearchQuery, SEARCH_QUERY_EMPTY};
 pub use store::{check_continues, check_header, LoadReport, SessionStore, StoredSession};
