@@ -33,7 +33,7 @@ use crate::Workload;
 pub(crate) const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// The server's URL: `PALIMPSEST_TEST_PG_URL`, or [`DEFAULT_URL`].
-fn url() -> String {
+pub(crate) fn url() -> String {
     std::env::var("PALIMPSEST_TEST_PG_URL")
         .ok()
         .filter(|u| !u.is_empty())
@@ -66,14 +66,14 @@ static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
 
 /// A schema of this run with the store's tables, dropped (with everything
 /// in it) when this goes out of scope, whatever happened.
-struct Scratch {
+pub(crate) struct Scratch {
     admin: Client,
     name: String,
     quoted: String,
 }
 
 impl Scratch {
-    fn create(url: &str) -> Result<Scratch, String> {
+    pub(crate) fn create(url: &str) -> Result<Scratch, String> {
         let admin = bare_connect(url)?;
         let name = format!("bench_{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::Relaxed));
         let quoted = format!("\"{name}\"");
@@ -87,10 +87,12 @@ impl Scratch {
     /// Empties the tables between runs (not timed).
     fn truncate(&mut self) -> Result<(), String> {
         let q = &self.quoted;
-        self.admin.batch_execute(&format!("TRUNCATE {q}.sessions, {q}.events, {q}.holds")).map_err(err)
+        self.admin
+            .batch_execute(&format!("TRUNCATE {q}.sessions, {q}.events, {q}.holds, {q}.search"))
+            .map_err(err)
     }
 
-    fn store(&self, url: &str) -> Result<PgStore, String> {
+    pub(crate) fn store(&self, url: &str) -> Result<PgStore, String> {
         PgStore::connect_with(url, options(&self.name)).map_err(err)
     }
 }
