@@ -235,7 +235,7 @@ mod tests {
     fn the_search_section_runs_on_a_small_store() {
         let w = Workload::new(400);
         let rows = search::run(&w, 40).unwrap_or_else(|e| panic!("search: {e}"));
-        assert_eq!(rows.len(), 4 * 3);
+        assert_eq!(rows.len(), 2 + 4 * 3);
         for r in &rows {
             assert!(r.value.is_finite() && r.value > 0.0, "{} = {}", r.name, r.value);
             assert!(r.ratio().is_some_and(f64::is_finite), "{}", r.name);

@@ -45,7 +45,7 @@ fn options(schema: &str) -> PgOptions {
 }
 
 /// A bare client, as the baselines use it.
-fn bare_connect(url: &str) -> Result<Client, String> {
+pub(crate) fn bare_connect(url: &str) -> Result<Client, String> {
     let location = redact_url(url);
     let mut config: Config =
         url.parse().map_err(|e| format!("reading the connection string {location}: {e}"))?;
@@ -85,11 +85,16 @@ impl Scratch {
     }
 
     /// Empties the tables between runs (not timed).
-    fn truncate(&mut self) -> Result<(), String> {
+    pub(crate) fn truncate(&mut self) -> Result<(), String> {
         let q = &self.quoted;
         self.admin
             .batch_execute(&format!("TRUNCATE {q}.sessions, {q}.events, {q}.holds, {q}.search"))
             .map_err(err)
+    }
+
+    /// The schema's name, quoted as an identifier.
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
     }
 
     pub(crate) fn store(&self, url: &str) -> Result<PgStore, String> {
@@ -107,7 +112,7 @@ impl Drop for Scratch {
 /// The statements the store sends for the same rows, minus its checks:
 /// the session row, one `INSERT ... SELECT FROM unnest(...)` per batch, and
 /// the same selects.
-struct BareSql {
+pub(crate) struct BareSql {
     insert_session: String,
     insert_events: String,
     select_header: String,
@@ -115,7 +120,7 @@ struct BareSql {
 }
 
 impl BareSql {
-    fn new(quoted: &str) -> BareSql {
+    pub(crate) fn new(quoted: &str) -> BareSql {
         let s = quoted;
         BareSql {
             insert_session: format!(
@@ -142,7 +147,7 @@ impl BareSql {
 /// and so on), each after its own `setup` (not timed), so that a noisy
 /// moment of this shared machine falls on both sides; returns each one's
 /// median, or the first error.
-fn paired<A, B>(
+pub(crate) fn paired<A, B>(
     runs: usize,
     mut setup: impl FnMut() -> Result<(), String>,
     mut ours: impl FnMut() -> Result<A, String>,
@@ -173,11 +178,11 @@ fn paired<A, B>(
 
 /// One transaction of the baseline: the session row first, or not, then
 /// the events (one statement), committed.
-type BareTx<'a> = (bool, &'a [Event]);
+pub(crate) type BareTx<'a> = (bool, &'a [Event]);
 
 /// The bare baseline: the same rows in the same transactions, columns
 /// built the same way, nothing checked.
-fn bare_write(
+pub(crate) fn bare_write(
     client: &mut Client,
     sql: &BareSql,
     header: &SessionHeader,

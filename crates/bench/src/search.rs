@@ -14,6 +14,10 @@
 //! `str::contains` (what any scan costs at least); for SQLite and
 //! PostgreSQL, the reference scan ([`palimpsest_persistence::search::scan`])
 //! of the same store, so the ratio is the index's speed-up.
+//!
+//! And what the index costs a writer: the corpus written through the store
+//! (one `create_with_events` a session, index rows included) beside the
+//! same session and event rows inserted bare, without an index.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -108,9 +112,9 @@ pub(crate) fn run(w: &Workload, sessions: usize) -> Result<Vec<Row>, String> {
         baseline: None,
         higher_is_better: false,
     };
+    let mut rows = write_rows(&corpus, events, &tmp, &url)?;
     let files: Vec<std::path::PathBuf> =
         corpus.iter().map(|(h, _)| jsonl.path_of(&h.id).map_err(err)).collect::<Result<_, _>>()?;
-    let mut rows = Vec::new();
     for (what, words) in QUERIES {
         let q = SearchQuery::new(words).map_err(err)?.with_limit(20);
         let (j, hits) = timed(&jsonl, &q, runs)?;
@@ -151,4 +155,113 @@ pub(crate) fn run(w: &Workload, sessions: usize) -> Result<Vec<Row>, String> {
     drop(scratch);
     let _ = w;
     Ok(rows)
+}
+
+/// The corpus written through each store beside the same rows inserted
+/// bare (no index, no checks), paired run by run.
+fn write_rows(
+    corpus: &[(SessionHeader, Vec<Event>)],
+    events: usize,
+    tmp: &tempfile::TempDir,
+    url: &str,
+) -> Result<Vec<Row>, String> {
+    let runs = 3;
+    let k = std::cell::Cell::new(0);
+    let next = || {
+        k.set(k.get() + 1);
+        tmp.path().join(format!("write{}.db", k.get()))
+    };
+    let (ours, bare) = crate::pg::paired(
+        runs,
+        || Ok(()),
+        || fill(&SqliteStore::open(next()).map_err(err)?, corpus),
+        || bare_sqlite(&next(), corpus),
+    )?;
+    let mut scratch = crate::pg::Scratch::create(url)?;
+    let store = scratch.store(url)?;
+    let sql = crate::pg::BareSql::new(scratch.quoted());
+    let mut client = crate::pg::bare_connect(url)?;
+    let (pg_ours, pg_bare) = crate::pg::paired(
+        runs,
+        || scratch.truncate(),
+        || fill(&store, corpus),
+        || {
+            for (header, events) in corpus {
+                crate::pg::bare_write(&mut client, &sql, header, &[(true, events)])?;
+            }
+            Ok(())
+        },
+    )?;
+    let write = |name: String, d: std::time::Duration| Row {
+        section: "search",
+        name,
+        n: events,
+        value: crate::sections::per_sec(events, d),
+        unit: "ev/s",
+        baseline: None,
+        higher_is_better: true,
+    };
+    let sessions = corpus.len();
+    Ok(vec![
+        with_baseline(
+            write(
+                format!("SQLite: write {sessions} sessions, one create_with_events each (index included)"),
+                ours,
+            ),
+            "bare rusqlite insert of the same rows, no index",
+            crate::sections::per_sec(events, bare),
+        ),
+        with_baseline(
+            write(
+                format!(
+                    "PostgreSQL: write {sessions} sessions, one create_with_events each (index included)"
+                ),
+                pg_ours,
+            ),
+            "bare postgres insert of the same rows, no index",
+            crate::sections::per_sec(events, pg_bare),
+        ),
+    ])
+}
+
+/// The bare SQLite baseline: the schema of today without the index, each
+/// session (its row and its events) in one transaction.
+fn bare_sqlite(path: &std::path::Path, corpus: &[(SessionHeader, Vec<Event>)]) -> Result<(), String> {
+    let mut conn = rusqlite::Connection::open(path).map_err(err)?;
+    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;").map_err(err)?;
+    let tables =
+        palimpsest_persistence_sqlite::SCHEMA_SQL.split("CREATE VIRTUAL TABLE").next().unwrap_or_default();
+    conn.execute_batch(tables).map_err(err)?;
+    for (header, events) in corpus {
+        let tx = conn.transaction().map_err(err)?;
+        tx.execute(
+            "INSERT INTO sessions (id, created_at, cwd, parent_session, seed_length) VALUES (?1, ?2, NULL, NULL, NULL)",
+            rusqlite::params![header.id, header.created_at as i64],
+        )
+        .map_err(err)?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO events (session_id, seq, time, type, data, source_event_seqs, surface_op) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .map_err(err)?;
+            for e in events {
+                let sources = e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default());
+                let op = e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default());
+                stmt.execute(rusqlite::params![
+                    header.id,
+                    e.seq() as i64,
+                    e.time() as i64,
+                    e.event_type().as_str(),
+                    e.data(),
+                    sources,
+                    op
+                ])
+                .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)?;
+    }
+    Ok(())
 }

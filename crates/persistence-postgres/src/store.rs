@@ -129,8 +129,8 @@ impl Sql {
                 "SELECT session_id, seq FROM {s}.search WHERE terms @@ $1::tsquery OR terms IS NULL"
             ),
             last_activity: format!(
-                "SELECT (SELECT time FROM {s}.events WHERE session_id = $1 ORDER BY seq DESC LIMIT 1), \
-                 created_at FROM {s}.sessions WHERE id = $1"
+                "SELECT s.id, (SELECT e.time FROM {s}.events AS e WHERE e.session_id = s.id \
+                 ORDER BY e.seq DESC LIMIT 1), s.created_at FROM {s}.sessions AS s WHERE s.id = ANY($1::text[])"
             ),
             events_at: format!(
                 "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
@@ -1301,8 +1301,8 @@ impl SessionStore for PgStore {
     /// too large to index), then reads the candidates' events session by
     /// session in the search order and confirms each with the reference
     /// matcher, until the limit. One read-only snapshot. The candidate query
-    /// is a per-store query like `list`; every other statement names one
-    /// session id.
+    /// is a per-store query like `list`; the last-activity query names the
+    /// candidate sessions' ids; every other statement names one session id.
     fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
         let tsquery = search::tsquery(query);
         off_the_runtime(|| {
@@ -1313,15 +1313,20 @@ impl SessionStore for PgStore {
                     by_session.entry(row.try_get(0)?).or_default().push(row.try_get(1)?);
                 }
                 drop(rows);
-                let mut order = Vec::with_capacity(by_session.len());
-                for (id, seqs) in by_session {
-                    let row = client.query_typed_opt(&self.sql.last_activity, &[(&id, Type::TEXT)])?;
-                    // Index rows of a session that is not in `sessions` are not hits.
-                    if let Some(row) = row {
-                        let (last, created): (Option<i64>, i64) = (row.try_get(0)?, row.try_get(1)?);
+                // The last activity of every candidate session, in one
+                // statement; index rows of a session that is not in
+                // `sessions` are not hits.
+                let ids: Vec<&str> = by_session.keys().map(String::as_str).collect();
+                let rows = client.query_typed(&self.sql.last_activity, &[(&ids, Type::TEXT_ARRAY)])?;
+                let mut order = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let id: String = row.try_get(0)?;
+                    let (last, created): (Option<i64>, i64) = (row.try_get(1)?, row.try_get(2)?);
+                    if let Some(seqs) = by_session.remove(&id) {
                         order.push((codec::from_sql_int(last.unwrap_or(created)), id, seqs));
                     }
                 }
+                drop(rows);
                 order.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
                 let mut found = HitCollector::new(query);
                 let mut remaining = query.limit().unwrap_or(usize::MAX);
