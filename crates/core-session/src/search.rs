@@ -27,6 +27,7 @@
 //! An index may find candidates faster (SQLite FTS5, PostgreSQL tsvector),
 //! but [`matches`] decides, so every store gives the same hits.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde::Deserialize;
@@ -114,6 +115,12 @@ pub struct Token {
 /// assert_eq!(t, ["don", "t", "panic", "42", "fold"]);
 /// ```
 pub fn tokens(text: &str) -> impl Iterator<Item = Token> + '_ {
+    spans(text).map(|(start, end)| Token { start, end, normalized: text[start..end].to_lowercase() })
+}
+
+/// The byte ranges of the tokens of `text`, in order: [`tokens`] without
+/// the lowercasing.
+fn spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut chars = text.char_indices().peekable();
     std::iter::from_fn(move || {
         let start = loop {
@@ -130,8 +137,18 @@ pub fn tokens(text: &str) -> impl Iterator<Item = Token> + '_ {
             }
             chars.next();
         }
-        Some(Token { start, end, normalized: text[start..end].to_lowercase() })
+        Some((start, end))
     })
+}
+
+/// A token lowercased, borrowed when it already is (no allocation for the
+/// common case of lowercase ASCII).
+fn lowercased(token: &str) -> Cow<'_, str> {
+    if token.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
+        Cow::Borrowed(token)
+    } else {
+        Cow::Owned(token.to_lowercase())
+    }
 }
 
 /// The terms of a query given as words: every token of every word, each
@@ -171,38 +188,36 @@ pub fn matches(text: &str, terms: &[String]) -> bool {
     if terms.is_empty() {
         return false;
     }
-    let mut missing: HashSet<&str> = terms.iter().map(String::as_str).collect();
-    for t in tokens(text) {
-        missing.remove(t.normalized.as_str());
-        if missing.is_empty() {
-            return true;
+    // Queries are a few words: a list beats a set.
+    let mut missing: Vec<&str> = terms.iter().map(String::as_str).collect();
+    for (start, end) in spans(text) {
+        let token = lowercased(&text[start..end]);
+        if let Some(i) = missing.iter().position(|t| *t == token) {
+            missing.swap_remove(i);
+            if missing.is_empty() {
+                return true;
+            }
         }
     }
     false
 }
 
-/// The distinct tokens of `text`, normalized, in order of first
-/// appearance, joined by single spaces: what a full-text index is fed, so
-/// that the index's own tokenizer sees exactly these tokens (each a run of
-/// alphanumerics, already lowercased) and cannot cut the text otherwise.
+/// The distinct tokens of `text`, normalized, sorted, joined by single
+/// spaces: what a full-text index is fed, so that the index's own
+/// tokenizer sees exactly these tokens (each a run of alphanumerics,
+/// already lowercased) and cannot cut the text otherwise.
 ///
 /// ```
 /// use palimpsest_core_session::search::index_text;
 ///
-/// assert_eq!(index_text("Foo, foo-BAR; baz!"), "foo bar baz");
+/// assert_eq!(index_text("Foo, foo-BAR; baz!"), "bar baz foo");
 /// ```
 pub fn index_text(text: &str) -> String {
-    let mut seen = HashSet::new();
-    let mut out = String::new();
-    for t in tokens(text) {
-        if seen.insert(t.normalized.clone()) {
-            if !out.is_empty() {
-                out.push(' ');
-            }
-            out.push_str(&t.normalized);
-        }
-    }
-    out
+    let mut tokens: Vec<Cow<'_, str>> =
+        spans(text).map(|(start, end)| lowercased(&text[start..end])).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    tokens.join(" ")
 }
 
 /// A line of `text` to show for a hit: about [`SNIPPET_CHARS`] characters
@@ -392,7 +407,7 @@ mod tests {
 
     #[test]
     fn the_index_text_holds_each_token_once() {
-        assert_eq!(index_text("B a b A c"), "b a c");
+        assert_eq!(index_text("B a b A c"), "a b c");
         assert_eq!(index_text("!!!"), "");
     }
 }
