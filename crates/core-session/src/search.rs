@@ -20,12 +20,12 @@
 //! * **A query** is a list of words, cut into tokens the same way
 //!   ([`query_terms`]): `"foo-bar"` is the two terms `foo` and `bar`.
 //! * **A match** is a text whose tokens include every term
-//!   ([`matches`]): whole tokens, any case, any order, anywhere.
+//!   ([`matches()`]): whole tokens, any case, any order, anywhere.
 //! * The whole **log** is searched, not just the surface: a message that a
 //!   compaction or prune shadowed is still found.
 //!
 //! An index may find candidates faster (SQLite FTS5, PostgreSQL tsvector),
-//! but [`matches`] decides, so every store gives the same hits.
+//! but [`matches()`] decides, so every store gives the same hits.
 
 use std::borrow::Cow;
 use std::collections::HashSet;

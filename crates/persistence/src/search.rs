@@ -16,7 +16,7 @@
 //! session by seq. [`SearchQuery::limit`] keeps the first hits in that
 //! order. Every backend gives the same hits in the same order, snippets
 //! byte for byte (they are all made by
-//! [`snippet`](palimpsest_core_session::search::snippet)).
+//! [`snippet`]).
 
 use palimpsest_core_session::search::{matches, query_terms, searchable_text, snippet};
 use palimpsest_core_session::Event;
@@ -60,7 +60,7 @@ impl QueryError {
 
 impl SearchQuery {
     /// A query for every token of `words`
-    /// ([`query_terms`](palimpsest_core_session::search::query_terms)), with
+    /// ([`query_terms`]), with
     /// no limit. `search-query-empty` when they hold none.
     ///
     /// ```
@@ -95,7 +95,7 @@ impl SearchQuery {
         self.limit
     }
 
-    /// Whether `text` is a hit ([`matches`](palimpsest_core_session::search::matches)).
+    /// Whether `text` is a hit ([`matches()`]).
     pub fn matches(&self, text: &str) -> bool {
         matches(text, &self.terms)
     }
@@ -127,7 +127,7 @@ pub struct SearchHit {
     /// The event's time (Unix epoch milliseconds).
     pub time: u64,
     /// About a hundred characters around the first term
-    /// ([`snippet`](palimpsest_core_session::search::snippet)).
+    /// ([`snippet`]).
     pub snippet: String,
 }
 
