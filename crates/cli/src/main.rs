@@ -357,6 +357,7 @@ First steps:
 Every day:
   palimpsest run -c \"And then?\"           continue the session started last
   palimpsest sessions palimpsest.db       the sessions: outcome, first prompt
+  palimpsest search palimpsest.db WORDS   the messages, in any session, holding every word
   palimpsest inspect palimpsest.db --session ID
                                           one session as a timeline
   palimpsest export palimpsest.db --session ID -o s.html
