@@ -11,6 +11,7 @@
 mod measure;
 mod pg;
 mod report;
+mod search;
 mod sections;
 mod stores;
 mod stream;
@@ -201,7 +202,7 @@ mod tests {
             // The memory probe and the postgres section's writer processes
             // re-run this executable as a child; under `cargo test` that is
             // the test binary, so they are checked below.
-            if *name == "rss" || *name == "postgres" {
+            if *name == "rss" || *name == "postgres" || *name == "search" {
                 continue;
             }
             let rows = section(&w).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -227,6 +228,19 @@ mod tests {
             assert!(r.value.is_finite() && r.value > 0.0, "{} = {}", r.name, r.value);
             assert!(r.ratio().is_some_and(f64::is_finite), "{}", r.name);
         }
+    }
+
+    /// Needs the PostgreSQL server too; 40 sessions instead of 1,000.
+    #[test]
+    fn the_search_section_runs_on_a_small_store() {
+        let w = Workload::new(400);
+        let rows = search::run(&w, 40).unwrap_or_else(|e| panic!("search: {e}"));
+        assert_eq!(rows.len(), 2 + 4 * 3);
+        for r in &rows {
+            assert!(r.value.is_finite() && r.value > 0.0, "{} = {}", r.name, r.value);
+            assert!(r.ratio().is_some_and(f64::is_finite), "{}", r.name);
+        }
+        assert!(search::run(&w, 40).unwrap_or_default().is_empty(), "the section runs once a process");
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::Workload;
 pub(crate) const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// The server's URL: `PALIMPSEST_TEST_PG_URL`, or [`DEFAULT_URL`].
-fn url() -> String {
+pub(crate) fn url() -> String {
     std::env::var("PALIMPSEST_TEST_PG_URL")
         .ok()
         .filter(|u| !u.is_empty())
@@ -45,7 +45,7 @@ fn options(schema: &str) -> PgOptions {
 }
 
 /// A bare client, as the baselines use it.
-fn bare_connect(url: &str) -> Result<Client, String> {
+pub(crate) fn bare_connect(url: &str) -> Result<Client, String> {
     let location = redact_url(url);
     let mut config: Config =
         url.parse().map_err(|e| format!("reading the connection string {location}: {e}"))?;
@@ -66,14 +66,14 @@ static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
 
 /// A schema of this run with the store's tables, dropped (with everything
 /// in it) when this goes out of scope, whatever happened.
-struct Scratch {
+pub(crate) struct Scratch {
     admin: Client,
     name: String,
     quoted: String,
 }
 
 impl Scratch {
-    fn create(url: &str) -> Result<Scratch, String> {
+    pub(crate) fn create(url: &str) -> Result<Scratch, String> {
         let admin = bare_connect(url)?;
         let name = format!("bench_{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::Relaxed));
         let quoted = format!("\"{name}\"");
@@ -85,12 +85,19 @@ impl Scratch {
     }
 
     /// Empties the tables between runs (not timed).
-    fn truncate(&mut self) -> Result<(), String> {
+    pub(crate) fn truncate(&mut self) -> Result<(), String> {
         let q = &self.quoted;
-        self.admin.batch_execute(&format!("TRUNCATE {q}.sessions, {q}.events, {q}.holds")).map_err(err)
+        self.admin
+            .batch_execute(&format!("TRUNCATE {q}.sessions, {q}.events, {q}.holds, {q}.search"))
+            .map_err(err)
     }
 
-    fn store(&self, url: &str) -> Result<PgStore, String> {
+    /// The schema's name, quoted as an identifier.
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
+    }
+
+    pub(crate) fn store(&self, url: &str) -> Result<PgStore, String> {
         PgStore::connect_with(url, options(&self.name)).map_err(err)
     }
 }
@@ -105,7 +112,7 @@ impl Drop for Scratch {
 /// The statements the store sends for the same rows, minus its checks:
 /// the session row, one `INSERT ... SELECT FROM unnest(...)` per batch, and
 /// the same selects.
-struct BareSql {
+pub(crate) struct BareSql {
     insert_session: String,
     insert_events: String,
     select_header: String,
@@ -113,7 +120,7 @@ struct BareSql {
 }
 
 impl BareSql {
-    fn new(quoted: &str) -> BareSql {
+    pub(crate) fn new(quoted: &str) -> BareSql {
         let s = quoted;
         BareSql {
             insert_session: format!(
@@ -140,7 +147,7 @@ impl BareSql {
 /// and so on), each after its own `setup` (not timed), so that a noisy
 /// moment of this shared machine falls on both sides; returns each one's
 /// median, or the first error.
-fn paired<A, B>(
+pub(crate) fn paired<A, B>(
     runs: usize,
     mut setup: impl FnMut() -> Result<(), String>,
     mut ours: impl FnMut() -> Result<A, String>,
@@ -171,11 +178,11 @@ fn paired<A, B>(
 
 /// One transaction of the baseline: the session row first, or not, then
 /// the events (one statement), committed.
-type BareTx<'a> = (bool, &'a [Event]);
+pub(crate) type BareTx<'a> = (bool, &'a [Event]);
 
 /// The bare baseline: the same rows in the same transactions, columns
 /// built the same way, nothing checked.
-fn bare_write(
+pub(crate) fn bare_write(
     client: &mut Client,
     sql: &BareSql,
     header: &SessionHeader,

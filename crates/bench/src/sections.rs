@@ -19,6 +19,7 @@ pub(crate) const ALL: &[(&str, Section)] = &[
     ("postgres", crate::pg::postgres),
     ("rss", resident_memory),
     ("stream", crate::stream::stream),
+    ("search", crate::search::search),
 ];
 
 pub(crate) fn per_sec(n: usize, d: Duration) -> f64 {

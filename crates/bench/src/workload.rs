@@ -17,7 +17,12 @@ use palimpsest_core_session::{Event, SessionHeader, SurfaceIntent};
 
 /// A tiny deterministic generator (xorshift64*), so the workload is the same
 /// on every machine for a seed.
-struct Rng(u64);
+/// The state, and whether texts also draw from [`RARE_WORDS`] made-up words
+/// (the search corpus), besides the twenty common ones.
+struct Rng(u64, bool);
+
+/// How many rare words the search corpus draws from: `term0` ...
+pub(crate) const RARE_WORDS: u64 = 5_000;
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -55,7 +60,12 @@ impl Rng {
             if !s.is_empty() {
                 s.push(' ');
             }
-            s.push_str(WORDS[(self.next() % WORDS.len() as u64) as usize]);
+            let pick = self.next();
+            if self.1 && pick % 2 == 1 {
+                s.push_str(&format!("term{}", (pick >> 1) % RARE_WORDS));
+            } else {
+                s.push_str(WORDS[(pick % WORDS.len() as u64) as usize]);
+            }
         }
         s.truncate(chars);
         s
@@ -65,8 +75,19 @@ impl Rng {
 /// Builds the workload: a header and exactly `n` events (the last turn may
 /// be cut short, so the log can end inside a turn).
 pub(crate) fn generate(n: usize, seed: u64) -> (SessionHeader, Vec<Event>) {
+    generate_with(n, seed, false)
+}
+
+/// [`generate`], with texts that also use [`RARE_WORDS`] made-up words
+/// (`term0` ... `term4999`, half the words of a text): a corpus where a
+/// word can be rare, for the search section.
+pub(crate) fn generate_searchable(n: usize, seed: u64) -> (SessionHeader, Vec<Event>) {
+    generate_with(n, seed, true)
+}
+
+fn generate_with(n: usize, seed: u64, rare_words: bool) -> (SessionHeader, Vec<Event>) {
     let mut g = Gen {
-        rng: Rng(seed | 1),
+        rng: Rng(seed | 1, rare_words),
         events: Vec::with_capacity(n + 128),
         surface: Vec::new(),
         since: 0,

@@ -32,6 +32,7 @@ mod output;
 mod pager;
 mod remove;
 mod run;
+mod search;
 mod sessions;
 mod settings_view;
 mod store_arg;
@@ -130,6 +131,34 @@ enum Command {
         /// Print the sessions as one JSON array, for scripts.
         #[arg(long, conflicts_with = "tree")]
         json: bool,
+    },
+    /// Find the messages that hold every word of QUERY, in every session of STORE.
+    ///
+    /// Searched: the text of user, context (compaction summaries included),
+    /// steering, assistant and tool-result messages, not streamed chunks.
+    /// Words match whole, in any case; every word is required; `foo-bar`
+    /// is the two words `foo` and `bar`. The whole log is searched, so
+    /// messages a compaction or prune took off the surface are found too.
+    /// Hits come newest session (by last activity) first, then by seq: a
+    /// line `<id> <seq> <type> <time>` (the id as short as `--session`
+    /// takes it), then the snippet. Exit 0 when something was found, 1 when
+    /// nothing was (like grep), 2 when the query has no word at all
+    /// (`search-query-empty`) or STORE cannot be read.
+    Search {
+        /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
+        store: PathBuf,
+        /// The words to find, all of them.
+        #[arg(value_name = "QUERY", required = true, num_args = 1..)]
+        query: Vec<String>,
+        /// Show at most N hits.
+        #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+        /// Print `[{"session", "seq", "type", "time", "snippet"}]` instead, one hit a line.
+        #[arg(long)]
+        json: bool,
+        /// When to highlight the query's words.
+        #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+        color: ColorChoice,
     },
     /// Fork a session after event SEQ into a new session of the same store.
     ///
@@ -353,13 +382,14 @@ First steps:
 Every day:
   palimpsest run -c \"And then?\"           continue the session started last
   palimpsest sessions palimpsest.db       the sessions: outcome, first prompt
+  palimpsest search palimpsest.db WORDS   the messages, in any session, holding every word
   palimpsest inspect palimpsest.db --session ID
                                           one session as a timeline
   palimpsest export palimpsest.db --session ID -o s.html
                                           one session to read (.md, .html, .json)
 
-Commands: validate surface derive repair inspect sessions fork explain export convert
-          delete prune demo run completions man
+Commands: validate surface derive repair inspect sessions search fork explain export
+          convert delete prune demo run completions man
 `palimpsest help COMMAND` tells more.
 ";
 
@@ -373,6 +403,14 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
         Command::Sessions { store, tree, json } => {
             sessions::sessions(&store_arg::store_or_default(store.as_deref())?, tree, json, out)
         }
+        Command::Search { store, query, limit, json, color } => search::search(
+            &store,
+            &query,
+            usize::try_from(limit).unwrap_or(usize::MAX),
+            json,
+            color.enabled(),
+            out,
+        ),
         Command::Fork { target, at, id } => fork::fork(&target, at, id.as_deref(), out),
         Command::Explain { target, seq, json } => explain::explain(&target, seq, json, out),
         Command::Export { target, format, view, output } => {
@@ -446,6 +484,7 @@ impl Command {
         match self {
             Command::Validate { json, .. }
             | Command::Sessions { json, .. }
+            | Command::Search { json, .. }
             | Command::Explain { json, .. } => *json,
             Command::Export { format, output, .. } => {
                 *format == Some(export::Format::Json) && output.is_none()

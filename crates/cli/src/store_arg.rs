@@ -31,7 +31,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
+use palimpsest_persistence::search::{session_hits, HitCollector};
+use palimpsest_persistence::{SearchHit, SearchQuery, SessionStore, StoreError, StoredSession};
 use palimpsest_persistence_jsonl::name::file_name;
 use palimpsest_persistence_jsonl::{read_session_file, JsonlStore, SessionFile};
 use palimpsest_persistence_postgres::PgStore;
@@ -229,6 +230,24 @@ impl Store {
             (Store::File(p), _) => self.read_file(p),
             (_, Some(s)) => s.load(id).map_err(|e| self.load_error(&e, id, &origin)),
             (_, None) => Err(self.not_found(id)),
+        }
+    }
+
+    /// The messages of every session that hold every term of `query`
+    /// ([`SessionStore::search`]); for a bare file, the reference scan of
+    /// its one session.
+    pub(crate) fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, CliError> {
+        match (self, self.backend()) {
+            (Store::File(p), _) => {
+                let stored = self.read_file(p)?;
+                let id = &stored.header.id;
+                let last = stored.events.last().map_or(stored.header.created_at, Event::time);
+                let mut found = HitCollector::new(query);
+                found.add(id, last, session_hits(id, &stored.events, query));
+                Ok(found.finish())
+            }
+            (_, Some(s)) => s.search(query).map_err(|e| from_store(&e, &self.shown())),
+            (_, None) => Ok(Vec::new()),
         }
     }
 

@@ -195,3 +195,38 @@ fn repair_write_closes_a_crashed_session_on_the_server_unless_a_worker_holds_it(
     assert_eq!(after["events"].as_u64(), before.map(|b| b + n), "{after}");
     assert_eq!(ok(palimpsest(d, &["repair", &url])).stdout.trim(), "[]");
 }
+
+/// `search` on a postgres:// URL gives byte for byte what it gives on the
+/// same sessions in a SQLite file, and reading creates nothing in a schema
+/// without a store.
+#[test]
+fn search_on_a_postgres_url_matches_sqlite_and_creates_nothing() {
+    let Some(schema) = Schema::new() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let url = schema.url();
+    let empty = palimpsest(d, &["search", &url, "milk"]);
+    no_secret(&empty);
+    assert_eq!(empty.code, 2, "{empty:?}");
+    assert_eq!(schema.tables(), 0, "searching a schema without a store created tables");
+    for f in ["compaction-and-prune", "forked", "settings", "crash-open"] {
+        let src = test_data(&format!("ok/{f}.jsonl")).display().to_string();
+        ok(palimpsest(d, &["convert", &src, &url]));
+        ok(palimpsest(d, &["convert", &src, "store.db"]));
+    }
+    for words in [&["milk"][..], &["NOTES.txt"][..], &["it", "says"][..], &["unicorn"][..]] {
+        for json in [false, true] {
+            let mut pg: Vec<&str> = vec!["search", &url];
+            let mut db: Vec<&str> = vec!["search", "store.db"];
+            pg.extend(words);
+            db.extend(words);
+            if json {
+                pg.push("--json");
+                db.push("--json");
+            }
+            let (pg, db) = (palimpsest(d, &pg), palimpsest(d, &db));
+            no_secret(&pg);
+            assert_eq!((pg.code, &pg.stdout), (db.code, &db.stdout), "search {words:?} (json: {json})");
+        }
+    }
+}

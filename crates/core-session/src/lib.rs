@@ -29,6 +29,7 @@
 //! | 5 crash repair | [`repair`] |
 //! | compaction and pruning plans | [`rewrite`] |
 //! | forking at an event, explaining an event | [`fork`], [`explain`] |
+//! | what full-text search finds, and the snippet it shows | [`search`] |
 //! | 6 header and JSONL files | [`header`], [`jsonl`] |
 //! | the size of an event and of a header, for every reader and writer | [`limits`] |
 //!
@@ -61,6 +62,7 @@ pub mod limits;
 pub mod payload;
 pub mod repair;
 pub mod rewrite;
+pub mod search;
 mod session;
 mod shape;
 pub mod surface;

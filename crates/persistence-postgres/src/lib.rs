@@ -18,11 +18,13 @@ mod error;
 mod hold;
 mod options;
 mod schema;
+mod search;
 mod store;
 mod url;
 
 pub use hold::Hold;
 pub use options::PgOptions;
 pub use schema::{schema_sql, SCHEMA_VERSION};
+pub use search::MAX_TERM_BYTES;
 pub use store::PgStore;
 pub use url::redact_url;

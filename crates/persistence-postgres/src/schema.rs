@@ -8,23 +8,24 @@ use postgres::Client;
 use crate::error::pg_err;
 
 /// The schema version this build reads and writes, kept in the comment of
-/// the `sessions` table (`palimpsest schema_version 1`), so that every table
-/// stays keyed by session id.
+/// the `sessions` table (`palimpsest schema_version 2`), so that every table
+/// stays keyed by session id. Version 1 was the schema without the `search`
+/// table.
 ///
 /// A store of any other version, older or newer, is refused on open with
 /// `schema-mismatch` naming both numbers; nothing is migrated while the
 /// format is pre-release.
 ///
 /// ```
-/// assert_eq!(palimpsest_persistence_postgres::SCHEMA_VERSION, 1);
+/// assert_eq!(palimpsest_persistence_postgres::SCHEMA_VERSION, 2);
 /// ```
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The comment of the `sessions` table that carries the version.
 const VERSION_PREFIX: &str = "palimpsest schema_version ";
 
 /// The tables of the schema, in the order they are checked.
-const TABLES: [&str; 3] = ["sessions", "events", "holds"];
+const TABLES: [&str; 4] = ["sessions", "events", "holds", "search"];
 
 /// The SQL that creates the schema of version [`SCHEMA_VERSION`] in the
 /// PostgreSQL schema `schema` (quoted as an identifier), as the store runs
@@ -40,11 +41,24 @@ const TABLES: [&str; 3] = ["sessions", "events", "holds"];
 /// *generated* columns (say `data_json jsonb GENERATED ALWAYS AS
 /// (data::jsonb) STORED`) are allowed.
 ///
+/// `search` is the full-text index of [`SessionStore::search`]: one row per
+/// message event with text, written in the event's transaction and deleted
+/// with its session, keyed like `events`. `terms` is the tsvector of the
+/// message's distinct tokens as the reference tokenizer cuts them
+/// ([`index_text`](palimpsest_core_session::search::index_text), each
+/// clipped to [`MAX_TERM_BYTES`](crate::MAX_TERM_BYTES)), made with
+/// `array_to_tsvector` so that no text search parser cuts them otherwise;
+/// NULL for a message whose tokens are too many for one tsvector (it is
+/// then always a candidate). A GIN index serves `@@`; a partial index finds
+/// the NULL rows.
+///
+/// [`SessionStore::search`]: palimpsest_persistence::SessionStore::search
+///
 /// ```
 /// let sql = palimpsest_persistence_postgres::schema_sql("palimpsest");
 /// assert!(sql.contains("CREATE TABLE \"palimpsest\".events"));
 /// assert!(sql.contains("PRIMARY KEY (session_id, seq)"));
-/// assert!(sql.contains("'palimpsest schema_version 1'"));
+/// assert!(sql.contains("'palimpsest schema_version 2'"));
 /// ```
 pub fn schema_sql(schema: &str) -> String {
     let s = quote_ident(schema);
@@ -75,6 +89,14 @@ CREATE TABLE {s}.holds (
     expires_at timestamp with time zone NOT NULL,
     PRIMARY KEY (session_id)
 );
+CREATE TABLE {s}.search (
+    session_id text     NOT NULL,
+    seq        bigint   NOT NULL,
+    terms      tsvector,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE INDEX search_terms ON {s}.search USING gin (terms);
+CREATE INDEX search_unindexed ON {s}.search (session_id, seq) WHERE terms IS NULL;
 COMMENT ON TABLE {s}.sessions IS '{VERSION_PREFIX}{SCHEMA_VERSION}';
 "
     )
@@ -112,6 +134,10 @@ fn expected_columns(table: &str) -> (&'static [Col], &'static [&'static str]) {
                 ("source_event_seqs", TEXT, false),
                 ("surface_op", TEXT, false),
             ],
+            &["session_id", "seq"],
+        ),
+        "search" => (
+            &[("session_id", TEXT, true), ("seq", BIGINT, true), ("terms", "tsvector", false)],
             &["session_id", "seq"],
         ),
         _ => (
@@ -197,7 +223,7 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
         let Some((oid, _, _)) = found.iter().find(|t| t.1 == table) else {
             return Err(StoreError::SchemaMismatch {
                 found: format!("schema version {SCHEMA_VERSION} without table {q}.{table}"),
-                expected: format!("tables {q}.sessions, {q}.events and {q}.holds"),
+                expected: format!("tables {q}.sessions, {q}.events, {q}.holds and {q}.search"),
             });
         };
         check_table(client, *oid, &q, table, location)?;

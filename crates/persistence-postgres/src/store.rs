@@ -6,8 +6,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
+use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
-    check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoreError, StoredSession,
+    check_continues, check_header, CollectSink, LoadReport, LoadSink, SearchHit, SearchQuery, SessionStore,
+    StoreError, StoredSession,
 };
 use postgres::config::SslMode;
 use postgres::error::SqlState;
@@ -20,6 +22,7 @@ use crate::error::{invalid_input, is_lost, pg_err};
 use crate::hold::{self, Hold, HoldRow};
 use crate::options::PgOptions;
 use crate::schema::{self, quote_ident};
+use crate::search;
 use crate::url::redact_url;
 
 /// The longest session id the store takes, in bytes: a primary key entry
@@ -47,6 +50,11 @@ struct Sql {
     upsert_hold: String,
     renew_hold: String,
     release_hold: String,
+    insert_search: String,
+    delete_search: String,
+    search_candidates: String,
+    last_activity: String,
+    events_at: String,
 }
 
 impl Sql {
@@ -110,6 +118,23 @@ impl Sql {
             ),
             release_hold: format!(
                 "UPDATE {s}.holds SET expires_at = clock_timestamp() WHERE session_id = $1 AND token = $2"
+            ),
+            insert_search: format!(
+                "INSERT INTO {s}.search (session_id, seq, terms) \
+                 SELECT $1, u.seq, array_to_tsvector(string_to_array(u.terms, ' ')) \
+                 FROM unnest($2::bigint[], $3::text[]) AS u(seq, terms)"
+            ),
+            delete_search: format!("DELETE FROM {s}.search WHERE session_id = $1"),
+            search_candidates: format!(
+                "SELECT session_id, seq FROM {s}.search WHERE terms @@ $1::tsquery OR terms IS NULL"
+            ),
+            last_activity: format!(
+                "SELECT s.id, (SELECT e.time FROM {s}.events AS e WHERE e.session_id = s.id \
+                 ORDER BY e.seq DESC LIMIT 1), s.created_at FROM {s}.sessions AS s WHERE s.id = ANY($1::text[])"
+            ),
+            events_at: format!(
+                "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                 WHERE session_id = $1 AND seq = ANY($2::bigint[]) ORDER BY seq"
             ),
         }
     }
@@ -875,6 +900,19 @@ impl PgStore {
             (&c.surface_op, Type::TEXT_ARRAY),
         ];
         client.query_typed(&self.sql.insert_events, &params)?;
+        // The full-text rows of the messages, in the same transaction.
+        let (mut seqs, mut terms) = (Vec::new(), Vec::new());
+        for e in events {
+            if let Some(row) = search::index_row(e) {
+                seqs.push(codec::to_sql_int(e.seq()));
+                terms.push(row);
+            }
+        }
+        if !seqs.is_empty() {
+            let params: [(&(dyn ToSql + Sync), Type); 3] =
+                [(&session_id, Type::TEXT), (&seqs, Type::INT8_ARRAY), (&terms, Type::TEXT_ARRAY)];
+            client.query_typed(&self.sql.insert_search, &params)?;
+        }
         Ok(())
     }
 
@@ -892,6 +930,7 @@ impl PgStore {
                     return Err(StoreError::NotFound { session_id: session_id.to_owned() }.into());
                 }
                 client.query_typed(&self.sql.delete_events, &[(&session_id, Type::TEXT)])?;
+                client.query_typed(&self.sql.delete_search, &[(&session_id, Type::TEXT)])?;
                 client.query_typed(&self.sql.delete_hold, &[(&session_id, Type::TEXT)])?;
                 Ok(())
             }),
@@ -1311,6 +1350,66 @@ impl SessionStore for PgStore {
             self.lock().holds.remove(session_id);
             tracing::debug!(session_id, "deleted session");
             Ok(())
+        })
+    }
+
+    /// Asks the GIN index for the rows holding every term (and the rows
+    /// too large to index), then reads the candidates' events session by
+    /// session in the search order and confirms each with the reference
+    /// matcher, until the limit. One read-only snapshot. The candidate query
+    /// is a per-store query like `list`; the last-activity query names the
+    /// candidate sessions' ids; every other statement names one session id.
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        let tsquery = search::tsquery(query);
+        off_the_runtime(|| {
+            self.read("searching", |client| {
+                let rows = client.query_typed(&self.sql.search_candidates, &[(&tsquery, Type::TEXT)])?;
+                let mut by_session: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+                for row in &rows {
+                    by_session.entry(row.try_get(0)?).or_default().push(row.try_get(1)?);
+                }
+                drop(rows);
+                // The last activity of every candidate session, in one
+                // statement; index rows of a session that is not in
+                // `sessions` are not hits.
+                let ids: Vec<&str> = by_session.keys().map(String::as_str).collect();
+                let rows = client.query_typed(&self.sql.last_activity, &[(&ids, Type::TEXT_ARRAY)])?;
+                let mut order = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let id: String = row.try_get(0)?;
+                    let (last, created): (Option<i64>, i64) = (row.try_get(1)?, row.try_get(2)?);
+                    if let Some(seqs) = by_session.remove(&id) {
+                        order.push((codec::from_sql_int(last.unwrap_or(created)), id, seqs));
+                    }
+                }
+                drop(rows);
+                order.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+                let mut found = HitCollector::new(query);
+                let mut remaining = query.limit().unwrap_or(usize::MAX);
+                for (last, id, seqs) in order {
+                    if remaining == 0 {
+                        break;
+                    }
+                    let params: [(&(dyn ToSql + Sync), Type); 2] =
+                        [(&id, Type::TEXT), (&seqs, Type::INT8_ARRAY)];
+                    let rows = client.query_typed(&self.sql.events_at, &params)?;
+                    let mut hits = Vec::new();
+                    for row in &rows {
+                        if hits.len() == remaining {
+                            break;
+                        }
+                        let seq: i64 = row.try_get(0)?;
+                        let index = codec::from_sql_int(seq);
+                        let event = codec::read_row(row, codec::line_of(index))
+                            .and_then(|r| r.decode(index))
+                            .map_err(|e| self.corrupt(&id, Some(index), e))?;
+                        hits.extend(query.hit(&id, &event));
+                    }
+                    remaining -= hits.len();
+                    found.add(&id, last, hits);
+                }
+                Ok(found.finish())
+            })
         })
     }
 

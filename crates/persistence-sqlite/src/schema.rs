@@ -12,9 +12,24 @@ use crate::sqlerr::sql_err;
 /// The schema version this build reads and writes, kept in `PRAGMA user_version`.
 ///
 /// Version 1 was the schema without the `source_event_seqs` and `surface_op`
-/// columns. A database of any other version, older or newer, is refused with
+/// columns; version 2 the schema without the `search` full-text index. A
+/// database of any other version, older or newer, is refused with
 /// `schema-mismatch`; nothing is migrated while the format is pre-release.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// The statement that creates the full-text index (an FTS5 table), as
+/// SQLite keeps it in `sqlite_schema`: one row per message event with text,
+/// holding the event's distinct tokens
+/// ([`index_text`](palimpsest_core_session::search::index_text)), written
+/// in the transaction that writes the event and deleted with its session.
+/// `detail=none`: a search only ANDs whole terms, so no positions are kept.
+pub(crate) const SEARCH_TABLE_SQL: &str = "CREATE VIRTUAL TABLE search USING fts5(\
+session_id UNINDEXED, seq UNINDEXED, text, \
+tokenize = 'unicode61 remove_diacritics 0', detail = none)";
+
+/// The tables FTS5 creates for [`SEARCH_TABLE_SQL`], besides `search` itself.
+const SEARCH_SHADOW_TABLES: [&str; 5] =
+    ["search_config", "search_content", "search_data", "search_docsize", "search_idx"];
 
 /// `PRAGMA application_id` of a Palimpsest store: `"PALI"` in ASCII. A SQLite
 /// file with another id belongs to another program and is refused.
@@ -40,6 +55,8 @@ CREATE TABLE events (
     surface_op        TEXT,
     PRIMARY KEY (session_id, seq)
 ) STRICT, WITHOUT ROWID;
+
+CREATE VIRTUAL TABLE search USING fts5(session_id UNINDEXED, seq UNINDEXED, text, tokenize = 'unicode61 remove_diacritics 0', detail = none);
 ";
 
 /// One column as `PRAGMA table_xinfo` reports it.
@@ -202,7 +219,13 @@ fn inspect(conn: &Connection, location: &str) -> Result<DbState, StoreError> {
         });
     }
     let tables = expected_tables();
-    let mut expected_objects: Vec<String> = tables.iter().map(|t| format!("table {}", t.name)).collect();
+    let mut expected_objects: Vec<String> = tables
+        .iter()
+        .map(|t| t.name)
+        .chain(["search"])
+        .chain(SEARCH_SHADOW_TABLES)
+        .map(|name| format!("table {name}"))
+        .collect();
     expected_objects.sort();
     if objects != expected_objects {
         return Err(StoreError::SchemaMismatch {
@@ -213,7 +236,24 @@ fn inspect(conn: &Connection, location: &str) -> Result<DbState, StoreError> {
     for table in &tables {
         check_table(conn, table, location)?;
     }
+    check_search_table(conn, location)?;
     Ok(DbState::Current)
+}
+
+/// Checks that the full-text index is the one this build writes: the same
+/// columns, tokenizer and options.
+fn check_search_table(conn: &Connection, location: &str) -> Result<(), StoreError> {
+    let sql: String = conn
+        .query_row("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'search'", [], |r| r.get(0))
+        .map_err(|e| sql_err(e, location, "reading the schema"))?;
+    let normalized = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if normalized(&sql) != normalized(SEARCH_TABLE_SQL) {
+        return Err(StoreError::SchemaMismatch {
+            found: format!("full-text table `{}`", normalized(&sql)),
+            expected: format!("full-text table `{SEARCH_TABLE_SQL}`"),
+        });
+    }
+    Ok(())
 }
 
 /// Compares one table's options and columns with the expected ones.

@@ -4,9 +4,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use palimpsest_core_session::search::{index_text, searchable_text};
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
+use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
-    check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoreError, StoredSession,
+    check_continues, check_header, CollectSink, LoadReport, LoadSink, SearchHit, SearchQuery, SessionStore,
+    StoreError, StoredSession,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
@@ -29,6 +32,17 @@ const STORED_LEN: &str = "SELECT (SELECT min(seq) FROM events WHERE session_id =
 const SELECT_HEADER: &str = "SELECT created_at, cwd, parent_session, seed_length FROM sessions WHERE id = ?1";
 const SELECT_EVENTS: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
     FROM events WHERE session_id = ?1 ORDER BY seq";
+const INSERT_SEARCH: &str = "INSERT INTO search (session_id, seq, text) VALUES (?1, ?2, ?3)";
+/// The candidates of a search: the rows of the full-text index holding
+/// every term.
+const SEARCH_CANDIDATES: &str = "SELECT session_id, seq FROM search WHERE search MATCH ?1";
+/// A session's last activity (the time of its last event), or no row when
+/// the session does not exist.
+const LAST_ACTIVITY: &str =
+    "SELECT (SELECT time FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), \
+    created_at FROM sessions WHERE id = ?1";
+const SELECT_EVENT: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
+    FROM events WHERE session_id = ?1 AND seq = ?2";
 const LIST_SESSIONS: &str =
     "SELECT id, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY id";
 
@@ -489,9 +503,18 @@ fn insert_session(tx: &Transaction<'_>, header: &SessionHeader) -> Result<(), Wr
     }
 }
 
+/// Inserts the rows of `events`, and the full-text index's row of each
+/// message with text, in the caller's transaction.
 fn insert_events(tx: &Transaction<'_>, session_id: &str, events: &[Event]) -> Result<(), rusqlite::Error> {
     let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+    let mut index = tx.prepare_cached(INSERT_SEARCH)?;
     for e in events {
+        if let Some(text) = searchable_text(e) {
+            let tokens = index_text(&text);
+            if !tokens.is_empty() {
+                index.execute(params![session_id, codec::to_sql_int(e.seq()), tokens])?;
+            }
+        }
         insert.execute(params![
             session_id,
             codec::to_sql_int(e.seq()),
@@ -580,6 +603,12 @@ fn switch_to_wal(conn: &Connection, location: &str, timeout: Duration) -> Result
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The FTS5 query for `query`'s terms: each quoted (so no term is read as
+/// an operator), which FTS5 ANDs.
+fn fts_query(query: &SearchQuery) -> String {
+    query.terms().iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(unix)]
@@ -680,10 +709,71 @@ impl SessionStore for SqliteStore {
                 return Err(WriteError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }));
             }
             tx.prepare_cached("DELETE FROM events WHERE session_id = ?1")?.execute([session_id])?;
+            tx.prepare_cached("DELETE FROM search WHERE session_id = ?1")?.execute([session_id])?;
             Ok(())
         })?;
         tracing::debug!(session_id, "deleted session");
         Ok(())
+    }
+
+    /// Asks the FTS5 index for the rows holding every term, then reads
+    /// each candidate's event row and confirms it with the reference
+    /// matcher, session by session in the search order, until the limit.
+    /// One read transaction: one snapshot, as a `load` is.
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        let expr = fts_query(query);
+        self.read("searching", |tx| {
+            let mut by_session: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+            {
+                let mut stmt = tx.prepare_cached(SEARCH_CANDIDATES)?;
+                let mut rows = stmt.query([&expr])?;
+                while let Some(row) = rows.next()? {
+                    let id: String = row.get(0)?;
+                    by_session.entry(id).or_default().push(row.get(1)?);
+                }
+            }
+            let mut order = Vec::with_capacity(by_session.len());
+            for (id, seqs) in by_session {
+                let last = tx
+                    .prepare_cached(LAST_ACTIVITY)?
+                    .query_row([&id], |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, i64>(1)?)))
+                    .optional()?;
+                // Index rows of a session that is not in `sessions` are not hits.
+                if let Some((last, created)) = last {
+                    order.push((codec::from_sql_int(last.unwrap_or(created)), id, seqs));
+                }
+            }
+            order.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            let mut found = HitCollector::new(query);
+            let mut remaining = query.limit().unwrap_or(usize::MAX);
+            for (last, id, mut seqs) in order {
+                if remaining == 0 {
+                    break;
+                }
+                seqs.sort_unstable();
+                seqs.dedup();
+                let mut hits = Vec::new();
+                let mut stmt = tx.prepare_cached(SELECT_EVENT)?;
+                for seq in seqs {
+                    if hits.len() == remaining {
+                        break;
+                    }
+                    let row = stmt
+                        .query_row(params![id, seq], |row| {
+                            Ok(codec::read_row(row, codec::line_of(seq.max(0) as u64)))
+                        })
+                        .optional()?;
+                    let Some(row) = row else { continue };
+                    let event = row.and_then(|r| r.decode(codec::from_sql_int(seq))).map_err(|e| {
+                        ReadError::Store(self.corrupt(&id, Some(codec::from_sql_int(seq)), e))
+                    })?;
+                    hits.extend(query.hit(&id, &event));
+                }
+                remaining -= hits.len();
+                found.add(&id, last, hits);
+            }
+            Ok(found.finish())
+        })
     }
 
     fn sync(&self, session_id: &str) -> Result<(), StoreError> {

@@ -27,6 +27,7 @@ mod durable;
 mod error;
 mod memory;
 pub mod rows;
+pub mod search;
 mod store;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
@@ -35,6 +36,7 @@ pub mod testkit;
 pub use durable::{load_session, Durability, DurableError, DurableSession, Opened};
 pub use error::StoreError;
 pub use memory::MemoryStore;
+pub use search::{QueryError, SearchHit, SearchQuery, SEARCH_QUERY_EMPTY};
 pub use store::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoredSession,
 };

@@ -8,6 +8,7 @@ use palimpsest_core_session::jsonl::TornTail;
 use palimpsest_core_session::{Event, SessionHeader};
 
 use crate::error::StoreError;
+use crate::search::{self, SearchHit, SearchQuery};
 
 /// What a load found besides the events.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -109,6 +110,20 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
 
     /// Makes every append so far durable (fsync or equivalent).
     fn sync(&self, session_id: &str) -> Result<(), StoreError>;
+
+    /// The messages of every session that hold every term of `query`, in
+    /// the search order (the session with the latest activity first, then
+    /// by seq), at most [`SearchQuery::limit`] of them. See
+    /// [`crate::search`] for what is searched and what matches.
+    ///
+    /// The default is the reference scan ([`search::scan`]): every session
+    /// listed and loaded in turn, one in memory at a time. So any backend
+    /// can search; one with an index overrides it, and must return the
+    /// same hits (the contract kit checks it). A search only reads: it
+    /// never creates, changes or locks anything.
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        search::scan(self, query)
+    }
 }
 
 /// What [`SessionStore::load_into`] hands a session to, as it is read.
@@ -200,6 +215,9 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
     fn sync(&self, session_id: &str) -> Result<(), StoreError> {
         (**self).sync(session_id)
+    }
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        (**self).search(query)
     }
 }
 

@@ -28,7 +28,11 @@
 //! create is `already-exists`; list, delete, reopen after drop, independence
 //! of sessions, unusual session ids (`invalid-id` or a working session, never
 //! a mix-up), a second handle on the same location, torn tails (for backends
-//! that have them) and [`DurableSession`] over the store.
+//! that have them) and [`DurableSession`] over the store. Search
+//! ([`SessionStore::search`]): message words found, chunks not, any case,
+//! every term, shadowed messages too, the order and the limit, the empty
+//! query refused, appends and deletes followed, and hits identical to the
+//! reference scan on a random-ish corpus.
 //!
 //! The checks panic (they are test assertions) with a message naming what
 //! went wrong; they never print.
@@ -40,6 +44,14 @@ use std::sync::Arc;
 use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceOp};
 
 use crate::{Durability, DurableSession, LoadSink, MemoryStore, SessionStore, StoreError};
+
+mod search;
+pub use search::{
+    search_agrees_with_the_reference_scan, search_finds_message_words_not_chunks,
+    search_finds_shadowed_messages, search_follows_appends_and_deletes,
+    search_is_case_insensitive_and_needs_every_term, search_orders_by_last_activity_then_seq_and_limits,
+    search_refuses_an_empty_query,
+};
 
 /// How the kit reaches a backend: opens the store at one fixed location.
 ///
@@ -171,6 +183,16 @@ pub const CHECKS: &[(&str, Check)] = &[
     ),
     ("durable_open_revalidates_the_stored_log", durable_open_revalidates_the_stored_log),
     ("durable_refused_append_writes_nothing", durable_refused_append_writes_nothing),
+    ("search_finds_message_words_not_chunks", search_finds_message_words_not_chunks),
+    ("search_is_case_insensitive_and_needs_every_term", search_is_case_insensitive_and_needs_every_term),
+    ("search_finds_shadowed_messages", search_finds_shadowed_messages),
+    (
+        "search_orders_by_last_activity_then_seq_and_limits",
+        search_orders_by_last_activity_then_seq_and_limits,
+    ),
+    ("search_refuses_an_empty_query", search_refuses_an_empty_query),
+    ("search_follows_appends_and_deletes", search_follows_appends_and_deletes),
+    ("search_agrees_with_the_reference_scan", search_agrees_with_the_reference_scan),
 ];
 
 /// Runs every check in [`CHECKS`], each with a fresh factory from
@@ -231,6 +253,13 @@ macro_rules! store_contract_tests {
             unterminated_whole_last_record_is_kept_if_supported,
             durable_open_revalidates_the_stored_log,
             durable_refused_append_writes_nothing,
+            search_finds_message_words_not_chunks,
+            search_is_case_insensitive_and_needs_every_term,
+            search_finds_shadowed_messages,
+            search_orders_by_last_activity_then_seq_and_limits,
+            search_refuses_an_empty_query,
+            search_follows_appends_and_deletes,
+            search_agrees_with_the_reference_scan,
         );
     };
 }

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use palimpsest_core_session::jsonl::{header_line, write_events, JsonlLog};
 use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault, CHECKS};
-use palimpsest_persistence::{check_continues, LoadReport, SessionStore, StoreError, StoredSession};
+use palimpsest_persistence::{
+    check_continues, LoadReport, SearchHit, SearchQuery, SessionStore, StoreError, StoredSession,
+};
 
 /// What the store gets wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,12 @@ enum Fault {
     /// After an I/O error it keeps the part of the batch that reached the
     /// file, and goes on writing.
     KeepsPartOfAFailedBatch,
+    /// `search` matches substrings of the lowercased text, not whole tokens.
+    SearchMatchesSubstrings,
+    /// `search` also finds the words of `assistant/chunk` events.
+    SearchIndexesChunks,
+    /// `search` orders sessions by id, not by last activity.
+    SearchOrdersById,
 }
 
 #[derive(Debug, Default)]
@@ -221,6 +229,53 @@ impl SessionStore for BytesStore {
         Ok(())
     }
 
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        use palimpsest_core_session::search::snippet;
+        use palimpsest_persistence::search::scan;
+        let text_of = |e: &Event| -> Option<String> {
+            match (self.fault, e.event_type().as_str()) {
+                (Fault::SearchIndexesChunks, "assistant/chunk") => {
+                    e.data_as::<serde_json::Value>().ok()?["chunk"]["text"].as_str().map(str::to_owned)
+                }
+                _ => palimpsest_core_session::search::searchable_text(e),
+            }
+        };
+        let mut hits = Vec::new();
+        match self.fault {
+            Fault::SearchMatchesSubstrings | Fault::SearchIndexesChunks | Fault::SearchOrdersById => {}
+            _ => return scan(self, query),
+        }
+        for header in self.list()? {
+            for e in self.load(&header.id)?.events {
+                let Some(text) = text_of(&e) else { continue };
+                let found = match self.fault {
+                    Fault::SearchMatchesSubstrings => {
+                        query.terms().iter().all(|t| text.to_lowercase().contains(t.as_str()))
+                    }
+                    _ => query.matches(&text),
+                };
+                if found {
+                    hits.push(SearchHit {
+                        session_id: header.id.clone(),
+                        seq: e.seq(),
+                        event_type: e.event_type().as_str().to_owned(),
+                        time: e.time(),
+                        snippet: snippet(&text, query.terms()),
+                    });
+                }
+            }
+        }
+        if self.fault != Fault::SearchOrdersById {
+            // Every other fault keeps the right order: newest activity first.
+            let last = |id: &str| self.load(id).ok().and_then(|s| s.events.last().map(Event::time));
+            hits.sort_by(|a, b| {
+                last(&b.session_id).cmp(&last(&a.session_id)).then(a.session_id.cmp(&b.session_id))
+            });
+        }
+        hits.truncate(query.limit().unwrap_or(usize::MAX));
+        Ok(hits)
+    }
+
     fn sync(&self, _session_id: &str) -> Result<(), StoreError> {
         Ok(())
     }
@@ -311,6 +366,12 @@ fn each_fault_is_caught_by_its_check() {
         (Fault::TruncatesHugeLines, "very_large_payloads_round_trip"),
         (Fault::CreateThenAppend, "create_with_events_is_all_or_nothing"),
         (Fault::KeepsPartOfAFailedBatch, "io_errors_never_store_a_batch_in_part_or_twice"),
+        (Fault::SearchMatchesSubstrings, "search_is_case_insensitive_and_needs_every_term"),
+        (Fault::SearchMatchesSubstrings, "search_agrees_with_the_reference_scan"),
+        (Fault::SearchIndexesChunks, "search_finds_message_words_not_chunks"),
+        (Fault::SearchIndexesChunks, "search_agrees_with_the_reference_scan"),
+        (Fault::SearchOrdersById, "search_orders_by_last_activity_then_seq_and_limits"),
+        (Fault::SearchOrdersById, "search_agrees_with_the_reference_scan"),
     ];
     let missed: Vec<String> = cases
         .iter()

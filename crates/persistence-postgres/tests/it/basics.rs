@@ -417,3 +417,39 @@ fn hash_partitioned_events_work_unchanged() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(one_each, 0, "a session's rows spread over partitions");
 }
+
+/// A message with more distinct words than one tsvector holds gets a row
+/// with NULL terms, and is still found; a word longer than the lexeme
+/// limit is found whole and not by a longer or shorter one.
+#[test]
+fn huge_messages_and_huge_words_are_still_found_exactly() {
+    use palimpsest_core_session::payload::{Message, UserMessage};
+    use palimpsest_core_session::SurfaceIntent;
+    use palimpsest_persistence::SearchQuery;
+
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.store();
+    let many: String = (0..120_000).map(|i| format!("w{i} ")).collect();
+    let long = "x".repeat(3000);
+    let user = |seq, text: &str| {
+        let payload = UserMessage { turn: None, message: Message::user(format!("u{seq}"), text) };
+        Event::surface(seq, seq, payload, SurfaceIntent::append()).expect("event")
+    };
+    let events = [user(0, &format!("{many} needle")), user(1, &format!("a {long} b"))];
+    store.create_with_events(&SessionHeader::new("big", 0), &events).expect("create");
+    let nulls: i64 = schema
+        .client()
+        .query_one(&format!("SELECT count(*) FROM \"{}\".search WHERE terms IS NULL", schema.name), &[])
+        .and_then(|r| r.try_get(0))
+        .expect("count");
+    assert_eq!(nulls, 1, "the message with too many words has NULL terms");
+    let seqs = |words: &[&str]| -> Vec<u64> {
+        let q = SearchQuery::new(words).expect("query");
+        store.search(&q).expect("search").iter().map(|h| h.seq).collect()
+    };
+    assert_eq!(seqs(&["needle"]), [0]);
+    assert_eq!(seqs(&["w119999", "W0"]), [0]);
+    assert_eq!(seqs(&[&long]), [1]);
+    assert_eq!(seqs(&[&"x".repeat(2999)]), Vec::<u64>::new(), "a prefix of a long word is not the word");
+    assert_eq!(seqs(&[&"x".repeat(3001)]), Vec::<u64>::new());
+}

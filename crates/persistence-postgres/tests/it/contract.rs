@@ -76,6 +76,13 @@ pg_contract_tests!(
     unterminated_whole_last_record_is_kept_if_supported,
     durable_open_revalidates_the_stored_log,
     durable_refused_append_writes_nothing,
+    search_finds_message_words_not_chunks,
+    search_is_case_insensitive_and_needs_every_term,
+    search_finds_shadowed_messages,
+    search_orders_by_last_activity_then_seq_and_limits,
+    search_refuses_an_empty_query,
+    search_follows_appends_and_deletes,
+    search_agrees_with_the_reference_scan,
 );
 
 /// One size limit for writers and readers: over it nothing is written, at

@@ -23,6 +23,11 @@ CREATE TABLE events (
 ) STRICT, WITHOUT ROWID;
 ";
 
+/// The schema of version 2: the tables of today without the full-text index.
+fn schema_v2() -> String {
+    SCHEMA_SQL.split("CREATE VIRTUAL TABLE").next().unwrap_or_default().to_owned()
+}
+
 /// Makes a database at `path` with raw SQL, then the two ids.
 fn make(path: &Path, sql: &str, user_version: i64, application_id: i32) {
     let conn = Connection::open(path).expect("raw open");
@@ -56,20 +61,59 @@ fn a_version_1_store_is_refused_naming_both_versions() {
     assert_eq!(err.code(), "schema-mismatch");
     let (found, expected) = mismatch(&err);
     assert_eq!(found, "user_version 1");
-    assert_eq!(expected, "user_version 2 (stores of other schema versions are not migrated)");
+    assert_eq!(expected, "user_version 3 (stores of other schema versions are not migrated)");
     assert_eq!(
         err.to_string(),
-        "schema-mismatch: found user_version 1, expected user_version 2 \
+        "schema-mismatch: found user_version 1, expected user_version 3 \
          (stores of other schema versions are not migrated)"
+    );
+}
+
+#[test]
+fn a_version_2_store_without_the_search_index_is_refused_naming_both_versions() {
+    let (_dir, path) = temp_db();
+    make(&path, &schema_v2(), 2, APPLICATION_ID);
+    let err = refused(&path);
+    assert_eq!(
+        err.to_string(),
+        "schema-mismatch: found user_version 2, expected user_version 3 \
+         (stores of other schema versions are not migrated)"
+    );
+}
+
+#[test]
+fn the_right_version_without_the_search_index_or_with_another_one_is_refused() {
+    let (_dir, path) = temp_db();
+    make(&path, &schema_v2(), SCHEMA_VERSION, APPLICATION_ID);
+    assert_eq!(
+        mismatch(&refused(&path)),
+        (
+            "schema objects [table events, table sessions]",
+            "schema objects [table events, table search, table search_config, table search_content, \
+             table search_data, table search_docsize, table search_idx, table sessions]"
+        )
+    );
+    let (_dir, path) = temp_db();
+    make(
+        &path,
+        &SCHEMA_SQL.replace("remove_diacritics 0", "remove_diacritics 2"),
+        SCHEMA_VERSION,
+        APPLICATION_ID,
+    );
+    let err = refused(&path);
+    let (found, expected) = mismatch(&err);
+    assert!(
+        found.contains("remove_diacritics 2") && expected.contains("remove_diacritics 0"),
+        "{found} / {expected}"
     );
 }
 
 #[test]
 fn a_newer_store_is_refused_naming_both_versions() {
     let (_dir, path) = temp_db();
-    make(&path, SCHEMA_SQL, 3, APPLICATION_ID);
+    make(&path, SCHEMA_SQL, SCHEMA_VERSION + 1, APPLICATION_ID);
     let err = refused(&path);
-    assert_eq!(mismatch(&err).0, "user_version 3");
+    assert_eq!(mismatch(&err).0, "user_version 4");
     assert!(mismatch(&err).1.starts_with(&format!("user_version {SCHEMA_VERSION}")));
 }
 
@@ -108,8 +152,9 @@ fn a_database_without_any_ids_but_with_tables_is_foreign() {
 #[test]
 fn the_right_version_with_a_missing_column_is_refused() {
     let (_dir, path) = temp_db();
-    // Version 2's ids on version 1's tables: what a botched bump would leave.
-    make(&path, SCHEMA_V1, SCHEMA_VERSION, APPLICATION_ID);
+    // Today's ids on version 1's tables: what a botched bump would leave.
+    let search_index = &SCHEMA_SQL[SCHEMA_SQL.find("CREATE VIRTUAL TABLE").unwrap_or(0)..];
+    make(&path, &format!("{SCHEMA_V1}{search_index}"), SCHEMA_VERSION, APPLICATION_ID);
     let err = refused(&path);
     assert_eq!(
         mismatch(&err),
@@ -126,7 +171,7 @@ fn a_column_of_the_wrong_type_or_nullability_is_refused() {
     make(
         &path,
         &SCHEMA_SQL.replace("time              INTEGER NOT NULL", "time TEXT NOT NULL"),
-        2,
+        SCHEMA_VERSION,
         APPLICATION_ID,
     );
     assert_eq!(
@@ -135,7 +180,12 @@ fn a_column_of_the_wrong_type_or_nullability_is_refused() {
     );
 
     let (_dir, path) = temp_db();
-    make(&path, &SCHEMA_SQL.replace("cwd            TEXT,", "cwd TEXT NOT NULL,"), 2, APPLICATION_ID);
+    make(
+        &path,
+        &SCHEMA_SQL.replace("cwd            TEXT,", "cwd TEXT NOT NULL,"),
+        SCHEMA_VERSION,
+        APPLICATION_ID,
+    );
     assert_eq!(mismatch(&refused(&path)), ("column sessions.cwd TEXT NOT NULL", "column sessions.cwd TEXT"));
 }
 
@@ -143,7 +193,7 @@ fn a_column_of_the_wrong_type_or_nullability_is_refused() {
 fn a_table_that_is_not_strict_is_refused() {
     let (_dir, path) = temp_db();
     let loose = SCHEMA_SQL.replacen(") STRICT, WITHOUT ROWID;", ") WITHOUT ROWID;", 2);
-    make(&path, &loose, 2, APPLICATION_ID);
+    make(&path, &loose, SCHEMA_VERSION, APPLICATION_ID);
     assert_eq!(
         mismatch(&refused(&path)),
         ("table events not STRICT, WITHOUT ROWID", "table events STRICT, WITHOUT ROWID")
@@ -153,12 +203,19 @@ fn a_table_that_is_not_strict_is_refused() {
 #[test]
 fn extra_tables_or_indexes_are_refused() {
     let (_dir, path) = temp_db();
-    make(&path, &format!("{SCHEMA_SQL} CREATE INDEX by_type ON events (type);"), 2, APPLICATION_ID);
+    make(
+        &path,
+        &format!("{SCHEMA_SQL} CREATE INDEX by_type ON events (type);"),
+        SCHEMA_VERSION,
+        APPLICATION_ID,
+    );
+    let tables = "table events, table search, table search_config, table search_content, \
+                  table search_data, table search_docsize, table search_idx, table sessions";
     assert_eq!(
         mismatch(&refused(&path)),
         (
-            "schema objects [index by_type, table events, table sessions]",
-            "schema objects [table events, table sessions]"
+            format!("schema objects [index by_type, {tables}]").as_str(),
+            format!("schema objects [{tables}]").as_str()
         )
     );
 }
@@ -177,7 +234,7 @@ fn a_text_file_is_not_a_database() {
     );
     assert_eq!(
         expected,
-        "a Palimpsest SQLite store (application_id 0x50414C49 (\"PALI\"), user_version 2) or an empty file"
+        "a Palimpsest SQLite store (application_id 0x50414C49 (\"PALI\"), user_version 3) or an empty file"
     );
     assert!(!SqliteStore::is_sqlite_file(&path));
 }
@@ -256,7 +313,7 @@ fn a_directory_is_an_io_error() {
 fn a_refused_store_can_still_be_opened_once_fixed_by_hand() {
     // Refusal is a decision, not damage: the file stays readable by SQLite.
     let (_dir, path) = temp_db();
-    make(&path, SCHEMA_SQL, 3, APPLICATION_ID);
+    make(&path, SCHEMA_SQL, SCHEMA_VERSION + 1, APPLICATION_ID);
     assert_eq!(refused(&path).code(), "schema-mismatch");
     Connection::open(&path).and_then(|c| c.pragma_update(None, "user_version", SCHEMA_VERSION)).expect("fix");
     let store = SqliteStore::open(&path).expect("now it opens");
