@@ -15,7 +15,9 @@
 //!   or async ([`BANNED_DEPENDENCIES`], read from `cargo metadata`), and
 //!   [`ISOLATED_CRATES`] depend on no other palimpsest crate;
 //! * every stable error code the crates can return is documented in
-//!   `docs/format.md` (see [`codes`] for how codes are collected).
+//!   `docs/format.md` (see [`codes`] for how codes are collected);
+//! * every dependency a manifest lists is used by the crate's code, and a
+//!   normal dependency outside its tests (see [`deps`]).
 //!
 //! Every check is data in a table below; adding one is a row or a function.
 
@@ -27,6 +29,7 @@ use anyhow::{bail, Context};
 use serde_json::Value;
 
 mod codes;
+mod deps;
 
 /// Text that must not appear in any `.rs` file under `crates/`, with why.
 /// (Spelled in pieces so this file does not trip its own check.)
@@ -113,6 +116,7 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<Violation>> {
     }
     check_crates(root, &mut out)?;
     check_codes_documented(root, &files, &mut out)?;
+    deps::check_all(root, &mut out)?;
     let metadata = cargo_metadata(root)?;
     check_metadata(root, &metadata, &mut out);
     out.sort();
