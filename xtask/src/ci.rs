@@ -4,25 +4,31 @@
 //! 1. `fmt`: `cargo fmt --all -- --check`
 //! 2. `tidy`: the checks of [`crate::tidy`], in process
 //! 3. `clippy`: `cargo clippy --workspace --all-targets -- -D warnings`
-//! 4. `chromium`: `.ci/install-chromium`, which installs Debian's `chromium`
+//! 4. `package`: `cargo package --workspace --no-verify --allow-dirty`:
+//!    every crate packages as it would for publishing (description,
+//!    license, versioned internal dependencies, no file outside the
+//!    package). `--no-verify` keeps it cheap: building every crate from
+//!    its package again is left to a release (`cargo package --workspace`);
+//!    `--allow-dirty` because the manifests are checked, not the Git state
+//! 5. `chromium`: `.ci/install-chromium`, which installs Debian's `chromium`
 //!    if it is missing (the CLI's HTML export test renders a page in it)
-//! 5. `postgres`: `.ci/ensure-postgres`, which checks that the test server
+//! 6. `postgres`: `.ci/ensure-postgres`, which checks that the test server
 //!    (`PALIMPSEST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`)
 //!    answers and starts an installed but stopped cluster; the PostgreSQL
 //!    store's tests fail without it under CI
-//! 6. `tests`: `cargo nextest run --workspace --profile ci` when
+//! 7. `tests`: `cargo nextest run --workspace --profile ci` when
 //!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
-//! 7. `doctests`: `cargo test --workspace --doc` (only after nextest, which
+//! 8. `doctests`: `cargo test --workspace --doc` (only after nextest, which
 //!    skips doctests; `cargo test` already ran them)
-//! 8. `docs`: `cargo doc --workspace --all-features --no-deps` with
+//! 9. `docs`: `cargo doc --workspace --all-features --no-deps` with
 //!    `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
 //!    feature-gated modules (`persistence`'s `testkit`) are checked too and
 //!    links to them resolve
-//! 9. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
-//!    anywhere in the tree, and no unreferenced one: every `.snap` file under
-//!    `crates/` was read by a snapshot assertion of the `tests` (or
-//!    `doctests`) step, what `cargo insta test --unreferenced=reject` checks,
-//!    without needing cargo-insta
+//! 10. `snapshots`: no pending insta snapshot (`*.snap.new`,
+//!     `*.pending-snap`) anywhere in the tree, and no unreferenced one: every
+//!     `.snap` file under `crates/` was read by a snapshot assertion of the
+//!     `tests` (or `doctests`) step, what `cargo insta test
+//!     --unreferenced=reject` checks, without needing cargo-insta
 //!
 //! Tests run with `INSTA_UPDATE=no` and `CI=true`, so a missing or changed
 //! snapshot fails instead of being written, and with
@@ -81,6 +87,7 @@ fn steps(nextest: bool) -> Vec<Step> {
         cargo("fmt", &["fmt", "--all", "--", "--check"][..], &[][..]),
         Step { name: "tidy", action: Action::InProcess(tidy::run) },
         cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
+        cargo("package", &["package", "--workspace", "--no-verify", "--allow-dirty"], &[]),
         Step { name: "chromium", action: Action::InProcess(install_chromium) },
         Step { name: "postgres", action: Action::InProcess(ensure_postgres) },
     ];
@@ -282,11 +289,22 @@ mod tests {
         let names = |nextest| steps(nextest).iter().map(|s| s.name).collect::<Vec<_>>();
         assert_eq!(
             names(true),
-            ["fmt", "tidy", "clippy", "chromium", "postgres", "tests", "doctests", "docs", "snapshots"]
+            [
+                "fmt",
+                "tidy",
+                "clippy",
+                "package",
+                "chromium",
+                "postgres",
+                "tests",
+                "doctests",
+                "docs",
+                "snapshots"
+            ]
         );
         assert_eq!(
             names(false),
-            ["fmt", "tidy", "clippy", "chromium", "postgres", "tests", "docs", "snapshots"]
+            ["fmt", "tidy", "clippy", "package", "chromium", "postgres", "tests", "docs", "snapshots"]
         );
     }
 
