@@ -4,26 +4,40 @@
 //! 1. `fmt`: `cargo fmt --all -- --check`
 //! 2. `tidy`: the checks of [`crate::tidy`], in process
 //! 3. `clippy`: `cargo clippy --workspace --all-targets -- -D warnings`
-//! 4. `chromium`: `.ci/install-chromium`, which installs Debian's `chromium`
+//! 4. `package`: `cargo package --workspace --no-verify --allow-dirty`:
+//!    every crate packages as it would for publishing (description,
+//!    license, versioned internal dependencies, no file outside the
+//!    package). `--no-verify` keeps it cheap: building every crate from
+//!    its package again is left to a release (`cargo package --workspace`);
+//!    `--allow-dirty` because the manifests are checked, not the Git state
+//! 5. `chromium`: `.ci/install-chromium`, which installs Debian's `chromium`
 //!    if it is missing (the CLI's HTML export test renders a page in it)
-//! 5. `postgres`: `.ci/ensure-postgres`, which checks that the test server
+//! 6. `postgres`: `.ci/ensure-postgres`, which checks that the test server
 //!    (`PALIMPSEST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`)
 //!    answers and starts an installed but stopped cluster; the PostgreSQL
 //!    store's tests fail without it under CI
-//! 6. `tests`: `cargo nextest run --workspace --profile ci` when
+//! 7. `tests`: `cargo nextest run --workspace --profile ci` when
 //!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
-//! 7. `doctests`: `cargo test --workspace --doc` (only after nextest, which
+//! 8. `doctests`: `cargo test --workspace --doc` (only after nextest, which
 //!    skips doctests; `cargo test` already ran them)
-//! 8. `docs`: `cargo doc --workspace --all-features --no-deps` with
+//! 9. `docs`: `cargo doc --workspace --all-features --no-deps` with
 //!    `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
 //!    feature-gated modules (`persistence`'s `testkit`) are checked too and
 //!    links to them resolve
-//! 9. `snapshots`: no pending insta snapshot (`*.snap.new`, `*.pending-snap`)
-//!    anywhere in the tree
+//! 10. `snapshots`: no pending insta snapshot (`*.snap.new`,
+//!     `*.pending-snap`) anywhere in the tree, and no unreferenced one: every
+//!     `.snap` file under `crates/` was read by a snapshot assertion of the
+//!     `tests` (or `doctests`) step, what `cargo insta test
+//!     --unreferenced=reject` checks, without needing cargo-insta
 //!
 //! Tests run with `INSTA_UPDATE=no` and `CI=true`, so a missing or changed
-//! snapshot fails instead of being written. At the end a timing summary
-//! lists every step.
+//! snapshot fails instead of being written, and with
+//! `INSTA_SNAPSHOT_REFERENCES_FILE` set to [`SNAPSHOT_REFERENCES`] (under
+//! the root): insta appends to it the path of every snapshot file an
+//! assertion reads, the list cargo-insta itself uses to find unreferenced
+//! snapshots. The file is emptied before the first step.
+//!
+//! At the end a timing summary lists every step.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +49,10 @@ use crate::tidy;
 
 /// Environment for every step that runs tests: snapshots are checked, never written.
 const TEST_ENV: &[(&str, &str)] = &[("INSTA_UPDATE", "no"), ("CI", "true")];
+
+/// Where the test steps list the snapshot files their assertions read
+/// (relative to the root; insta appends one absolute path a line).
+const SNAPSHOT_REFERENCES: &str = "target/xtask-ci/insta-snapshot-references";
 
 /// One check.
 struct Step {
@@ -69,6 +87,7 @@ fn steps(nextest: bool) -> Vec<Step> {
         cargo("fmt", &["fmt", "--all", "--", "--check"][..], &[][..]),
         Step { name: "tidy", action: Action::InProcess(tidy::run) },
         cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
+        cargo("package", &["package", "--workspace", "--no-verify", "--allow-dirty"], &[]),
         Step { name: "chromium", action: Action::InProcess(install_chromium) },
         Step { name: "postgres", action: Action::InProcess(ensure_postgres) },
     ];
@@ -83,7 +102,7 @@ fn steps(nextest: bool) -> Vec<Step> {
         &["doc", "--workspace", "--all-features", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     ));
-    steps.push(Step { name: "snapshots", action: Action::InProcess(check_no_pending_snapshots) });
+    steps.push(Step { name: "snapshots", action: Action::InProcess(check_snapshots) });
     steps
 }
 
@@ -94,6 +113,16 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         eprintln!("xtask ci: cargo-nextest is not on PATH; running tests with `cargo test`");
     }
     let steps = steps(nextest);
+    let references = root.join(SNAPSHOT_REFERENCES);
+    match std::fs::remove_file(&references) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("emptying {}", references.display()));
+        }
+        _ => {}
+    }
+    if let Some(dir) = references.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let mut timings: Vec<(&str, Duration, bool)> = Vec::new();
     let mut failure = None;
     for step in &steps {
@@ -122,6 +151,9 @@ fn run_step(root: &Path, action: &Action) -> anyhow::Result<()> {
             cmd.args(*args).current_dir(root);
             for (k, v) in *env {
                 cmd.env(k, v);
+            }
+            if is_test_run(args) {
+                cmd.env("INSTA_SNAPSHOT_REFERENCES_FILE", root.join(SNAPSHOT_REFERENCES));
             }
             let status = cmd.status().with_context(|| format!("could not start `{}`", action.describe()))?;
             if !status.success() {
@@ -174,6 +206,47 @@ fn run_script(root: &Path, script: &str, why: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether cargo `args` run tests (whose snapshot assertions are recorded).
+fn is_test_run(args: &[&str]) -> bool {
+    args.first().is_some_and(|a| *a == "test" || *a == "nextest")
+}
+
+/// The `snapshots` step: nothing pending, nothing unreferenced.
+fn check_snapshots(root: &Path) -> anyhow::Result<()> {
+    check_no_pending_snapshots(root)?;
+    let references = std::fs::read_to_string(root.join(SNAPSHOT_REFERENCES)).unwrap_or_default();
+    check_no_unreferenced_snapshots(root, &references)
+}
+
+/// Fails on any `.snap` file under `crates/` that no assertion read: its
+/// test was renamed or removed, and nothing checks it any more.
+/// `references` is insta's list, one path a line.
+fn check_no_unreferenced_snapshots(root: &Path, references: &str) -> anyhow::Result<()> {
+    let normalize = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let referenced: std::collections::BTreeSet<PathBuf> =
+        references.lines().filter(|l| !l.is_empty()).map(|l| normalize(&root.join(l))).collect();
+    let mut unreferenced: Vec<PathBuf> = Vec::new();
+    let crates = root.join("crates");
+    if crates.is_dir() {
+        tidy::walk(&crates, &mut |path| {
+            if path.extension().is_some_and(|e| e == "snap") && !referenced.contains(&normalize(path)) {
+                unreferenced.push(path.strip_prefix(root).unwrap_or(path).to_path_buf());
+            }
+        })?;
+    }
+    if unreferenced.is_empty() {
+        return Ok(());
+    }
+    for path in &unreferenced {
+        eprintln!("unreferenced snapshot: {}", path.display());
+    }
+    bail!(
+        "{} insta snapshot(s) no test assertion read (what `cargo insta test --unreferenced=reject` rejects): \
+         delete each whose test is gone, or fix the test that should read it",
+        unreferenced.len()
+    )
+}
+
 /// Fails on any pending insta snapshot: a `.snap.new` or `.pending-snap`
 /// left behind means a snapshot changed and nobody reviewed it.
 fn check_no_pending_snapshots(root: &Path) -> anyhow::Result<()> {
@@ -216,11 +289,22 @@ mod tests {
         let names = |nextest| steps(nextest).iter().map(|s| s.name).collect::<Vec<_>>();
         assert_eq!(
             names(true),
-            ["fmt", "tidy", "clippy", "chromium", "postgres", "tests", "doctests", "docs", "snapshots"]
+            [
+                "fmt",
+                "tidy",
+                "clippy",
+                "package",
+                "chromium",
+                "postgres",
+                "tests",
+                "doctests",
+                "docs",
+                "snapshots"
+            ]
         );
         assert_eq!(
             names(false),
-            ["fmt", "tidy", "clippy", "chromium", "postgres", "tests", "docs", "snapshots"]
+            ["fmt", "tidy", "clippy", "package", "chromium", "postgres", "tests", "docs", "snapshots"]
         );
     }
 
@@ -260,6 +344,38 @@ mod tests {
         let err = check_no_pending_snapshots(&root).unwrap_err().to_string();
         std::fs::remove_dir_all(&root).unwrap();
         assert!(err.starts_with("1 pending insta snapshot(s)"), "{err}");
+    }
+
+    #[test]
+    fn test_steps_record_the_snapshots_they_read() {
+        let recorded: Vec<&str> = steps(true)
+            .iter()
+            .chain(&steps(false))
+            .filter(|s| matches!(&s.action, Action::Cargo { args, .. } if is_test_run(args)))
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(recorded, ["tests", "doctests", "tests"]);
+        assert!(!is_test_run(&["clippy", "--all-targets"]));
+    }
+
+    #[test]
+    fn unreferenced_snapshots_fail_the_check() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        for rel in ["crates/a/tests/snapshots/t__x.snap", "crates/a/src/snapshots/a__m__y.snap"] {
+            std::fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(root.join(rel), "").unwrap();
+        }
+        let both = format!(
+            "{}\n{}\n{0}\n",
+            root.join("crates/a/tests/snapshots/t__x.snap").display(),
+            root.join("crates/a/src/snapshots/a__m__y.snap").display()
+        );
+        assert!(check_no_unreferenced_snapshots(root, &both).is_ok());
+        let one = format!("{}\n", root.join("crates/a/tests/snapshots/t__x.snap").display());
+        let err = check_no_unreferenced_snapshots(root, &one).unwrap_err().to_string();
+        assert!(err.starts_with("1 insta snapshot(s) no test assertion read"), "{err}");
+        assert!(check_no_unreferenced_snapshots(root, "").is_err(), "no list: nothing was read");
     }
 
     #[test]

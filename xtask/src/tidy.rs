@@ -15,7 +15,11 @@
 //!   or async ([`BANNED_DEPENDENCIES`], read from `cargo metadata`), and
 //!   [`ISOLATED_CRATES`] depend on no other palimpsest crate;
 //! * every stable error code the crates can return is documented in
-//!   `docs/format.md` (see [`codes`] for how codes are collected).
+//!   `docs/format.md` (see [`codes`] for how codes are collected);
+//! * a library crate whose README.md has a Rust code block includes the
+//!   README as doctests, and no README block is `ignore`d;
+//! * every dependency a manifest lists is used by the crate's code, and a
+//!   normal dependency outside its tests (see [`deps`]).
 //!
 //! Every check is data in a table below; adding one is a row or a function.
 
@@ -27,6 +31,7 @@ use anyhow::{bail, Context};
 use serde_json::Value;
 
 mod codes;
+mod deps;
 
 /// Text that must not appear in any `.rs` file under `crates/`, with why.
 /// (Spelled in pieces so this file does not trip its own check.)
@@ -113,6 +118,7 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<Violation>> {
     }
     check_crates(root, &mut out)?;
     check_codes_documented(root, &files, &mut out)?;
+    deps::check_all(root, &mut out)?;
     let metadata = cargo_metadata(root)?;
     check_metadata(root, &metadata, &mut out);
     out.sort();
@@ -209,8 +215,56 @@ fn check_crates(root: &Path, out: &mut Vec<Violation>) -> anyhow::Result<()> {
         let manifest = dir.join("Cargo.toml");
         let text = std::fs::read_to_string(&manifest).with_context(|| format!("reading {rel}/Cargo.toml"))?;
         check_manifest(&format!("{rel}/Cargo.toml"), &text, out);
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_default();
+        let lib = std::fs::read_to_string(dir.join("src/lib.rs")).ok();
+        check_readme_doctests(&rel, &readme, lib.as_deref(), out);
     }
     Ok(())
+}
+
+/// Whether a code fence's info string (what follows the backticks) makes it
+/// a Rust block, which rustdoc compiles: no language, `rust`, or only
+/// rustdoc's own attributes.
+fn is_rust_fence(info: &str) -> bool {
+    info.split([',', ' ', '\t']).filter(|t| !t.is_empty()).all(|t| {
+        ["rust", "no_run", "compile_fail", "should_panic", "ignore", "test_harness"].contains(&t)
+            || t.starts_with("edition")
+    })
+}
+
+/// A library crate's README code blocks are doctests: its `lib.rs` includes
+/// the README when the README has a Rust block, and no block is `ignore`d.
+fn check_readme_doctests(rel: &str, readme: &str, lib: Option<&str>, out: &mut Vec<Violation>) {
+    let mut in_block = false;
+    let mut first_rust = None;
+    for (i, line) in readme.lines().enumerate() {
+        let Some(info) = line.trim_start().strip_prefix("```") else { continue };
+        if in_block {
+            in_block = false;
+            continue;
+        }
+        in_block = true;
+        if !is_rust_fence(info.trim()) {
+            continue;
+        }
+        first_rust.get_or_insert(i + 1);
+        if info.split([',', ' ']).any(|t| t == "ignore") {
+            out.push(Violation::new(
+                format!("{rel}/README.md"),
+                Some(i + 1),
+                "an `ignore`d example is never checked: make it compile (`no_run` if it needs a server)",
+            ));
+        }
+    }
+    let (Some(line), Some(lib)) = (first_rust, lib) else { return };
+    if !lib.contains(r#"include_str!("../README.md")"#) {
+        out.push(Violation::new(
+            format!("{rel}/README.md"),
+            Some(line),
+            "a Rust example the doctests never compile: include the README in src/lib.rs \
+             (`#[cfg(doctest)] #[doc = include_str!(\"../README.md\")] struct ReadmeDoctests;`)",
+        ));
+    }
 }
 
 /// One key line of a manifest, with the `[section]` it is in.
@@ -463,6 +517,26 @@ mod tests {
         assert_eq!(lines, [Some(2), Some(4), Some(5), Some(6)]);
         // xtask itself may name them (it has to, to check for them).
         assert!(text_violations("xtask/src/t.rs", &source).is_empty());
+    }
+
+    #[test]
+    fn readme_rust_blocks_must_be_doctests() {
+        let readme = "# x\n```console\n$ x\n```\n\n```rust,no_run\nlet a = 1;\n```\n```ignore\nb\n```\n";
+        let check = |lib: Option<&str>| {
+            let mut out = Vec::new();
+            check_readme_doctests("crates/x", readme, lib, &mut out);
+            out.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        let found = check(Some("//! X.\n"));
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found[0].starts_with("crates/x/README.md:9: an `ignore`d example"), "{}", found[0]);
+        assert!(found[1].starts_with("crates/x/README.md:6: a Rust example the doctests never compile"));
+        let included = check(Some("#[cfg(doctest)]\n#[doc = include_str!(\"../README.md\")]\nstruct R;\n"));
+        assert_eq!(included.len(), 1, "only the ignored block: {included:#?}");
+        // A binary crate's README has no doctests to be part of.
+        assert_eq!(check(None).len(), 1);
+        assert!(is_rust_fence("") && is_rust_fence("rust,no_run") && is_rust_fence("edition2021"));
+        assert!(!is_rust_fence("console") && !is_rust_fence("sh") && !is_rust_fence("sql"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use anstyle::AnsiColor;
 use palimpsest_core_session::payload::{
     AssistantChunk, AssistantMessage, Block, Message, Source, StepEnd, StepStart, StreamChunk, ToolCall,
     ToolResult, TurnEnd, TurnEndReason, TurnStart, Usage,
@@ -45,44 +46,49 @@ struct Style {
     on: bool,
 }
 
+/// A foreground colour.
+const fn fg(color: AnsiColor) -> anstyle::Style {
+    anstyle::Style::new().fg_color(Some(anstyle::Color::Ansi(color)))
+}
+
 impl Style {
-    fn paint(&self, code: &str, text: &str) -> String {
+    fn paint(&self, style: anstyle::Style, text: &str) -> String {
         if self.on && !text.is_empty() {
-            format!("\x1b[{code}m{text}\x1b[0m")
+            format!("{style}{text}{style:#}")
         } else {
             text.to_owned()
         }
     }
     fn dim(&self, t: &str) -> String {
-        self.paint("2", t)
+        self.paint(anstyle::Style::new().dimmed(), t)
     }
     fn bold(&self, t: &str) -> String {
-        self.paint("1", t)
+        self.paint(anstyle::Style::new().bold(), t)
     }
     fn red(&self, t: &str) -> String {
-        self.paint("1;31", t)
+        self.paint(fg(AnsiColor::Red).bold(), t)
     }
     fn yellow(&self, t: &str) -> String {
-        self.paint("33", t)
+        self.paint(fg(AnsiColor::Yellow), t)
     }
     fn green(&self, t: &str) -> String {
-        self.paint("32", t)
+        self.paint(fg(AnsiColor::Green), t)
     }
     /// The colour of an event type's family.
     fn kind(&self, event_type: &EventType, t: &str) -> String {
-        let code = match event_type {
-            EventType::TurnStart | EventType::TurnEnd => "1;36",
-            EventType::StepStart | EventType::StepEnd => "36",
-            EventType::UserMessage | EventType::SteeringMessage => "1;33",
-            EventType::ContextMessage => "33",
-            EventType::AssistantMessage => "1;32",
-            EventType::AssistantChunk => "2;32",
-            EventType::ToolCall => "35",
-            EventType::ToolResult => "1;35",
-            EventType::SessionSettings => "1;34",
-            _ => "34",
+        let style = match event_type {
+            EventType::TurnStart | EventType::TurnEnd => fg(AnsiColor::Cyan).bold(),
+            EventType::StepStart | EventType::StepEnd => fg(AnsiColor::Cyan),
+            EventType::UserMessage | EventType::SteeringMessage => fg(AnsiColor::Yellow).bold(),
+            EventType::ContextMessage => fg(AnsiColor::Yellow),
+            EventType::AssistantMessage => fg(AnsiColor::Green).bold(),
+            EventType::AssistantChunk => fg(AnsiColor::Green).dimmed(),
+            EventType::ToolCall => fg(AnsiColor::Magenta),
+            EventType::ToolResult => fg(AnsiColor::Magenta).bold(),
+            EventType::SessionSettings => fg(AnsiColor::Blue).bold(),
+            _ => fg(AnsiColor::Blue),
         };
-        self.paint(code, t)
+        self.paint(style, t)
     }
 }
 
@@ -740,6 +746,7 @@ mod tests {
     #[test]
     fn colour_is_only_added_when_on() {
         assert_eq!(Style { on: false }.red("x"), "x");
-        assert_eq!(Style { on: true }.red("x"), "\x1b[1;31mx\x1b[0m");
+        assert_eq!(Style { on: true }.red("x"), "\x1b[1m\x1b[31mx\x1b[0m");
+        assert_eq!(Style { on: true }.green(""), "", "nothing to colour");
     }
 }

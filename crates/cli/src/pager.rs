@@ -169,7 +169,7 @@ pub(crate) fn clip(line: &str, width: usize) -> String {
     }
     out.push('…');
     if escaped {
-        out.push_str("\x1b[0m");
+        out.push_str(&anstyle::Reset.render().to_string());
     }
     out
 }

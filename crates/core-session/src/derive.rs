@@ -88,8 +88,9 @@ pub struct DerivedRequest<'a> {
 impl DerivedRequest<'_> {
     /// The request's compact JSON text.
     pub fn to_json(&self) -> String {
-        // Only raw JSON texts and two fixed keys: this cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        // Only raw JSON texts and two fixed keys: this cannot fail (and an
+        // empty request body would hide a bug if it did).
+        serde_json::to_string(self).expect("a DerivedRequest always serializes")
     }
 }
 

@@ -498,8 +498,10 @@ impl Event {
     pub fn to_json(&self) -> String {
         let mut out = Vec::with_capacity(self.data.len() + 64);
         self.write_json(&mut out);
-        // Every piece written is UTF-8 (str slices and ASCII digits).
-        String::from_utf8(out).unwrap_or_default()
+        // Every piece written is UTF-8: str slices (the data is a `RawValue`,
+        // a str) and ASCII digits, so this cannot fail; an empty string
+        // would hide a bug in `write_json` as a blank line.
+        String::from_utf8(out).expect("write_json writes UTF-8 only")
     }
 
     /// Appends the canonical JSON text (no trailing newline) to `out`: the
@@ -948,19 +950,8 @@ fn nesting_depth(json: &str) -> usize {
 }
 
 /// Appends the decimal digits of `v`.
-fn push_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        // `v % 10` is below 10: the cast keeps it exactly.
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// A line exactly as [`Event::write_json`] writes it, read without serde:

@@ -35,7 +35,9 @@ impl SessionHeader {
 
     /// Canonical JSON text (no trailing newline).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+        // Strings, integers and options of them, under fixed keys: serializing
+        // cannot fail, and an empty header line would hide a bug if it did.
+        serde_json::to_string(self).expect("a SessionHeader always serializes")
     }
 
     /// Checks that the header's line is at most [`MAX_HEADER_LINE_BYTES`]

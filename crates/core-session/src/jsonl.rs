@@ -79,7 +79,8 @@ impl ReadOptions {
         // The prefix may end inside a character; the seq is ASCII anyway.
         let text = match std::str::from_utf8(start) {
             Ok(text) => text,
-            Err(e) => std::str::from_utf8(&start[..e.valid_up_to()]).unwrap_or_default(),
+            // `valid_up_to` is, by its contract, the length of the valid prefix.
+            Err(e) => std::str::from_utf8(&start[..e.valid_up_to()]).expect("the valid prefix is UTF-8"),
         };
         let limit = self.max_line_bytes.min(MAX_EVENT_LINE_BYTES) as u64;
         LoadError::Rule { line, error: AppendError::EventTooLarge { seq: seq_prefix(text), len, limit } }

@@ -76,3 +76,8 @@ pub use header::{SessionHeader, SESSION_FORMAT_VERSION};
 pub use limits::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
 pub use session::{AppendGuard, BatchError, GuardViolation, Session, SessionView};
 pub use surface::{SurfaceManager, SurfaceStep};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -197,8 +197,13 @@ fn check_tool_result_replace(log: &[Event], candidate: &Event, shadowed: &[u64])
             target_event.event_type()
         ));
     }
-    let call_id = |e: &Event| e.data_as::<ToolResult>().map(|r| r.call_id().to_owned()).unwrap_or_default();
-    let (mine, theirs) = (call_id(candidate), call_id(target_event));
+    let call_id = |e: &Event| e.data_as::<ToolResult>().map(|r| r.call_id().to_owned());
+    // Core payloads are checked when an event is built, so neither parse
+    // fails; were one to, two empty ids would compare equal and let the
+    // replace through, so it is refused instead.
+    let (Ok(mine), Ok(theirs)) = (call_id(candidate), call_id(target_event)) else {
+        return invalid("a tool/result payload does not parse as a tool/result".to_owned());
+    };
     if mine != theirs {
         return invalid(format!("answers call {mine:?} but replaces the result of call {theirs:?}"));
     }

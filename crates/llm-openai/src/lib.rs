@@ -139,3 +139,8 @@ pub use decode::StreamDecoder;
 pub use error::HttpStatusError;
 pub use provider::OpenAiProvider;
 pub use request::request_body;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

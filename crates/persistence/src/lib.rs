@@ -40,3 +40,8 @@ pub use search::{QueryError, SearchHit, SearchQuery, SEARCH_QUERY_EMPTY};
 pub use store::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoredSession,
 };
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -41,15 +41,17 @@ use palimpsest_core_session::{AppendError, Event, EventType, LoadError, SurfaceO
 pub fn surface_op_json(op: SurfaceOp) -> String {
     match op {
         SurfaceOp::Append => "\"append\"".to_owned(),
-        // Serializing integers and static strings cannot fail.
-        replace => serde_json::to_string(&replace).unwrap_or_default(),
+        // Serializing integers and static strings cannot fail; an empty
+        // column would be a corrupt row, so a bug here must not be hidden.
+        replace => serde_json::to_string(&replace).expect("a SurfaceOp always serializes"),
     }
 }
 
 /// The JSON text of a `sourceEventSeqs`, exactly as the JSONL line holds it
 /// (`[]` stays `[]`).
 pub fn sources_json(sources: &[u64]) -> String {
-    serde_json::to_string(sources).unwrap_or_default()
+    // A list of integers always serializes.
+    serde_json::to_string(sources).expect("a list of u64 always serializes")
 }
 
 /// A `u64` as the `i64` SQL stores (SQLite `INTEGER`, PostgreSQL `bigint`): the same bits. Every value below 2^63
