@@ -182,3 +182,24 @@ fn a_jsonl_store_is_one_session_file_and_a_second_demo_needs_another() {
     let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(entries, ["d.jsonl"]);
 }
+
+/// `--resume` with an id no session has, or with no store at all: one
+/// `not-found` line on stderr, nothing on stdout, nothing created.
+#[test]
+fn resuming_an_unknown_session_is_one_line_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let none = run(dir.path(), &["demo", "--resume", "nosuch", "--pace", "0"]);
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+    assert_eq!(stdout(&none), "", "nothing printed before the error");
+    let err = String::from_utf8_lossy(&none.stderr).into_owned();
+    assert_eq!(err, "error[not-found]: palimpsest-demo.db: no store here to resume a session from\n");
+    assert!(!dir.path().join("palimpsest-demo.db").exists(), "no store was created");
+
+    assert!(run(dir.path(), &["demo", "--pace", "0", "--quiet"]).status.success());
+    let unknown = run(dir.path(), &["demo", "--resume", "nosuch", "--pace", "0"]);
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    assert_eq!(stdout(&unknown), "", "nothing printed before the error");
+    let err = String::from_utf8_lossy(&unknown.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error[not-found]: palimpsest-demo.db: no session \"nosuch\""), "{err}");
+}

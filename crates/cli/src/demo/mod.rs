@@ -123,8 +123,36 @@ pub(crate) fn run(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<
 
 async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let started = Instant::now();
+    let location = crate::location::Location::parse(&options.store)?;
+    if options.resume.is_some() && !matches!(location, crate::location::Location::Postgres(_)) {
+        // Nothing to resume where there is no store: say so, create nothing.
+        if !options.store.exists() {
+            return Err(crate::error::CliError {
+                code: "not-found".into(),
+                location: location.shown(),
+                message: "no store here to resume a session from".into(),
+                exit: Exit::Usage,
+            }
+            .into());
+        }
+    }
     let opened = open_store(&options.store)?;
     let shown = opened.shown();
+    // A session to resume is found (a unique prefix will do) before anything
+    // is printed: an unknown id is one `not-found` line.
+    let resume_id = match &options.resume {
+        Some(wanted) => {
+            let ids: Vec<String> = opened
+                .store
+                .list()
+                .map_err(|e| crate::error::from_store(&e, &shown))?
+                .into_iter()
+                .map(|h| h.id)
+                .collect();
+            Some(crate::store_arg::unique_id(&ids, wanted, &shown, opened.kind())?)
+        }
+        None => None,
+    };
     if matches!(opened.location, crate::location::Location::JsonlFile(_))
         && options.resume.is_none()
         && options.store.exists()
@@ -161,7 +189,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     )?;
     // Kept until the demo ends: no other worker writes the session meanwhile.
     let _hold;
-    let (mut agent, first_turn) = match &options.resume {
+    let (mut agent, first_turn) = match &resume_id {
         None => {
             let id =
                 if options.deterministic { "demo".to_owned() } else { format!("demo-{}", clock.now_ms()) };
@@ -169,15 +197,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
             _hold = opened.hold(&id)?;
             (agent, 0)
         }
-        Some(wanted) => {
-            // A unique prefix will do; an unknown id is one `not-found` line.
-            let ids: Vec<String> = store
-                .list()
-                .map_err(|e| crate::error::from_store(&e, &shown))?
-                .into_iter()
-                .map(|h| h.id)
-                .collect();
-            let id = &crate::store_arg::unique_id(&ids, wanted, &shown, opened.kind())?;
+        Some(id) => {
             // Held before it is opened: opening may append repair events.
             _hold = opened.hold(id)?;
             let (agent, report) =
