@@ -17,8 +17,8 @@ fn the_postgres_section_runs_with_writer_processes() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = rows.as_array().unwrap();
-    // Five single-writer figures, then 3 figures x 3 writer counts, in threads and in processes.
-    assert_eq!(rows.len(), 5 + 2 * 3 * 3);
+    // Six single-writer figures, then 3 figures x 3 writer counts, in threads and in processes.
+    assert_eq!(rows.len(), 6 + 2 * 3 * 3);
     assert!(rows.iter().any(|r| r["name"].as_str().unwrap().contains("processes")));
     for r in rows {
         assert_eq!(r["section"], "postgres");
