@@ -9,6 +9,19 @@ pub(crate) use palimpsest_persistence::rows::{
 };
 use rusqlite::types::ValueRef;
 
+/// Column `index` of `row`, named `column`: `log-corrupt` at `line` if the
+/// row has no such column (a statement out of step with the schema check),
+/// never a panic.
+pub(crate) fn value<'a>(
+    row: &'a rusqlite::Row<'_>,
+    index: usize,
+    column: &str,
+    line: u64,
+) -> Result<ValueRef<'a>, LoadError> {
+    row.get_ref(index)
+        .map_err(|e| LoadError::LogCorrupt { line, detail: format!("column `{column}` cannot be read: {e}") })
+}
+
 /// Reads a TEXT column; `None` for NULL. Anything else (a BLOB, a number,
 /// invalid UTF-8) is `log-corrupt` at `line`.
 pub(crate) fn text<'a>(value: ValueRef<'a>, column: &str, line: u64) -> Result<Option<&'a str>, LoadError> {
@@ -53,13 +66,14 @@ pub(crate) fn optional_int(value: ValueRef<'_>, column: &str, line: u64) -> Resu
 /// Reads the columns of `SELECT seq, time, type, data, source_event_seqs,
 /// surface_op`: `log-corrupt` at `line` for a column of the wrong type.
 pub(crate) fn read_row(row: &rusqlite::Row<'_>, line: u64) -> Result<EventRow, LoadError> {
-    let event_type = EventType::parse(required_text(row.get_ref_unwrap(2), "type", line)?);
+    let event_type = EventType::parse(required_text(value(row, 2, "type", line)?, "type", line)?);
     Ok(EventRow {
-        seq: required_int(row.get_ref_unwrap(0), "seq", line)?,
-        time: required_int(row.get_ref_unwrap(1), "time", line)?,
+        seq: required_int(value(row, 0, "seq", line)?, "seq", line)?,
+        time: required_int(value(row, 1, "time", line)?, "time", line)?,
         event_type,
-        data: required_text(row.get_ref_unwrap(3), "data", line)?.to_owned(),
-        source_event_seqs: text(row.get_ref_unwrap(4), "source_event_seqs", line)?.map(str::to_owned),
-        surface_op: text(row.get_ref_unwrap(5), "surface_op", line)?.map(str::to_owned),
+        data: required_text(value(row, 3, "data", line)?, "data", line)?.to_owned(),
+        source_event_seqs: text(value(row, 4, "source_event_seqs", line)?, "source_event_seqs", line)?
+            .map(str::to_owned),
+        surface_op: text(value(row, 5, "surface_op", line)?, "surface_op", line)?.map(str::to_owned),
     })
 }

@@ -562,10 +562,10 @@ fn stored_len(tx: &Transaction<'_>, session_id: &str, location: &str) -> Result<
 /// starting at column `first`.
 fn header_from_row(id: &str, row: &rusqlite::Row<'_>, first: usize) -> Result<SessionHeader, LoadError> {
     let read = || -> Result<SessionHeader, LoadError> {
-        let created_at = codec::required_int(row.get_ref_unwrap(first), "created_at", 1)?;
-        let cwd = codec::text(row.get_ref_unwrap(first + 1), "cwd", 1)?;
-        let parent = codec::text(row.get_ref_unwrap(first + 2), "parent_session", 1)?;
-        let seed = codec::optional_int(row.get_ref_unwrap(first + 3), "seed_length", 1)?;
+        let created_at = codec::required_int(codec::value(row, first, "created_at", 1)?, "created_at", 1)?;
+        let cwd = codec::text(codec::value(row, first + 1, "cwd", 1)?, "cwd", 1)?;
+        let parent = codec::text(codec::value(row, first + 2, "parent_session", 1)?, "parent_session", 1)?;
+        let seed = codec::optional_int(codec::value(row, first + 3, "seed_length", 1)?, "seed_length", 1)?;
         Ok(SessionHeader {
             id: id.to_owned(),
             created_at: codec::from_sql_int(created_at),
@@ -692,7 +692,8 @@ impl SessionStore for SqliteStore {
             let mut rows = stmt.query([])?;
             let mut headers = Vec::new();
             while let Some(row) = rows.next()? {
-                let id = codec::required_text(row.get_ref_unwrap(0), "id", 1)
+                let id = codec::value(row, 0, "id", 1)
+                    .and_then(|v| codec::required_text(v, "id", 1))
                     .map_err(|e| ReadError::Store(self.corrupt("?", None, e)))?;
                 let header =
                     header_from_row(id, row, 1).map_err(|e| ReadError::Store(self.corrupt(id, None, e)))?;
