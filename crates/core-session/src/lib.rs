@@ -67,6 +67,7 @@ mod session;
 mod shape;
 pub mod surface;
 mod tagged;
+pub mod time;
 mod unique_keys;
 
 pub use derive::{DerivedMessage, DerivedRequest};

@@ -97,25 +97,8 @@ pub(crate) fn rfc3339(t: SystemTime) -> String {
     if negative {
         return format!("{:.3} s before 1970-01-01T00:00:00Z", d.as_secs_f64());
     }
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    palimpsest_core_session::time::utc(ms)
 }
 
 /// A duration as the seconds `make_interval` takes, at least a millisecond.
