@@ -29,12 +29,7 @@ pub(crate) struct Finding {
 impl Finding {
     /// From a section-1/2 refusal of an event read at `line`.
     pub(crate) fn from_append(error: &AppendError, line: Option<u64>) -> Finding {
-        Finding {
-            code: error.code().to_owned(),
-            seq: error.seq(),
-            line,
-            detail: strip_code(&error.to_string(), error.code()),
-        }
+        Finding { code: error.code().to_owned(), seq: error.seq(), line, detail: error.detail() }
     }
 
     /// From a file-level load failure (header, corrupt line, or a rule).
@@ -46,7 +41,7 @@ impl Finding {
             code: error.code().to_owned(),
             seq: error.seq(),
             line: error.line(),
-            detail: strip_code(&error.to_string(), error.code()),
+            detail: error.detail(),
         }
     }
 
@@ -81,18 +76,6 @@ impl Finding {
     pub(crate) fn to_error(&self, origin: &str) -> CliError {
         CliError::refused(self.code.clone(), self.location(origin), self.seq_detail())
     }
-}
-
-/// Removes the leading `code`, ` at seq N` / ` at line N` and `: ` that the
-/// library errors' `Display` starts with, keeping the rest verbatim.
-fn strip_code(text: &str, code: &str) -> String {
-    let Some(mut rest) = text.strip_prefix(code) else { return text.to_owned() };
-    for marker in [" at seq ", " at line "] {
-        if let Some(after) = rest.strip_prefix(marker) {
-            rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
-        }
-    }
-    rest.strip_prefix(": ").unwrap_or(rest).to_owned()
 }
 
 /// A replace that was accepted: its seq and the surface entries it shadowed,
@@ -313,20 +296,6 @@ mod tests {
             text.push('\n');
         }
         check_jsonl(text.as_bytes(), "t.jsonl".into())
-    }
-
-    #[test]
-    fn strip_code_keeps_only_the_detail() {
-        assert_eq!(
-            strip_code("replace-start-missing at seq 5: start 3 is gone", "replace-start-missing"),
-            "start 3 is gone"
-        );
-        assert_eq!(strip_code("log-corrupt at line 12: blank line", "log-corrupt"), "blank line");
-        assert_eq!(
-            strip_code("seq-not-contiguous: expected seq 1, found 3", "seq-not-contiguous"),
-            "expected seq 1, found 3"
-        );
-        assert_eq!(strip_code("something else", "x"), "something else");
     }
 
     #[test]

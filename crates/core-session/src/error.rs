@@ -14,7 +14,6 @@ use std::fmt;
 #[non_exhaustive]
 pub enum AppendError {
     /// `event-malformed`: the envelope or a core payload does not match section 1.
-    #[error("event-malformed{}: {detail}", AtSeq(*seq))]
     EventMalformed {
         /// The event's seq, when it could be read.
         seq: Option<u64>,
@@ -25,7 +24,6 @@ pub enum AppendError {
     /// than [`MAX_EVENT_LINE_BYTES`](crate::MAX_EVENT_LINE_BYTES), or, read
     /// from a file, the line is longer than the reader's cap. Checked before
     /// anything else: such an event is never built, written or parsed.
-    #[error("event-too-large{}: the event is {len} bytes as a line, longer than the {limit}-byte limit", AtSeq(*seq))]
     EventTooLarge {
         /// The event's seq, when it could be read.
         seq: Option<u64>,
@@ -35,7 +33,6 @@ pub enum AppendError {
         limit: u64,
     },
     /// `surface-op-missing`: a surface-eligible event without `surfaceOp` (rule 1).
-    #[error("surface-op-missing at seq {seq}: a `{event_type}` event must say how it joins the surface")]
     SurfaceOpMissing {
         /// The event's seq.
         seq: u64,
@@ -43,7 +40,6 @@ pub enum AppendError {
         event_type: String,
     },
     /// `surface-op-forbidden`: `surfaceOp` on an event that never joins the surface (rule 2).
-    #[error("surface-op-forbidden at seq {seq}: a `{event_type}` event never joins the surface")]
     SurfaceOpForbidden {
         /// The event's seq.
         seq: u64,
@@ -51,7 +47,6 @@ pub enum AppendError {
         event_type: String,
     },
     /// `source-seqs-forbidden`: `sourceEventSeqs` on an event that never joins the surface (rule 2).
-    #[error("source-seqs-forbidden at seq {seq}: a `{event_type}` event carries no provenance")]
     SourceSeqsForbidden {
         /// The event's seq.
         seq: u64,
@@ -59,7 +54,6 @@ pub enum AppendError {
         event_type: String,
     },
     /// `surface-op-malformed`: neither `"append"` nor `{"op":"replace","start":S,"end":E}` (rule 3).
-    #[error("surface-op-malformed at seq {seq}: {detail}")]
     SurfaceOpMalformed {
         /// The event's seq.
         seq: u64,
@@ -67,7 +61,6 @@ pub enum AppendError {
         detail: String,
     },
     /// `source-seqs-malformed`: not an array of integers >= 0 (rule 4).
-    #[error("source-seqs-malformed at seq {seq}: {detail}")]
     SourceSeqsMalformed {
         /// The event's seq.
         seq: u64,
@@ -75,9 +68,6 @@ pub enum AppendError {
         detail: String,
     },
     /// `source-seqs-empty`: `[]` on anything but `assistant/message` (rule 4).
-    #[error(
-        "source-seqs-empty at seq {seq}: only an assistant/message may cite nothing, not `{event_type}`"
-    )]
     SourceSeqsEmpty {
         /// The event's seq.
         seq: u64,
@@ -85,7 +75,6 @@ pub enum AppendError {
         event_type: String,
     },
     /// `source-seqs-duplicate`: a seq cited twice (rule 4).
-    #[error("source-seqs-duplicate at seq {seq}: seq {value} is cited more than once")]
     SourceSeqsDuplicate {
         /// The event's seq.
         seq: u64,
@@ -93,7 +82,6 @@ pub enum AppendError {
         value: u64,
     },
     /// `source-seqs-not-earlier`: a cited seq that is not earlier than the event (rule 4).
-    #[error("source-seqs-not-earlier at seq {seq}: cites seq {value}, which is not earlier")]
     SourceSeqsNotEarlier {
         /// The event's seq.
         seq: u64,
@@ -101,7 +89,6 @@ pub enum AppendError {
         value: u64,
     },
     /// `replace-start-missing`: the replace's `start` is not on the surface (rule 6).
-    #[error("replace-start-missing at seq {seq}: start {start} is not on the surface")]
     ReplaceStartMissing {
         /// The event's seq.
         seq: u64,
@@ -109,7 +96,6 @@ pub enum AppendError {
         start: u64,
     },
     /// `replace-end-missing`: the replace's `end` is not on the surface (rule 6).
-    #[error("replace-end-missing at seq {seq}: end {end} is not on the surface")]
     ReplaceEndMissing {
         /// The event's seq.
         seq: u64,
@@ -117,7 +103,6 @@ pub enum AppendError {
         end: u64,
     },
     /// `replace-reversed`: `start` stands after `end` on the surface (rule 6).
-    #[error("replace-reversed at seq {seq}: start {start} stands after end {end} on the surface")]
     ReplaceReversed {
         /// The event's seq.
         seq: u64,
@@ -127,7 +112,6 @@ pub enum AppendError {
         end: u64,
     },
     /// `replace-sources-incomplete`: a shadowed entry is not cited (rule 7).
-    #[error("replace-sources-incomplete at seq {seq}: shadows {missing:?} without citing them")]
     ReplaceSourcesIncomplete {
         /// The event's seq.
         seq: u64,
@@ -136,7 +120,6 @@ pub enum AppendError {
     },
     /// `tool-result-replace-invalid`: a replacing `tool/result` that does not replace
     /// exactly one current `tool/result` of the same call (rule 8).
-    #[error("tool-result-replace-invalid at seq {seq}: {detail}")]
     ToolResultReplaceInvalid {
         /// The event's seq.
         seq: u64,
@@ -144,7 +127,6 @@ pub enum AppendError {
         detail: String,
     },
     /// `seq-not-contiguous`: the seq is not previous + 1 (rule 9).
-    #[error("seq-not-contiguous: expected seq {expected}, found {seq}")]
     SeqNotContiguous {
         /// The event's seq.
         seq: u64,
@@ -153,7 +135,6 @@ pub enum AppendError {
     },
     /// An [`AppendGuard`](crate::AppendGuard) (for example the invariants
     /// checker in dev mode) vetoed the event; `code` is the guard's own code.
-    #[error("{code} at seq {seq}: {message}")]
     Vetoed {
         /// The event's seq.
         seq: u64,
@@ -165,6 +146,48 @@ pub enum AppendError {
 }
 
 impl AppendError {
+    /// What was wrong, without the code or the seq (those are
+    /// [`code`](AppendError::code) and [`seq`](AppendError::seq)): the text a
+    /// tool shows after its own `error[<code>]` and position.
+    pub fn detail(&self) -> String {
+        match self {
+            AppendError::EventMalformed { detail, .. } => detail.clone(),
+            AppendError::EventTooLarge { len, limit, .. } => {
+                format!("the event is {len} bytes as a line, longer than the {limit}-byte limit")
+            }
+            AppendError::SurfaceOpMissing { event_type, .. } => {
+                format!("a `{event_type}` event must say how it joins the surface")
+            }
+            AppendError::SurfaceOpForbidden { event_type, .. } => {
+                format!("a `{event_type}` event never joins the surface")
+            }
+            AppendError::SourceSeqsForbidden { event_type, .. } => {
+                format!("a `{event_type}` event carries no provenance")
+            }
+            AppendError::SurfaceOpMalformed { detail, .. } => detail.clone(),
+            AppendError::SourceSeqsMalformed { detail, .. } => detail.clone(),
+            AppendError::SourceSeqsEmpty { event_type, .. } => {
+                format!("only an assistant/message may cite nothing, not `{event_type}`")
+            }
+            AppendError::SourceSeqsDuplicate { value, .. } => format!("seq {value} is cited more than once"),
+            AppendError::SourceSeqsNotEarlier { value, .. } => {
+                format!("cites seq {value}, which is not earlier")
+            }
+            AppendError::ReplaceStartMissing { start, .. } => format!("start {start} is not on the surface"),
+            AppendError::ReplaceEndMissing { end, .. } => format!("end {end} is not on the surface"),
+            AppendError::ReplaceReversed { end, start, .. } => {
+                format!("start {start} stands after end {end} on the surface")
+            }
+            AppendError::ReplaceSourcesIncomplete { missing, .. } => {
+                format!("shadows {missing:?} without citing them")
+            }
+            AppendError::ToolResultReplaceInvalid { detail, .. } => detail.clone(),
+            AppendError::SeqNotContiguous { expected, seq, .. } => {
+                format!("expected seq {expected}, found {seq}")
+            }
+            AppendError::Vetoed { message, .. } => message.clone(),
+        }
+    }
     /// The stable contract code, e.g. `"replace-start-missing"`.
     pub fn code(&self) -> &str {
         match self {
@@ -217,6 +240,18 @@ impl AppendError {
     }
 }
 
+/// `<code>[ at seq N]: <detail>`: the code first, so a log line can be
+/// grepped for it.
+impl fmt::Display for AppendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = match self {
+            AppendError::SeqNotContiguous { .. } => AtSeq(None),
+            other => AtSeq(other.seq()),
+        };
+        write!(f, "{}{at}: {}", self.code(), self.detail())
+    }
+}
+
 struct AtSeq(Option<u64>);
 
 impl fmt::Display for AtSeq {
@@ -233,22 +268,16 @@ impl fmt::Display for AtSeq {
 #[non_exhaustive]
 pub enum LoadError {
     /// `header-malformed`: the header line is missing or unreadable.
-    #[error("header-malformed: {detail}")]
     HeaderMalformed {
         /// What was wrong.
         detail: String,
     },
     /// `header-version-unsupported`: the header's `version` is not [`SESSION_FORMAT_VERSION`](crate::SESSION_FORMAT_VERSION).
-    #[error(
-        "header-version-unsupported: found version {found}, this build reads version {}",
-        crate::SESSION_FORMAT_VERSION
-    )]
     HeaderVersionUnsupported {
         /// The version found, as written.
         found: String,
     },
     /// `log-corrupt`: a line that is not a JSON value (and is not a torn last line).
-    #[error("log-corrupt at line {line}: {detail}")]
     LogCorrupt {
         /// 1-based line number; the header is line 1.
         line: u64,
@@ -256,7 +285,6 @@ pub enum LoadError {
         detail: String,
     },
     /// An event broke a rule of sections 1 or 2.
-    #[error("line {line}: {error}")]
     Rule {
         /// 1-based line number of the event.
         line: u64,
@@ -266,7 +294,34 @@ pub enum LoadError {
     },
 }
 
+/// `<code>: <detail>` for a header, `log-corrupt at line N: <detail>`,
+/// and `line N: <the rule's error>` for a rule.
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::LogCorrupt { line, .. } => {
+                write!(f, "{} at line {line}: {}", self.code(), self.detail())
+            }
+            LoadError::Rule { line, error } => write!(f, "line {line}: {error}"),
+            _ => write!(f, "{}: {}", self.code(), self.detail()),
+        }
+    }
+}
+
 impl LoadError {
+    /// What was wrong, without the code or the position (those are
+    /// [`code`](LoadError::code), [`seq`](LoadError::seq) and
+    /// [`line`](LoadError::line)).
+    pub fn detail(&self) -> String {
+        match self {
+            LoadError::HeaderMalformed { detail } | LoadError::LogCorrupt { detail, .. } => detail.clone(),
+            LoadError::HeaderVersionUnsupported { found } => {
+                format!("found version {found}, this build reads version {}", crate::SESSION_FORMAT_VERSION)
+            }
+            LoadError::Rule { error, .. } => error.detail(),
+        }
+    }
+
     /// The stable contract code, e.g. `"log-corrupt"`.
     pub fn code(&self) -> &str {
         match self {
@@ -301,5 +356,36 @@ impl LoadError {
             LoadError::LogCorrupt { line, .. } | LoadError::Rule { line, .. } => Some(*line),
             LoadError::HeaderMalformed { .. } | LoadError::HeaderVersionUnsupported { .. } => Some(1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_is_the_code_the_position_and_the_detail() {
+        let start = AppendError::ReplaceStartMissing { seq: 5, start: 3 };
+        assert_eq!(start.detail(), "start 3 is not on the surface");
+        assert_eq!(start.to_string(), "replace-start-missing at seq 5: start 3 is not on the surface");
+        let unread = AppendError::EventMalformed { seq: None, detail: "not JSON".into() };
+        assert_eq!(unread.to_string(), "event-malformed: not JSON");
+        let gap = AppendError::SeqNotContiguous { seq: 3, expected: 1 };
+        assert_eq!(gap.to_string(), "seq-not-contiguous: expected seq 1, found 3");
+        let veto = AppendError::Vetoed { seq: 2, code: "turn-already-open".into(), message: "turn 1".into() };
+        assert_eq!((veto.code(), veto.detail()), ("turn-already-open", "turn 1".to_owned()));
+        assert_eq!(veto.to_string(), "turn-already-open at seq 2: turn 1");
+
+        let corrupt = LoadError::LogCorrupt { line: 12, detail: "blank line".into() };
+        assert_eq!(
+            (corrupt.to_string(), corrupt.detail()),
+            ("log-corrupt at line 12: blank line".into(), "blank line".into())
+        );
+        let rule = LoadError::Rule { line: 7, error: start };
+        assert_eq!(rule.to_string(), "line 7: replace-start-missing at seq 5: start 3 is not on the surface");
+        assert_eq!(rule.detail(), "start 3 is not on the surface");
+        let version = LoadError::HeaderVersionUnsupported { found: "9".into() };
+        assert_eq!(version.to_string(), format!("header-version-unsupported: {}", version.detail()));
+        assert!(version.detail().starts_with("found version 9, this build reads version "));
     }
 }
