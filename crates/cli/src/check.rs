@@ -35,7 +35,7 @@ impl Finding {
     /// From a file-level load failure (header, corrupt line, or a rule).
     pub(crate) fn from_load(error: &LoadError) -> Finding {
         if let LoadError::Rule { line, error } = error {
-            return Finding::from_append(error, Some(*line));
+            return Finding::from_append(error, *line);
         }
         Finding {
             code: error.code().to_owned(),

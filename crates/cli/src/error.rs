@@ -349,7 +349,7 @@ mod tests {
         use palimpsest_core_session::{AppendError, BatchError, LoadError};
         use palimpsest_persistence::DurableError;
         let rule = || AppendError::SeqNotContiguous { seq: 5, expected: 4 };
-        let load = LoadError::Rule { line: 6, error: rule() };
+        let load = LoadError::Rule { line: Some(6), error: rule() };
         let corrupt = || StoreError::Corrupt {
             location: "a.jsonl:6".into(),
             detail: load.to_string(),

@@ -279,30 +279,35 @@ pub enum LoadError {
     },
     /// `log-corrupt`: a line that is not a JSON value (and is not a torn last line).
     LogCorrupt {
-        /// 1-based line number; the header is line 1.
-        line: u64,
+        /// 1-based line number in a file (the header is line 1); `None`
+        /// where the log is not a file of lines (a database row).
+        line: Option<u64>,
         /// What was wrong.
         detail: String,
     },
     /// An event broke a rule of sections 1 or 2.
     Rule {
-        /// 1-based line number of the event.
-        line: u64,
+        /// 1-based line number of the event in a file; `None` where the log
+        /// is not a file of lines (a database row: the error's seq says
+        /// which event).
+        line: Option<u64>,
         /// The rule it broke (told by `Display`, so not returned by
         /// `source()`: a printed chain names it once).
         error: AppendError,
     },
 }
 
-/// `<code>: <detail>` for a header, `log-corrupt at line N: <detail>`,
-/// and `line N: <the rule's error>` for a rule.
+/// `<code>: <detail>` for a header, `log-corrupt[ at line N]: <detail>`,
+/// and `[line N: ]<the rule's error>` for a rule: a line only where there
+/// is one.
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LoadError::LogCorrupt { line, .. } => {
+            LoadError::LogCorrupt { line: Some(line), .. } => {
                 write!(f, "{} at line {line}: {}", self.code(), self.detail())
             }
-            LoadError::Rule { line, error } => write!(f, "line {line}: {error}"),
+            LoadError::Rule { line: Some(line), error } => write!(f, "line {line}: {error}"),
+            LoadError::Rule { line: None, error } => write!(f, "{error}"),
             _ => write!(f, "{}: {}", self.code(), self.detail()),
         }
     }
@@ -344,8 +349,10 @@ impl LoadError {
     /// file read on its own).
     pub(crate) fn shifted(self, by: u64) -> LoadError {
         match self {
-            LoadError::LogCorrupt { line, detail } => LoadError::LogCorrupt { line: line + by, detail },
-            LoadError::Rule { line, error } => LoadError::Rule { line: line + by, error },
+            LoadError::LogCorrupt { line, detail } => {
+                LoadError::LogCorrupt { line: line.map(|l| l + by), detail }
+            }
+            LoadError::Rule { line, error } => LoadError::Rule { line: line.map(|l| l + by), error },
             other => other,
         }
     }
@@ -353,7 +360,7 @@ impl LoadError {
     /// The 1-based line number of the offending line, where there is one.
     pub fn line(&self) -> Option<u64> {
         match self {
-            LoadError::LogCorrupt { line, .. } | LoadError::Rule { line, .. } => Some(*line),
+            LoadError::LogCorrupt { line, .. } | LoadError::Rule { line, .. } => *line,
             LoadError::HeaderMalformed { .. } | LoadError::HeaderVersionUnsupported { .. } => Some(1),
         }
     }
@@ -376,12 +383,14 @@ mod tests {
         assert_eq!((veto.code(), veto.detail()), ("turn-already-open", "turn 1".to_owned()));
         assert_eq!(veto.to_string(), "turn-already-open at seq 2: turn 1");
 
-        let corrupt = LoadError::LogCorrupt { line: 12, detail: "blank line".into() };
+        let corrupt = LoadError::LogCorrupt { line: Some(12), detail: "blank line".into() };
         assert_eq!(
             (corrupt.to_string(), corrupt.detail()),
             ("log-corrupt at line 12: blank line".into(), "blank line".into())
         );
-        let rule = LoadError::Rule { line: 7, error: start };
+        let row = LoadError::Rule { line: None, error: start.clone() };
+        assert_eq!((row.to_string(), row.line(), row.seq()), (start.to_string(), None, Some(5)));
+        let rule = LoadError::Rule { line: Some(7), error: start };
         assert_eq!(rule.to_string(), "line 7: replace-start-missing at seq 5: start 3 is not on the surface");
         assert_eq!(rule.detail(), "start 3 is not on the surface");
         let version = LoadError::HeaderVersionUnsupported { found: "9".into() };

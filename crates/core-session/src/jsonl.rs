@@ -83,7 +83,10 @@ impl ReadOptions {
             Err(e) => std::str::from_utf8(&start[..e.valid_up_to()]).expect("the valid prefix is UTF-8"),
         };
         let limit = self.max_line_bytes.min(MAX_EVENT_LINE_BYTES) as u64;
-        LoadError::Rule { line, error: AppendError::EventTooLarge { seq: seq_prefix(text), len, limit } }
+        LoadError::Rule {
+            line: Some(line),
+            error: AppendError::EventTooLarge { seq: seq_prefix(text), len, limit },
+        }
     }
 
     /// The longest header line this reader reads: its cap, and never more
@@ -162,7 +165,7 @@ impl JsonlLog {
         let mut session = Session::create(self.header);
         for (index, event) in self.events.into_iter().enumerate() {
             let line = u64::try_from(index).map_or(u64::MAX, |i| i.saturating_add(2));
-            session.append(event).map_err(|error| LoadError::Rule { line, error })?;
+            session.append(event).map_err(|error| LoadError::Rule { line: Some(line), error })?;
         }
         Ok(session)
     }
@@ -489,7 +492,7 @@ impl Iterator for JsonlReader<'_> {
         self.pos = start + raw.len() + usize::from(terminated);
         self.line += 1;
         let line = self.line;
-        let corrupt = |detail: String| LoadError::LogCorrupt { line, detail };
+        let corrupt = |detail: String| LoadError::LogCorrupt { line: Some(line), detail };
         let result = if raw.len() > self.options.max_line_bytes {
             // Not torn even when unterminated: see the module docs.
             Err(self.options.overlong_line(line, raw.len() as u64, raw))
@@ -527,18 +530,18 @@ impl Iterator for JsonlReader<'_> {
 
 fn decode_line(text: &str, line: u64) -> Result<Event, LoadError> {
     if text.trim().is_empty() {
-        return Err(LoadError::LogCorrupt { line, detail: "blank line".into() });
+        return Err(LoadError::LogCorrupt { line: Some(line), detail: "blank line".into() });
     }
     Event::from_json(text).map_err(|error| {
         // A line that is not JSON at all is corruption; JSON that is not a
         // valid event is a rule violation. A line too large to read is
         // never parsed (a reader without a cap of its own meets it here).
         if let AppendError::EventTooLarge { .. } = error {
-            return LoadError::Rule { line, error };
+            return LoadError::Rule { line: Some(line), error };
         }
         match serde_json::from_str::<serde::de::IgnoredAny>(text) {
-            Err(e) => LoadError::LogCorrupt { line, detail: format!("not JSON: {e}") },
-            Ok(_) => LoadError::Rule { line, error },
+            Err(e) => LoadError::LogCorrupt { line: Some(line), detail: format!("not JSON: {e}") },
+            Ok(_) => LoadError::Rule { line: Some(line), error },
         }
     })
 }

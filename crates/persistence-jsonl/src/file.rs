@@ -332,7 +332,7 @@ impl SessionFile {
         let next = match &tail.next_seq {
             Ok(n) => *n,
             Err((line, error)) => {
-                let e = LoadError::Rule { line: *line, error: error.clone() };
+                let e = LoadError::Rule { line: Some(*line), error: error.clone() };
                 return Err(load_error(&self.path, e));
             }
         };

@@ -6,7 +6,7 @@
 
 use palimpsest_core_session::{Event, EventType, LoadError, SessionHeader};
 pub(crate) use palimpsest_persistence::rows::{
-    decode_into, decode_threads, from_sql_int, line_of, sources_json, surface_op_json, to_sql_int, EventRow,
+    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow,
 };
 
 /// The event columns of one row, for an `INSERT ... SELECT FROM unnest(...)`:
@@ -57,7 +57,7 @@ pub(crate) fn header_storable(header: &SessionHeader) -> Result<(), String> {
 /// Reads the columns of `SELECT seq, time, type, data, source_event_seqs,
 /// surface_op` (the schema check made sure of their types): `log-corrupt`
 /// at `line` for a value that cannot be read.
-pub(crate) fn read_row(row: &postgres::Row, line: u64) -> Result<EventRow, LoadError> {
+pub(crate) fn read_row(row: &postgres::Row, line: Option<u64>) -> Result<EventRow, LoadError> {
     let corrupt = |e: postgres::Error| LoadError::LogCorrupt { line, detail: e.to_string() };
     Ok(EventRow {
         seq: row.try_get(0).map_err(corrupt)?,

@@ -823,7 +823,7 @@ impl PgStore {
                     .iter()
                     .enumerate()
                     .map(|(i, r)| {
-                        codec::read_row(r, 0).ok().and_then(|row| row.decode(first.seq() + i as u64).ok())
+                        codec::read_row(r, None).ok().and_then(|row| row.decode(first.seq() + i as u64).ok())
                     })
                     .collect();
                 let same = stored.len() == events.len()
@@ -1026,7 +1026,7 @@ impl PgStore {
             |push| {
                 let mut index = 0;
                 while let Some(row) = rows.next()? {
-                    match codec::read_row(&row, codec::line_of(index)) {
+                    match codec::read_row(&row, None) {
                         Ok(row) => {
                             if !push(row) {
                                 break;
@@ -1400,7 +1400,7 @@ impl SessionStore for PgStore {
                         }
                         let seq: i64 = row.try_get(0)?;
                         let index = codec::from_sql_int(seq);
-                        let event = codec::read_row(row, codec::line_of(index))
+                        let event = codec::read_row(row, None)
                             .and_then(|r| r.decode(index))
                             .map_err(|e| self.corrupt(&id, Some(index), e))?;
                         hits.extend(query.hit(&id, &event));

@@ -5,7 +5,7 @@
 
 use palimpsest_core_session::{EventType, LoadError};
 pub(crate) use palimpsest_persistence::rows::{
-    decode_into, decode_threads, from_sql_int, line_of, sources_json, surface_op_json, to_sql_int, EventRow,
+    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow,
 };
 use rusqlite::types::ValueRef;
 
@@ -16,7 +16,7 @@ pub(crate) fn value<'a>(
     row: &'a rusqlite::Row<'_>,
     index: usize,
     column: &str,
-    line: u64,
+    line: Option<u64>,
 ) -> Result<ValueRef<'a>, LoadError> {
     row.get_ref(index)
         .map_err(|e| LoadError::LogCorrupt { line, detail: format!("column `{column}` cannot be read: {e}") })
@@ -24,7 +24,11 @@ pub(crate) fn value<'a>(
 
 /// Reads a TEXT column; `None` for NULL. Anything else (a BLOB, a number,
 /// invalid UTF-8) is `log-corrupt` at `line`.
-pub(crate) fn text<'a>(value: ValueRef<'a>, column: &str, line: u64) -> Result<Option<&'a str>, LoadError> {
+pub(crate) fn text<'a>(
+    value: ValueRef<'a>,
+    column: &str,
+    line: Option<u64>,
+) -> Result<Option<&'a str>, LoadError> {
     match value {
         ValueRef::Null => Ok(None),
         ValueRef::Text(bytes) => std::str::from_utf8(bytes).map(Some).map_err(|e| LoadError::LogCorrupt {
@@ -39,13 +43,17 @@ pub(crate) fn text<'a>(value: ValueRef<'a>, column: &str, line: u64) -> Result<O
 }
 
 /// Reads a TEXT column that may not be NULL.
-pub(crate) fn required_text<'a>(value: ValueRef<'a>, column: &str, line: u64) -> Result<&'a str, LoadError> {
+pub(crate) fn required_text<'a>(
+    value: ValueRef<'a>,
+    column: &str,
+    line: Option<u64>,
+) -> Result<&'a str, LoadError> {
     text(value, column, line)?
         .ok_or_else(|| LoadError::LogCorrupt { line, detail: format!("column `{column}` is NULL") })
 }
 
 /// Reads an INTEGER column that may not be NULL.
-pub(crate) fn required_int(value: ValueRef<'_>, column: &str, line: u64) -> Result<i64, LoadError> {
+pub(crate) fn required_int(value: ValueRef<'_>, column: &str, line: Option<u64>) -> Result<i64, LoadError> {
     match value {
         ValueRef::Integer(v) => Ok(v),
         other => Err(LoadError::LogCorrupt {
@@ -56,7 +64,11 @@ pub(crate) fn required_int(value: ValueRef<'_>, column: &str, line: u64) -> Resu
 }
 
 /// Reads an INTEGER column that may be NULL.
-pub(crate) fn optional_int(value: ValueRef<'_>, column: &str, line: u64) -> Result<Option<i64>, LoadError> {
+pub(crate) fn optional_int(
+    value: ValueRef<'_>,
+    column: &str,
+    line: Option<u64>,
+) -> Result<Option<i64>, LoadError> {
     match value {
         ValueRef::Null => Ok(None),
         other => required_int(other, column, line).map(Some),
@@ -65,7 +77,7 @@ pub(crate) fn optional_int(value: ValueRef<'_>, column: &str, line: u64) -> Resu
 
 /// Reads the columns of `SELECT seq, time, type, data, source_event_seqs,
 /// surface_op`: `log-corrupt` at `line` for a column of the wrong type.
-pub(crate) fn read_row(row: &rusqlite::Row<'_>, line: u64) -> Result<EventRow, LoadError> {
+pub(crate) fn read_row(row: &rusqlite::Row<'_>, line: Option<u64>) -> Result<EventRow, LoadError> {
     let event_type = EventType::parse(required_text(value(row, 2, "type", line)?, "type", line)?);
     Ok(EventRow {
         seq: required_int(value(row, 0, "seq", line)?, "seq", line)?,

@@ -418,7 +418,7 @@ impl SqliteStore {
             |push| {
                 let mut index = 0;
                 while let Some(row) = rows.next()? {
-                    match codec::read_row(row, codec::line_of(index)) {
+                    match codec::read_row(row, None) {
                         Ok(row) => {
                             if !push(row) {
                                 break;
@@ -562,10 +562,13 @@ fn stored_len(tx: &Transaction<'_>, session_id: &str, location: &str) -> Result<
 /// starting at column `first`.
 fn header_from_row(id: &str, row: &rusqlite::Row<'_>, first: usize) -> Result<SessionHeader, LoadError> {
     let read = || -> Result<SessionHeader, LoadError> {
-        let created_at = codec::required_int(codec::value(row, first, "created_at", 1)?, "created_at", 1)?;
-        let cwd = codec::text(codec::value(row, first + 1, "cwd", 1)?, "cwd", 1)?;
-        let parent = codec::text(codec::value(row, first + 2, "parent_session", 1)?, "parent_session", 1)?;
-        let seed = codec::optional_int(codec::value(row, first + 3, "seed_length", 1)?, "seed_length", 1)?;
+        let created_at =
+            codec::required_int(codec::value(row, first, "created_at", None)?, "created_at", None)?;
+        let cwd = codec::text(codec::value(row, first + 1, "cwd", None)?, "cwd", None)?;
+        let parent =
+            codec::text(codec::value(row, first + 2, "parent_session", None)?, "parent_session", None)?;
+        let seed =
+            codec::optional_int(codec::value(row, first + 3, "seed_length", None)?, "seed_length", None)?;
         Ok(SessionHeader {
             id: id.to_owned(),
             created_at: codec::from_sql_int(created_at),
@@ -692,8 +695,8 @@ impl SessionStore for SqliteStore {
             let mut rows = stmt.query([])?;
             let mut headers = Vec::new();
             while let Some(row) = rows.next()? {
-                let id = codec::value(row, 0, "id", 1)
-                    .and_then(|v| codec::required_text(v, "id", 1))
+                let id = codec::value(row, 0, "id", None)
+                    .and_then(|v| codec::required_text(v, "id", None))
                     .map_err(|e| ReadError::Store(self.corrupt("?", None, e)))?;
                 let header =
                     header_from_row(id, row, 1).map_err(|e| ReadError::Store(self.corrupt(id, None, e)))?;
@@ -759,11 +762,8 @@ impl SessionStore for SqliteStore {
                     if hits.len() == remaining {
                         break;
                     }
-                    let row = stmt
-                        .query_row(params![id, seq], |row| {
-                            Ok(codec::read_row(row, codec::line_of(seq.max(0) as u64)))
-                        })
-                        .optional()?;
+                    let row =
+                        stmt.query_row(params![id, seq], |row| Ok(codec::read_row(row, None))).optional()?;
                     let Some(row) = row else { continue };
                     let event = row.and_then(|r| r.decode(codec::from_sql_int(seq))).map_err(|e| {
                         ReadError::Store(self.corrupt(&id, Some(codec::from_sql_int(seq)), e))

@@ -66,12 +66,6 @@ pub fn from_sql_int(v: i64) -> u64 {
     u64::from_ne_bytes(v.to_ne_bytes())
 }
 
-/// The 1-based line the event at `index` would occupy in the equivalent
-/// JSONL file (the header is line 1), used in [`LoadError`]s.
-pub fn line_of(index: u64) -> u64 {
-    index + 2
-}
-
 /// One event row, its columns read and copied but not yet checked: the
 /// copies become the event's own strings, so a row is copied once.
 #[derive(Debug, Clone)]
@@ -94,7 +88,8 @@ impl EventRow {
     /// Rebuilds the event at position `index` of its session, checking it as
     /// a JSONL line would be checked.
     pub fn decode(self, index: u64) -> Result<Event, LoadError> {
-        let at = line_of(index);
+        // A row has a position (its seq), not a line.
+        let at = None;
         let seq = from_sql_int(self.seq);
         if self.seq < 0 {
             return Err(LoadError::LogCorrupt { line: at, detail: format!("negative seq {}", self.seq) });
@@ -336,7 +331,9 @@ mod tests {
     fn a_seq_other_than_the_position_is_not_contiguous() {
         let err = row(MSG, None, Some("\"append\"")).decode(2).map(drop);
         assert_eq!(err.as_ref().map_err(LoadError::code), Err("seq-not-contiguous"));
-        assert_eq!(err.err().and_then(|e| e.line()), Some(4));
+        let err = err.err();
+        assert_eq!(err.as_ref().and_then(LoadError::seq), Some(3), "the row's seq");
+        assert_eq!(err.and_then(|e| e.line()), None, "a row has no line");
     }
 
     #[test]

@@ -171,7 +171,7 @@ proptest! {
         refused_as_malformed(Event::from_json(&bad))?;
         prop_assert!(serde_json::from_str::<Event>(&bad).is_err(), "serde accepts {}", bad);
         match JsonlLog::parse(format!("{HEADER}\n{bad}\n").as_bytes()) {
-            Err(LoadError::Rule { line: 2, error }) => prop_assert_eq!(error.code(), "event-malformed"),
+            Err(LoadError::Rule { line: Some(2), error }) => prop_assert_eq!(error.code(), "event-malformed"),
             other => prop_assert!(false, "{}: {:?}", bad, other),
         }
 
