@@ -44,6 +44,31 @@ impl CompactionPlan {
 /// Plans a compaction of the oldest surface entries, keeping at least
 /// `keep_recent` entries at the tail verbatim. Returns `None` when there is
 /// nothing worth compacting (fewer than two entries would be shadowed).
+/// The cut never splits a tool call from its result, nor reaches into the
+/// open turn's input.
+///
+/// A hand-written compaction is the plan, a summary, and one append:
+///
+/// ```
+/// use palimpsest_core_session::jsonl::JsonlLog;
+/// use palimpsest_core_session::payload::{Message, UserMessage};
+/// use palimpsest_core_session::rewrite::plan_compaction;
+///
+/// let log = include_str!("../test_data/ok/multi-step-tools.jsonl");
+/// let mut session = JsonlLog::parse(log.as_bytes())?.into_session()?;
+/// let before = session.surface().to_vec();
+///
+/// let plan = plan_compaction(&session, 2).expect("enough to compact");
+/// // Your summary of what `plan.shadowed` says (a model call, usually).
+/// let text = "The user asked for two files; both were read.";
+/// let summary = UserMessage { turn: None, message: Message::from_plugin("sum-1", "my-compactor", text) };
+/// let seq = session.append_surface(1_767_225_700_000, summary, plan.intent(&[]))?;
+///
+/// // The summary stands where the shadowed entries stood; the rest is kept.
+/// assert_eq!(session.surface()[0], seq);
+/// assert_eq!(&session.surface()[1..], &before[plan.shadowed.len()..]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn plan_compaction(session: &Session, keep_recent: usize) -> Option<CompactionPlan> {
     let surface = session.surface();
     let mut cut = surface.len().saturating_sub(keep_recent);
