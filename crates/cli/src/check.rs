@@ -7,8 +7,9 @@
 //! `validate`, `surface`, `derive`, `repair` and `inspect` agree on what a
 //! valid log is and report violations the same way.
 
+use palimpsest_core_session::explain::Shadowing;
 use palimpsest_core_session::jsonl::{JsonlReader, ReadOptions, TornTail};
-use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
+use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader};
 
 use crate::error::CliError;
 use palimpsest_invariants as invariants;
@@ -78,16 +79,6 @@ impl Finding {
     }
 }
 
-/// A replace that was accepted: its seq and the surface entries it shadowed,
-/// in surface order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Replaced {
-    /// The replacing event.
-    pub(crate) seq: u64,
-    /// What it took off the surface.
-    pub(crate) shadowed: Vec<u64>,
-}
-
 /// A session as read and checked.
 #[derive(Debug)]
 pub(crate) struct Checked {
@@ -100,8 +91,8 @@ pub(crate) struct Checked {
     pub(crate) fatal: Option<Finding>,
     /// Section-2a violations over the accepted prefix, sorted by seq.
     pub(crate) invariants: Vec<Finding>,
-    /// Every accepted replace, in log order.
-    pub(crate) replaced: Vec<Replaced>,
+    /// Who shadowed whom in the accepted prefix.
+    pub(crate) shadowing: Shadowing,
     /// A torn last line that was dropped (JSONL only).
     pub(crate) torn_tail: Option<TornTail>,
     /// The last line parsed whole but had no `\n` (JSONL only).
@@ -169,24 +160,11 @@ impl Checked {
 /// Builds a [`Checked`] one event at a time.
 struct Checker {
     session: Session,
-    replaced: Vec<Replaced>,
 }
 
 impl Checker {
     fn push(&mut self, event: Event, line: Option<u64>) -> Result<(), Finding> {
-        let shadowed = match event.surface_op() {
-            Some(op @ SurfaceOp::Replace { .. }) => self.session.view().shadowed_by(op).to_vec(),
-            _ => Vec::new(),
-        };
-        match self.session.append(event) {
-            Ok(seq) => {
-                if !shadowed.is_empty() {
-                    self.replaced.push(Replaced { seq, shadowed });
-                }
-                Ok(())
-            }
-            Err(error) => Err(Finding::from_append(&error, line)),
-        }
+        self.session.append(event).map(drop).map_err(|error| Finding::from_append(&error, line))
     }
 }
 
@@ -216,14 +194,14 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
                 session: None,
                 fatal: Some(Finding::from_load(&error)),
                 invariants: Vec::new(),
-                replaced: Vec::new(),
+                shadowing: Shadowing::default(),
                 torn_tail: None,
                 missing_newline: false,
                 store: None,
             }
         }
     };
-    let mut checker = Checker { session: Session::create(reader.header().clone()), replaced: Vec::new() };
+    let mut checker = Checker { session: Session::create(reader.header().clone()) };
     let mut fatal = None;
     while let Some(item) = reader.next() {
         let line = reader.line();
@@ -238,12 +216,13 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
         Some(_) => (None, false),
     };
     let invariants = invariant_findings(checker.session.events(), true);
+    let shadowing = Shadowing::of(checker.session.events());
     Checked {
         origin,
         session: Some(checker.session),
         fatal,
         invariants,
-        replaced: checker.replaced,
+        shadowing,
         torn_tail,
         missing_newline,
         store: None,
@@ -253,7 +232,7 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
 /// Checks a session loaded from a store: its events are each well-formed
 /// already; the rules that relate them are checked here.
 pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: String) -> Checked {
-    let mut checker = Checker { session: Session::create(header), replaced: Vec::new() };
+    let mut checker = Checker { session: Session::create(header) };
     let mut fatal = None;
     for event in events {
         if let Err(finding) = checker.push(event, None) {
@@ -262,12 +241,13 @@ pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: St
         }
     }
     let invariants = invariant_findings(checker.session.events(), false);
+    let shadowing = Shadowing::of(checker.session.events());
     Checked {
         origin,
         session: Some(checker.session),
         fatal,
         invariants,
-        replaced: checker.replaced,
+        shadowing,
         torn_tail: None,
         missing_newline: false,
         store: None,
@@ -284,6 +264,8 @@ pub(crate) fn check_file(path: &std::path::Path) -> Result<Checked, CliError> {
 
 #[cfg(test)]
 mod tests {
+    use palimpsest_core_session::explain::Replaced;
+
     use super::*;
 
     const HEADER: &str = r#"{"type":"session","version":0,"id":"t","createdAt":0}"#;
@@ -328,6 +310,7 @@ mod tests {
             r#"{"seq":2,"time":0,"type":"context/message","data":{"message":{"id":"c","role":"user","content":[],"source":{"kind":"user"}}},"sourceEventSeqs":[0,1],"surfaceOp":{"op":"replace","start":0,"end":1}}"#,
         ]);
         assert!(c.is_valid());
-        assert_eq!(c.replaced, vec![Replaced { seq: 2, shadowed: vec![0, 1] }]);
+        assert_eq!(c.shadowing.replaces(), [Replaced { seq: 2, shadowed: vec![0, 1] }]);
+        assert_eq!((c.shadowing.shadowed_by(0), c.shadowing.shadowed_by(2)), (Some(2), None));
     }
 }

@@ -36,7 +36,7 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use palimpsest_core_session::explain::{explain as explain_event, shadow_map, Explanation, Provenance};
+use palimpsest_core_session::explain::{explain as explain_event, Explanation, Provenance};
 use palimpsest_core_session::payload::Settings;
 use palimpsest_core_session::{Session, SurfaceOp};
 use serde::Serialize;
@@ -75,7 +75,8 @@ pub(crate) fn explain(
     let (_, checked) = open_checked(&args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
     // What a replace took off, in surface order (the explanation lists it by seq).
-    let taken_off = checked.replaced.iter().find(|r| r.seq == seq).map(|r| r.shadowed.clone());
+    let taken_off = checked.shadowing.took_off(seq).map(<[u64]>::to_vec);
+    let chain = checked.shadowing.chain(seq);
     let session = readable_session(checked)?;
     let Some(found) = explain_event(&session, seq) else {
         let len = session.events().len();
@@ -95,7 +96,6 @@ pub(crate) fn explain(
     if let Some(in_surface_order) = taken_off {
         found.shadowed = in_surface_order;
     }
-    let chain = shadow_chain(&session, seq);
     if json {
         serde_json::to_writer(&mut *out, &JsonExplanation::new(&session, &found, chain))?;
         writeln!(out)?;
@@ -103,24 +103,6 @@ pub(crate) fn explain(
         out.write_all(render(&session, &found, &chain).as_bytes())?;
     }
     Ok(Exit::Success)
-}
-
-/// The replaces that shadowed `seq`, one after the other: the one that took
-/// it off the surface, the one that took that one off, and so on.
-fn shadow_chain(session: &Session, seq: u64) -> Vec<u64> {
-    let map = shadow_map(session.events());
-    let mut chain = Vec::new();
-    let mut at = seq;
-    while let Some(&by) = map.get(&at) {
-        // Each replace is later than what it shadows, so this ends; the
-        // guard only keeps a broken map from looping.
-        if by <= at || chain.len() > session.events().len() {
-            break;
-        }
-        chain.push(by);
-        at = by;
-    }
-    chain
 }
 
 /// Where the settings of the `session/settings` at `seq` stand: what they
@@ -359,11 +341,11 @@ mod tests {
 
     #[test]
     fn the_shadow_chain_follows_every_replace() {
-        let s = example();
-        assert_eq!(shadow_chain(&s, 8), [18, 20], "pruned, then compacted with the rest");
-        assert_eq!(shadow_chain(&s, 1), [20]);
-        assert_eq!(shadow_chain(&s, 20), Vec::<u64>::new());
-        assert_eq!(shadow_chain(&s, 4), Vec::<u64>::new(), "a chunk is never on the surface");
+        let s = palimpsest_core_session::explain::Shadowing::of(example().events());
+        assert_eq!(s.chain(8), [18, 20], "pruned, then compacted with the rest");
+        assert_eq!(s.chain(1), [20]);
+        assert_eq!(s.chain(20), Vec::<u64>::new());
+        assert_eq!(s.chain(4), Vec::<u64>::new(), "a chunk is never on the surface");
     }
 
     /// Issue 21, item 4: the error text in full, once, where people look.

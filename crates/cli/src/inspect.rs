@@ -117,8 +117,6 @@ pub(crate) fn render(checked: &Checked, color: bool, out: &mut dyn Write) -> io:
 struct View<'a> {
     checked: &'a Checked,
     session: &'a Session,
-    /// Seq → the replace that took it off the surface.
-    shadowed_by: HashMap<u64, u64>,
     /// Seq → position on the final surface.
     surface_pos: HashMap<u64, usize>,
     /// Seq → structural violations at that event.
@@ -127,12 +125,6 @@ struct View<'a> {
 
 impl<'a> View<'a> {
     fn new(checked: &'a Checked, session: &'a Session) -> View<'a> {
-        let mut shadowed_by = HashMap::new();
-        for r in &checked.replaced {
-            for &s in &r.shadowed {
-                shadowed_by.insert(s, r.seq);
-            }
-        }
         let surface_pos = session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect();
         let mut violations_at: HashMap<u64, Vec<&Finding>> = HashMap::new();
         for f in &checked.invariants {
@@ -140,7 +132,7 @@ impl<'a> View<'a> {
                 violations_at.entry(seq).or_default().push(f);
             }
         }
-        View { checked, session, shadowed_by, surface_pos, violations_at }
+        View { checked, session, surface_pos, violations_at }
     }
 
     fn events(&self) -> &'a [Event] {
@@ -220,15 +212,16 @@ impl<'a> View<'a> {
             join(surface)
         );
 
-        if !self.checked.replaced.is_empty() {
+        if !self.checked.shadowing.replaces().is_empty() {
             label(o, "replaces");
             let ty_of =
                 |seq: u64| self.session.event(seq).map(|e| e.event_type().as_str()).unwrap_or_default();
-            let seq_w = self.checked.replaced.iter().map(|r| digits(r.seq)).max().unwrap_or(1);
-            let ty_w = self.checked.replaced.iter().map(|r| ty_of(r.seq).len()).max().unwrap_or(0);
-            for (i, r) in self.checked.replaced.iter().enumerate() {
+            let seq_w = self.checked.shadowing.replaces().iter().map(|r| digits(r.seq)).max().unwrap_or(1);
+            let ty_w =
+                self.checked.shadowing.replaces().iter().map(|r| ty_of(r.seq).len()).max().unwrap_or(0);
+            for (i, r) in self.checked.shadowing.replaces().iter().enumerate() {
                 if i == MAX_REPLACES_LISTED {
-                    let more = self.checked.replaced.len() - i;
+                    let more = self.checked.shadowing.replaces().len() - i;
                     let _ = writeln!(o, "{:10}… and {more} more", "");
                     break;
                 }
@@ -327,7 +320,7 @@ impl<'a> View<'a> {
         let mut settings: Option<palimpsest_core_session::payload::Settings> = None;
         for ((event, depth), time) in events.iter().zip(&depths).zip(&times) {
             let seq = event.seq();
-            let shadowed = self.shadowed_by.get(&seq).copied();
+            let shadowed = self.checked.shadowing.shadowed_by(seq);
             let mark = if self.surface_pos.contains_key(&seq) {
                 st.green("●")
             } else if shadowed.is_some() {

@@ -86,20 +86,100 @@ pub fn explain(session: &Session, seq: u64) -> Option<Explanation> {
     })
 }
 
-/// For every seq that left the surface, the replace that shadowed it.
+/// For every seq that left the surface, the replace that shadowed it
+/// ([`Shadowing::of`], as a map).
 pub fn shadow_map(events: &[Event]) -> HashMap<u64, u64> {
-    let mut surface = SurfaceManager::new();
-    let mut map = HashMap::new();
-    for e in events {
-        let Ok(step) = surface.plan(events, e) else { break };
-        if let SurfaceStep::Replace { start_pos, end_pos } = step {
-            for &s in &surface.seqs()[start_pos..=end_pos] {
-                map.insert(s, e.seq());
+    Shadowing::of(events).by
+}
+
+/// An accepted replace: its seq and the surface entries it took off, in
+/// surface order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replaced {
+    /// The replacing event.
+    pub seq: u64,
+    /// What it took off the surface, in surface order.
+    pub shadowed: Vec<u64>,
+}
+
+/// Who shadowed whom in a log: every replace with what it took off the
+/// surface, and for every seq that left the surface the replace that took
+/// it off. Computed once, by replaying the surface (O(log length)); it is
+/// what `validate`, `inspect`, `explain` and the exports show.
+///
+/// ```
+/// use palimpsest_core_session::explain::Shadowing;
+/// use palimpsest_core_session::jsonl::JsonlLog;
+///
+/// let log = include_str!("../test_data/ok/compaction-and-prune.jsonl");
+/// let log = JsonlLog::parse(log.as_bytes())?;
+/// let shadowing = Shadowing::of(&log.events);
+/// // The prune at seq 18 shadowed a tool result; the compaction at seq 20
+/// // shadowed the prune's stand-in in turn.
+/// let pruned = shadowing.took_off(18).expect("seq 18 is a replace")[0];
+/// assert_eq!(shadowing.chain(pruned), [18, 20]);
+/// assert_eq!(shadowing.shadowed_by(20), None, "the summary is on the surface");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shadowing {
+    replaced: Vec<Replaced>,
+    by: HashMap<u64, u64>,
+}
+
+impl Shadowing {
+    /// Replays the surface of `events` (seqs contiguous from 0); stops at
+    /// the first event the surface rules refuse.
+    pub fn of(events: &[Event]) -> Shadowing {
+        let mut surface = SurfaceManager::new();
+        let mut shadowing = Shadowing::default();
+        for e in events {
+            let Ok(step) = surface.plan(events, e) else { break };
+            if let SurfaceStep::Replace { start_pos, end_pos } = step {
+                let shadowed = surface.seqs()[start_pos..=end_pos].to_vec();
+                for &s in &shadowed {
+                    shadowing.by.insert(s, e.seq());
+                }
+                shadowing.replaced.push(Replaced { seq: e.seq(), shadowed });
             }
+            surface.apply(e.seq(), step);
         }
-        surface.apply(e.seq(), step);
+        shadowing
     }
-    map
+
+    /// The replace that took `seq` off the surface, if one did.
+    pub fn shadowed_by(&self, seq: u64) -> Option<u64> {
+        self.by.get(&seq).copied()
+    }
+
+    /// What the replace at `seq` took off the surface; `None` if `seq` is
+    /// not a replace.
+    pub fn took_off(&self, seq: u64) -> Option<&[u64]> {
+        // Replaces are kept in log order: a binary search by seq.
+        let i = self.replaced.binary_search_by_key(&seq, |r| r.seq).ok()?;
+        Some(&self.replaced[i].shadowed)
+    }
+
+    /// Every replace, in log order.
+    pub fn replaces(&self) -> &[Replaced] {
+        &self.replaced
+    }
+
+    /// The replaces that shadowed `seq`, one after the other: the one that
+    /// took it off the surface, the one that took that one off, and so on.
+    pub fn chain(&self, seq: u64) -> Vec<u64> {
+        let mut chain = Vec::new();
+        let mut at = seq;
+        while let Some(by) = self.shadowed_by(at) {
+            // Each replace is later than what it shadows, so this ends.
+            if by <= at {
+                break;
+            }
+            chain.push(by);
+            at = by;
+        }
+        chain
+    }
 }
 
 const MAX_DEPTH: usize = 32;

@@ -317,11 +317,11 @@ mod tests {
         ];
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         let checked = crate::check::check_jsonl(text.as_bytes(), "x".into());
-        let replaced = checked.replaced.clone();
+        let shadowing = checked.shadowing.clone();
         let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}: {text}"));
         [ExportView::Transcript, ExportView::Model]
             .into_iter()
-            .map(|view| render(&super::super::build(&session, &replaced, view)))
+            .map(|view| render(&super::super::build(&session, &shadowing, view)))
             .collect()
     }
 

@@ -34,11 +34,11 @@ use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::check::Replaced;
 use crate::cmd::{open_checked, readable_session};
 use crate::error::{CliError, Exit};
 use crate::settings_view;
 use crate::store_arg::StoreArgs;
+use palimpsest_core_session::explain::Shadowing;
 
 /// The file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -297,28 +297,20 @@ struct Carrier<'a> {
 }
 
 /// Builds the document of `view` over a session whose accepted replaces
-/// are `replaced` (what each took off, in surface order).
-pub(crate) fn build<'a>(session: &'a Session, replaced: &[Replaced], view: ExportView) -> Doc<'a> {
+/// shadowed what `shadowing` says.
+pub(crate) fn build<'a>(session: &'a Session, shadowing: &Shadowing, view: ExportView) -> Doc<'a> {
     let events = session.events();
-    let mut shadowed_by = HashMap::new();
-    let mut took_off: HashMap<u64, Vec<u64>> = HashMap::new();
-    for r in replaced {
-        for &s in &r.shadowed {
-            shadowed_by.insert(s, r.seq);
-        }
-        took_off.insert(r.seq, r.shadowed.clone());
-    }
     let position: HashMap<u64, usize> = session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect();
     let message = |e: &'a Event| -> Option<Box<Msg<'a>>> {
         let carrier = e.data_as::<Carrier<'a>>().ok()?;
         let typed: Message = serde_json::from_str(carrier.message.get()).ok()?;
-        let replaces = took_off.get(&e.seq()).map(|shadowed| Replace {
+        let replaces = shadowing.took_off(e.seq()).map(|shadowed| Replace {
             kind: match (e.event_type(), shadowed.len()) {
                 (EventType::ToolResult, _) => ReplaceKind::Prune,
                 (_, 1) => ReplaceKind::Rewrite,
                 _ => ReplaceKind::Compaction,
             },
-            shadowed: shadowed.clone(),
+            shadowed: shadowed.to_vec(),
         });
         Some(Box::new(Msg {
             seq: e.seq(),
@@ -331,7 +323,7 @@ pub(crate) fn build<'a>(session: &'a Session, replaced: &[Replaced], view: Expor
             sources: e.source_event_seqs(),
             surface_op: e.surface_op(),
             position: position.get(&e.seq()).copied(),
-            shadowed_by: shadowed_by.get(&e.seq()).copied(),
+            shadowed_by: shadowing.shadowed_by(e.seq()),
             replaces,
             usage: carrier.usage,
             interrupted: carrier.interrupted == Some(true),
@@ -483,9 +475,9 @@ pub(crate) fn export(
     let format = chosen_format(format, output)?;
     let (_, checked) = open_checked(args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
-    let replaced = checked.replaced.clone();
+    let shadowing = checked.shadowing.clone();
     let session = readable_session(checked)?;
-    let doc = build(&session, &replaced, view);
+    let doc = build(&session, &shadowing, view);
     let text = match format {
         Format::Markdown => markdown::render(&doc),
         Format::Html => html::render(&doc),
@@ -600,9 +592,9 @@ mod tests {
     fn doc_of(view: ExportView, f: impl FnOnce(&Doc<'_>)) {
         let text = include_str!("../../test_data/ok/compaction-and-prune.jsonl");
         let checked = check_jsonl(text.as_bytes(), "x".into());
-        let replaced = checked.replaced.clone();
+        let shadowing = checked.shadowing.clone();
         let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}"));
-        f(&build(&session, &replaced, view));
+        f(&build(&session, &shadowing, view));
     }
 
     fn seqs(doc: &Doc<'_>) -> Vec<u64> {
