@@ -9,7 +9,7 @@
 
 use palimpsest_core_session::explain::Shadowing;
 use palimpsest_core_session::jsonl::{JsonlReader, ReadOptions, TornTail};
-use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader};
+use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
 
 use crate::error::CliError;
 use palimpsest_invariants as invariants;
@@ -160,11 +160,24 @@ impl Checked {
 /// Builds a [`Checked`] one event at a time.
 struct Checker {
     session: Session,
+    shadowing: Shadowing,
 }
 
 impl Checker {
+    fn new(session: Session) -> Checker {
+        Checker { session, shadowing: Shadowing::default() }
+    }
+
+    /// Appends `event`, recording what it shadows as it goes: the surface
+    /// is walked once, by the append.
     fn push(&mut self, event: Event, line: Option<u64>) -> Result<(), Finding> {
-        self.session.append(event).map(drop).map_err(|error| Finding::from_append(&error, line))
+        let shadowed = match event.surface_op() {
+            Some(op @ SurfaceOp::Replace { .. }) => self.session.view().shadowed_by(op).to_vec(),
+            _ => Vec::new(),
+        };
+        let seq = self.session.append(event).map_err(|error| Finding::from_append(&error, line))?;
+        self.shadowing.record(seq, &shadowed);
+        Ok(())
     }
 }
 
@@ -201,7 +214,7 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
             }
         }
     };
-    let mut checker = Checker { session: Session::create(reader.header().clone()) };
+    let mut checker = Checker::new(Session::create(reader.header().clone()));
     let mut fatal = None;
     while let Some(item) = reader.next() {
         let line = reader.line();
@@ -216,13 +229,12 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
         Some(_) => (None, false),
     };
     let invariants = invariant_findings(checker.session.events(), true);
-    let shadowing = Shadowing::of(checker.session.events());
     Checked {
         origin,
         session: Some(checker.session),
         fatal,
         invariants,
-        shadowing,
+        shadowing: checker.shadowing,
         torn_tail,
         missing_newline,
         store: None,
@@ -232,7 +244,7 @@ pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
 /// Checks a session loaded from a store: its events are each well-formed
 /// already; the rules that relate them are checked here.
 pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: String) -> Checked {
-    let mut checker = Checker { session: Session::create(header) };
+    let mut checker = Checker::new(Session::create(header));
     let mut fatal = None;
     for event in events {
         if let Err(finding) = checker.push(event, None) {
@@ -241,13 +253,12 @@ pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: St
         }
     }
     let invariants = invariant_findings(checker.session.events(), false);
-    let shadowing = Shadowing::of(checker.session.events());
     Checked {
         origin,
         session: Some(checker.session),
         fatal,
         invariants,
-        shadowing,
+        shadowing: checker.shadowing,
         torn_tail: None,
         missing_newline: false,
         store: None,

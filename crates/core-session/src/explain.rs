@@ -136,15 +136,27 @@ impl Shadowing {
         for e in events {
             let Ok(step) = surface.plan(events, e) else { break };
             if let SurfaceStep::Replace { start_pos, end_pos } = step {
-                let shadowed = surface.seqs()[start_pos..=end_pos].to_vec();
-                for &s in &shadowed {
-                    shadowing.by.insert(s, e.seq());
-                }
-                shadowing.replaced.push(Replaced { seq: e.seq(), shadowed });
+                shadowing.record(e.seq(), &surface.seqs()[start_pos..=end_pos]);
             }
             surface.apply(e.seq(), step);
         }
         shadowing
+    }
+
+    /// Records that the replace at `seq` (later than every replace recorded
+    /// so far) took `shadowed` off the surface: for a reader that appends
+    /// the log to a [`Session`] anyway and has the shadowed entries at
+    /// hand ([`SessionView::shadowed_by`](crate::SessionView::shadowed_by)),
+    /// instead of replaying the surface a second time. Nothing for an empty
+    /// `shadowed`.
+    pub fn record(&mut self, seq: u64, shadowed: &[u64]) {
+        if shadowed.is_empty() {
+            return;
+        }
+        for &s in shadowed {
+            self.by.insert(s, seq);
+        }
+        self.replaced.push(Replaced { seq, shadowed: shadowed.to_vec() });
     }
 
     /// The replace that took `seq` off the surface, if one did.
