@@ -9,15 +9,6 @@ use std::path::Path;
 
 use support::*;
 
-fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    for f in fixtures {
-        let name = Path::new(f).file_name().expect("a file name");
-        fs::copy(test_data(f), dir.path().join(name)).expect("copy a fixture");
-    }
-    dir
-}
-
 /// A SQLite store holding the two fixture sessions (last active on
 /// 2026-01-01) and, when `fresh`, a session active now.
 fn store(d: &Path, fresh: bool) {

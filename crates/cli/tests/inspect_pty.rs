@@ -51,15 +51,7 @@ fn inspect(env: &[(&str, &str)], args: &[&str]) -> (String, i32) {
     }
     let mut session = Session::spawn(command).expect("spawn palimpsest on a pty");
     session.set_expect_timeout(Some(Duration::from_secs(30)));
-    // Read to the end: the pty reports it as EIO (or 0) once the child is gone.
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match session.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => bytes.extend_from_slice(&buf[..n]),
-        }
-    }
+    let bytes = read_to_end(&mut session);
     let screen = String::from_utf8_lossy(&bytes).replace('\r', "");
     let code = match session.get_process().wait() {
         Ok(WaitStatus::Exited(_, code)) => code,
@@ -69,6 +61,20 @@ fn inspect(env: &[(&str, &str)], args: &[&str]) -> (String, i32) {
 }
 
 /// The widest line of `screen`, in columns, escape sequences not counted.
+/// Everything the child writes to the pty until it is gone (the pty then
+/// reports EIO, or 0).
+fn read_to_end<S: Read>(session: &mut S) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match session.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
+    bytes
+}
+
 fn widest(screen: &str) -> usize {
     screen.lines().map(|l| strip_escapes(l).width()).max().unwrap_or(0)
 }
@@ -189,14 +195,7 @@ fn ctrl_c_while_the_pager_runs_does_not_end_inspect_before_it() {
     assert!(kill.success());
     std::thread::sleep(Duration::from_millis(200));
     std::fs::write(dir.path().join("go"), "").expect("let the pager end");
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match session.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => bytes.extend_from_slice(&buf[..n]),
-        }
-    }
+    let bytes = read_to_end(&mut session);
     let status = session.get_process().wait();
     assert!(matches!(status, Ok(WaitStatus::Exited(_, 0))), "inspect waited for the pager: {status:?}");
     assert!(String::from_utf8_lossy(&bytes).contains(END));

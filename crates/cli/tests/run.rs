@@ -413,24 +413,31 @@ fn a_provider_error_ends_the_turn_with_it_exit_1_and_the_log_stays_valid() {
     assert_eq!(String::from_utf8_lossy(&repair.stdout).trim(), "[]", "the turn is closed");
 }
 
-#[cfg(unix)]
-#[test]
-fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(vec![Reply::Stall]);
-    let base = server.base_url();
-    let mut child: Child = command(dir.path(), &model_args(&base, &["--store", "s", "Think hard."]))
+/// Starts `run` with `args` against `server` (pipes for stdout and
+/// stderr) and waits until its model request has arrived: the turn is
+/// running.
+fn spawn_until_requested(dir: &Path, server: &Server, args: &[&str]) -> Child {
+    let child = command(dir, &model_args(&server.base_url(), args))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the request is in: the turn is running, the handler installed.
     let deadline = Instant::now() + Duration::from_secs(20);
     while server.requests().is_empty() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(server.requests().len(), 1, "the request never arrived");
+    child
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![Reply::Stall]);
+    // Wait until the request is in: the turn is running, the handler installed.
+    let mut child = spawn_until_requested(dir.path(), &server, &["--store", "s", "Think hard."]);
     let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
     let mut stderr = String::new();
@@ -944,17 +951,7 @@ fn a_session_file_being_run_is_locked_for_a_second_run() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(vec![Reply::Stall]);
     let base = server.base_url();
-    let mut child: Child = command(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Think hard."]))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.requests().is_empty() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(server.requests().len(), 1, "the request never arrived");
+    let mut child = spawn_until_requested(dir.path(), &server, &["--store", "s.jsonl", "Think hard."]);
     // The first run's turn is open; continuing would close it, and cannot.
     let second = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Me too"]));
     let _ = child.kill();

@@ -16,16 +16,6 @@ use serde_json::json;
 
 use support::*;
 
-/// A scratch directory holding copies of some fixtures (by file name).
-fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    for f in fixtures {
-        let name = Path::new(f).file_name().expect("a file name");
-        fs::copy(test_data(f), dir.path().join(name)).expect("copy a fixture");
-    }
-    dir
-}
-
 const EXAMPLE: &str = "ok/compaction-and-prune.jsonl";
 
 // ---------------------------------------------------------------- round trips

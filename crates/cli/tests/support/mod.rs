@@ -60,3 +60,14 @@ pub(crate) fn ok(run: Run) -> Run {
 pub(crate) fn test_data(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data").join(file)
 }
+
+/// A scratch directory holding copies of some fixtures of `test_data/`
+/// (by file name).
+pub(crate) fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for f in fixtures {
+        let name = Path::new(f).file_name().expect("a file name");
+        std::fs::copy(test_data(f), dir.path().join(name)).expect("copy a fixture");
+    }
+    dir
+}
