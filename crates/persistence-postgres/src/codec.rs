@@ -6,7 +6,7 @@
 
 use palimpsest_core_session::{Event, EventType, LoadError, SessionHeader};
 pub(crate) use palimpsest_persistence::rows::{
-    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow,
+    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow, RowReader,
 };
 
 /// The event columns of one row, for an `INSERT ... SELECT FROM unnest(...)`:

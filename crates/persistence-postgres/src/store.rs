@@ -1020,23 +1020,13 @@ impl PgStore {
         }
         let params: [(&(dyn ToSql + Sync), Type); 1] = [(&session_id, Type::TEXT)];
         let mut rows = client.query_typed_raw(&self.sql.events, params)?;
-        let mut unreadable = None;
+        let mut rows_read = codec::RowReader::default();
         let decoded = codec::decode_into(
             codec::decode_threads(self.options.decode_threads),
             |push| {
-                let mut index = 0;
                 while let Some(row) = rows.next()? {
-                    match codec::read_row(&row, None) {
-                        Ok(row) => {
-                            if !push(row) {
-                                break;
-                            }
-                            index += 1;
-                        }
-                        Err(e) => {
-                            unreadable = Some((index, e));
-                            break;
-                        }
+                    if !rows_read.take(codec::read_row(&row, None), push) {
+                        break;
                     }
                 }
                 Ok::<(), postgres::Error>(())
@@ -1044,8 +1034,8 @@ impl PgStore {
             &mut |event| sink.event(event),
         )?;
         drop(rows);
-        decoded
-            .and_then(|()| unreadable.map_or(Ok(()), Err))
+        rows_read
+            .finish(decoded)
             .map_err(|(index, e)| TxError::Refused(self.corrupt(session_id, Some(index), e)))
     }
 

@@ -5,7 +5,7 @@
 
 use palimpsest_core_session::{EventType, LoadError};
 pub(crate) use palimpsest_persistence::rows::{
-    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow,
+    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow, RowReader,
 };
 use rusqlite::types::ValueRef;
 

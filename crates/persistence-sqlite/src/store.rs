@@ -409,34 +409,24 @@ impl SqliteStore {
         // them meanwhile. The first bad row by position is the error,
         // whether its columns or its contents are wrong: a row whose
         // columns cannot be read is never decoded, and ends the read.
-        let mut unreadable = None;
+        let mut rows_read = codec::RowReader::default();
         if sink.header(header).is_break() {
             return Ok(());
         }
         let decoded = codec::decode_into(
             codec::decode_threads(self.options.decode_threads),
             |push| {
-                let mut index = 0;
                 while let Some(row) = rows.next()? {
-                    match codec::read_row(row, None) {
-                        Ok(row) => {
-                            if !push(row) {
-                                break;
-                            }
-                            index += 1;
-                        }
-                        Err(e) => {
-                            unreadable = Some((index, e));
-                            break;
-                        }
+                    if !rows_read.take(codec::read_row(row, None), push) {
+                        break;
                     }
                 }
                 Ok::<(), rusqlite::Error>(())
             },
             &mut |event| sink.event(event),
         )?;
-        decoded
-            .and_then(|()| unreadable.map_or(Ok(()), Err))
+        rows_read
+            .finish(decoded)
             .map_err(|(index, e)| ReadError::Store(self.corrupt(session_id, Some(index), e)))
     }
 

@@ -136,6 +136,58 @@ impl EventRow {
 /// Rows per batch handed to the decoding thread.
 const BATCH_ROWS: usize = 1024;
 
+/// What a store's `read` closure for [`decode_into`] does with each row
+/// its client yields: push the row's columns on, or stop at the first row
+/// whose columns cannot be read, keeping that row's error and position.
+///
+/// ```
+/// use palimpsest_core_session::LoadError;
+/// use palimpsest_persistence::rows::{decode_into, RowReader};
+///
+/// let unreadable = Err(LoadError::LogCorrupt { line: None, detail: "not TEXT".into() });
+/// let mut rows = RowReader::default();
+/// let decoded = decode_into(1, |push| {
+///     for row in [unreadable] {
+///         if !rows.take(row, push) {
+///             break;
+///         }
+///     }
+///     Ok::<(), ()>(())
+/// }, &mut |_| std::ops::ControlFlow::Continue(()));
+/// let err = rows.finish(decoded.unwrap()).unwrap_err();
+/// assert_eq!((err.0, err.1.code()), (0, "log-corrupt"));
+/// ```
+#[derive(Debug, Default)]
+pub struct RowReader {
+    index: u64,
+    unreadable: Option<(u64, LoadError)>,
+}
+
+impl RowReader {
+    /// Takes the next row, its columns read (or not): `false` when the
+    /// read must stop, because they could not be read or `push` refused.
+    pub fn take(&mut self, row: Result<EventRow, LoadError>, push: &mut dyn FnMut(EventRow) -> bool) -> bool {
+        match row {
+            Ok(row) => {
+                self.index += 1;
+                push(row)
+            }
+            Err(e) => {
+                self.unreadable = Some((self.index, e));
+                false
+            }
+        }
+    }
+
+    /// The outcome of the load: `decoded` (what [`decode_into`] gave),
+    /// then an unreadable row, if there was one; each error with its
+    /// position. The first bad row by position wins either way, as no row
+    /// after an unreadable one was pushed.
+    pub fn finish(self, decoded: Result<(), (u64, LoadError)>) -> Result<(), (u64, LoadError)> {
+        decoded.and_then(|()| self.unreadable.map_or(Ok(()), Err))
+    }
+}
+
 /// Decodes rows into events while they are being read, collecting them:
 /// [`decode_into`] with a consumer that keeps every event. The result is
 /// that of decoding the rows in order: the events, or the first bad row's
