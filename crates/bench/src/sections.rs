@@ -79,6 +79,10 @@ fn in_memory(w: &Workload) -> Result<Vec<Row>, String> {
     });
     let derive = median(runs, || (), |()| session.derive_messages().len());
     let derive_again = median(runs, || (), |()| session.derive_messages().len());
+    let mut live = Session::from_log(w.header.clone(), w.events.clone()).map_err(|e| e.to_string())?;
+    let history_first = median(1, || (), |()| live.history().len());
+    let history_again = ns_per_call(1_000_000, || std::hint::black_box(&live).history().len());
+    let history_after_append = history_after_each_append(&mut live, 1_000)?;
     Ok(vec![
         with_baseline(
             row("memory", "append, full validation, dev mode off", w, off, "ev/s"),
@@ -94,7 +98,34 @@ fn in_memory(w: &Workload) -> Result<Vec<Row>, String> {
         row("memory", "SurfaceManager::sync, nothing new", w, idle_sync, "ns"),
         row("memory", "derive_messages, first call", w, derive.as_secs_f64() * 1e3, "ms"),
         row("memory", "derive_messages, repeated", w, derive_again.as_secs_f64() * 1e3, "ms"),
+        row("memory", "Session::history, first call", w, history_first.as_secs_f64() * 1e3, "ms"),
+        with_baseline(
+            row("memory", "Session::history, repeated", w, history_again, "ns"),
+            "derive_messages, repeated",
+            derive_again.as_nanos() as f64,
+        ),
+        row("memory", "Session::history after one append", w, history_after_append, "ns"),
     ])
+}
+
+/// Mean time of `Session::history` right after each of `count` appends of
+/// one user message: what the loop pays per model request once the cache is
+/// warm (the appends themselves are not timed).
+fn history_after_each_append(session: &mut Session, count: u64) -> Result<f64, String> {
+    use palimpsest_core_session::payload::{Message, UserMessage};
+    use palimpsest_core_session::SurfaceIntent;
+    let mut total = Duration::ZERO;
+    for i in 0..count {
+        let message = Message::user(format!("bench-{i}"), "one more question");
+        let time = session.last_time();
+        session
+            .append_surface(time, UserMessage { turn: None, message }, SurfaceIntent::append())
+            .map_err(|e| e.to_string())?;
+        let start = std::time::Instant::now();
+        std::hint::black_box(session.history().len());
+        total += start.elapsed();
+    }
+    Ok(total.as_nanos() as f64 / count as f64)
 }
 
 /// Parent side: runs the memory probe in a fresh child process, so nothing

@@ -12,11 +12,13 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::{Mutex, PoisonError};
 
 use crate::derive::{derive_messages, derive_request, effective_settings, DerivedMessage, DerivedRequest};
 use crate::error::AppendError;
 use crate::event::{Event, EventType, SurfaceIntent, SurfaceOp};
 use crate::header::SessionHeader;
+use crate::history::{History, HistoryCache};
 use crate::payload::{LogPayload, Settings, SurfacePayload, TurnEnd, TurnStart};
 use crate::surface::{SurfaceManager, SurfaceStep, SurfaceUndo};
 
@@ -121,6 +123,8 @@ pub struct Session {
     /// Seq of the last `session/settings` event: the settings in effect.
     settings_seq: Option<u64>,
     guard: Option<Box<dyn AppendGuard>>,
+    /// The derived history, built on first use and kept in step after.
+    history: Mutex<HistoryCache>,
 }
 
 impl Session {
@@ -132,6 +136,7 @@ impl Session {
             surface: SurfaceManager::new(),
             settings_seq: None,
             guard: None,
+            history: Mutex::default(),
         }
     }
 
@@ -154,6 +159,7 @@ impl Session {
             surface: SurfaceManager::new(),
             settings_seq: None,
             guard,
+            history: Mutex::default(),
         };
         for event in events {
             s.append(event)?;
@@ -225,9 +231,21 @@ impl Session {
         SessionView { header: &self.header, events: &self.events, surface: self.surface.seqs() }
     }
 
-    /// The messages of the next model request (contract section 3).
+    /// The messages of the next model request (contract section 3), parsed
+    /// afresh: O(surface) on every call. [`Session::history`] gives the same
+    /// messages, owned and cached.
     pub fn derive_messages(&self) -> Vec<DerivedMessage<'_>> {
         derive_messages(&self.events, self.surface.seqs())
+    }
+
+    /// The messages of the next model request (contract section 3), as a
+    /// shared snapshot: the same messages as [`Session::derive_messages`],
+    /// in the same order. Built on the first call (O(surface)); after that
+    /// O(1) when nothing changed and O(the surface changes since the last
+    /// call) otherwise. See [`History`].
+    pub fn history(&self) -> History {
+        let mut cache = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.get(&self.events, self.surface.seqs())
     }
 
     /// Seq of the `session/settings` event in effect (the last one), `None`
@@ -360,6 +378,7 @@ impl Session {
                     self.track_settings(&event);
                     self.events.push(event);
                     undo.push(self.surface.apply_with_undo(seq, step));
+                    self.history_cache().record(seq, step);
                     self.notify_guard();
                 }
                 Err(e) => {
@@ -392,6 +411,7 @@ impl Session {
         self.track_settings(&event);
         self.events.push(event);
         self.surface.apply(seq, step);
+        self.history_cache().record(seq, step);
         self.notify_guard();
     }
 
@@ -410,7 +430,12 @@ impl Session {
         }
     }
 
+    fn history_cache(&mut self) -> &mut HistoryCache {
+        self.history.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn roll_back(&mut self, len: usize, undo: Vec<SurfaceUndo>, settings_seq: Option<u64>) {
+        self.history_cache().forget();
         for u in undo.into_iter().rev() {
             self.surface.undo(u);
         }

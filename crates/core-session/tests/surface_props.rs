@@ -217,4 +217,42 @@ proptest! {
             prop_assert_eq!((single.events().len(), single.surface().to_vec()), before);
         }
     }
+
+    #[test]
+    fn cached_history_equals_a_fresh_derive(
+        ops in prop::collection::vec(op(), 1..80),
+        ask in prop::collection::vec(any::<bool>(), 80),
+        fail in prop::collection::vec(prop::bool::weighted(0.2), 80),
+    ) {
+        // Events go in as one-event batches whose write fails now and then
+        // (a rollback); the cached history is asked for at random points
+        // and must always equal what derive_messages() parses afresh.
+        let mut session = Session::create(SessionHeader::new("p", 0));
+        let mut model = Model::default();
+        let mut held = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let (event, expected) = candidate(op, session.next_seq(), &model);
+            let Some(event) = event else { continue };
+            let write_fails = fail[i];
+            let result = session.append_batch_with(vec![event], |_| if write_fails { Err(()) } else { Ok(()) });
+            if let (Ok(_), Some(after)) = (&result, expected) {
+                model = after;
+            }
+            if ask[i] {
+                let history = session.history();
+                let fresh: Vec<(u64, Message)> =
+                    session.derive_messages().into_iter().map(|d| (d.seq, d.message)).collect();
+                let cached: Vec<(u64, Message)> = history.iter().map(|m| (m.seq, m.message.clone())).collect();
+                prop_assert_eq!(&cached, &fresh);
+                prop_assert_eq!(history.len(), fresh.len());
+                prop_assert!(history.same_as(&session.history()), "asked again with nothing new: the same snapshot");
+                // Held snapshots must not change under later appends.
+                held.push((history, cached));
+            }
+        }
+        for (history, then) in &held {
+            let now: Vec<(u64, Message)> = history.iter().map(|m| (m.seq, m.message.clone())).collect();
+            prop_assert_eq!(&now, then);
+        }
+    }
 }
