@@ -78,9 +78,8 @@ impl CliError {
 /// The message is the error's whole chain, so an `io` error says why.
 pub(crate) fn from_store(error: &StoreError, location: &str) -> CliError {
     if let StoreError::Corrupt { location: at, cause: Some(cause), .. } = error {
-        let finding = crate::check::Finding::from_load(cause);
         let at = if at.is_empty() { location } else { at.as_str() };
-        return CliError::refused(finding.code.clone(), at, finding.seq_detail());
+        return CliError::refused(cause.code(), at, crate::check::seq_detail(cause.seq(), &cause.detail()));
     }
     let code = error.contract_code().unwrap_or(error.code()).to_owned();
     let exit = match error.code() {

@@ -29,7 +29,7 @@ use palimpsest_core_session::repair::{repair, TOOL_NOT_STARTED};
 use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
 use serde::Deserialize;
 
-use crate::check::{Checked, Finding};
+use crate::check::{Checked, Finding, Shown};
 use crate::settings_view;
 use crate::timefmt;
 
@@ -95,10 +95,10 @@ impl Style {
 /// Writes the whole report.
 pub(crate) fn render(checked: &Checked, color: bool, out: &mut dyn Write) -> io::Result<()> {
     let style = Style { on: color };
-    let Some(session) = &checked.session else {
+    let Some(session) = &checked.report.session else {
         // Not even a header: say so, and what was wrong.
         writeln!(out, "{} {}", style.bold("session"), checked.origin)?;
-        if let Some(f) = &checked.fatal {
+        if let Some(f) = &checked.report.fatal {
             writeln!(out, "  {}", style.red(&format!("✗ {}", f.to_error(&checked.origin))))?;
         }
         return Ok(());
@@ -127,8 +127,8 @@ impl<'a> View<'a> {
     fn new(checked: &'a Checked, session: &'a Session) -> View<'a> {
         let surface_pos = session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect();
         let mut violations_at: HashMap<u64, Vec<&Finding>> = HashMap::new();
-        for f in &checked.invariants {
-            if let Some(seq) = f.seq {
+        for f in &checked.report.invariants {
+            if let Some(seq) = f.seq() {
                 violations_at.entry(seq).or_default().push(f);
             }
         }
@@ -212,16 +212,24 @@ impl<'a> View<'a> {
             join(surface)
         );
 
-        if !self.checked.shadowing.replaces().is_empty() {
+        if !self.checked.report.shadowing.replaces().is_empty() {
             label(o, "replaces");
             let ty_of =
                 |seq: u64| self.session.event(seq).map(|e| e.event_type().as_str()).unwrap_or_default();
-            let seq_w = self.checked.shadowing.replaces().iter().map(|r| digits(r.seq)).max().unwrap_or(1);
-            let ty_w =
-                self.checked.shadowing.replaces().iter().map(|r| ty_of(r.seq).len()).max().unwrap_or(0);
-            for (i, r) in self.checked.shadowing.replaces().iter().enumerate() {
+            let seq_w =
+                self.checked.report.shadowing.replaces().iter().map(|r| digits(r.seq)).max().unwrap_or(1);
+            let ty_w = self
+                .checked
+                .report
+                .shadowing
+                .replaces()
+                .iter()
+                .map(|r| ty_of(r.seq).len())
+                .max()
+                .unwrap_or(0);
+            for (i, r) in self.checked.report.shadowing.replaces().iter().enumerate() {
                 if i == MAX_REPLACES_LISTED {
-                    let more = self.checked.shadowing.replaces().len() - i;
+                    let more = self.checked.report.shadowing.replaces().len() - i;
                     let _ = writeln!(o, "{:10}… and {more} more", "");
                     break;
                 }
@@ -256,7 +264,7 @@ impl<'a> View<'a> {
         } else {
             o.push_str(&st.red(&format!("INVALID: {}", count(violations, "violation"))));
         }
-        if self.checked.fatal.is_none() {
+        if self.checked.report.fatal.is_none() {
             let closers = repair(events);
             if closers.is_empty() {
                 o.push_str("; nothing to repair");
@@ -274,7 +282,7 @@ impl<'a> View<'a> {
             }
         }
         o.push('\n');
-        if let Some(torn) = self.checked.torn_tail {
+        if let Some(torn) = self.checked.report.torn_tail {
             o.push_str(&" ".repeat(10));
             let _ = writeln!(
                 o,
@@ -282,7 +290,7 @@ impl<'a> View<'a> {
                 st.yellow(&format!("a torn last line was dropped (line {}, {} bytes)", torn.line, torn.len))
             );
         }
-        if self.checked.missing_newline {
+        if self.checked.report.missing_newline {
             o.push_str(&" ".repeat(10));
             let _ = writeln!(o, "the last line has no newline");
         }
@@ -320,7 +328,7 @@ impl<'a> View<'a> {
         let mut settings: Option<palimpsest_core_session::payload::Settings> = None;
         for ((event, depth), time) in events.iter().zip(&depths).zip(&times) {
             let seq = event.seq();
-            let shadowed = self.checked.shadowing.shadowed_by(seq);
+            let shadowed = self.checked.report.shadowing.shadowed_by(seq);
             let mark = if self.surface_pos.contains_key(&seq) {
                 st.green("●")
             } else if shadowed.is_some() {
@@ -387,7 +395,7 @@ impl<'a> View<'a> {
 
     /// Where checking stopped, if it did.
     fn fatal_line(&self, st: &Style, o: &mut String, indent: usize) {
-        if let Some(f) = &self.checked.fatal {
+        if let Some(f) = &self.checked.report.fatal {
             let _ = writeln!(
                 o,
                 "{:indent$}{}",
