@@ -42,8 +42,8 @@ use palimpsest_core_session::{Session, SurfaceOp};
 use serde::Serialize;
 
 use crate::cmd::{open_checked, readable_session};
+use crate::describe::{count, join, summarize};
 use crate::error::{CliError, Exit};
-use crate::inspect::{count, join, summarize};
 use crate::settings_view;
 use crate::store_arg::StoreArgs;
 use crate::timefmt;

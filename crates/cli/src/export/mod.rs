@@ -255,7 +255,7 @@ impl Doc<'_> {
     /// The marker line of a replace, without dashes: `compacted 4 messages
     /// into a summary (seq 20)`.
     pub(crate) fn marker(&self, m: &Msg<'_>, r: &Replace) -> String {
-        let seqs = crate::inspect::join(&r.shadowed);
+        let seqs = crate::describe::join(&r.shadowed);
         match r.kind {
             ReplaceKind::Prune => {
                 let call = m.call_id().unwrap_or("?");
