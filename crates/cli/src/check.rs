@@ -1,105 +1,68 @@
-//! Reading and checking one session for a command: the header, every rule
-//! of contract sections 1, 2 and 6 (stopping at the first violation, as
-//! `Session::from_log` does), then the structural invariants of section 2a
-//! over the events accepted so far.
+//! Reading and checking one session for a command: the library's
+//! [`Report`] (`palimpsest_invariants::report`) does the checking; this
+//! module opens the file, names the session in messages, and turns
+//! findings into the CLI's `error[<code>]` lines.
 //!
 //! Every command that reads a session goes through [`Checked`], so
 //! `validate`, `surface`, `derive`, `repair` and `inspect` agree on what a
 //! valid log is and report violations the same way.
 
-use palimpsest_core_session::explain::Shadowing;
-use palimpsest_core_session::jsonl::{JsonlReader, ReadOptions, TornTail};
-use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
+use palimpsest_core_session::{AppendError, Event, Session, SessionHeader};
+pub(crate) use palimpsest_invariants::{Finding, Report};
 
 use crate::error::CliError;
-use palimpsest_invariants as invariants;
 
-/// One violation, as `validate` reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Finding {
-    /// Stable contract code, e.g. `replace-start-missing`.
-    pub(crate) code: String,
-    /// The offending event's seq, where there is one.
-    pub(crate) seq: Option<u64>,
-    /// The 1-based line of a JSONL file (the header is line 1), where known.
-    pub(crate) line: Option<u64>,
-    /// What was wrong, without the code, seq or line.
-    pub(crate) detail: String,
+/// How a command shows a [`Finding`], given how the session is named.
+pub(crate) trait Shown {
+    /// Where: `<origin>:<line>`, or the origin alone.
+    fn location(&self, origin: &str) -> String;
+    /// What: `seq <n>: <detail>`, or the detail alone.
+    fn seq_detail(&self) -> String;
+    /// The one stderr line: `error[<code>]: <origin>:<line>: seq <n>: <detail>`.
+    fn to_error(&self, origin: &str) -> CliError;
 }
 
-impl Finding {
-    /// From a section-1/2 refusal of an event read at `line`.
-    pub(crate) fn from_append(error: &AppendError, line: Option<u64>) -> Finding {
-        Finding { code: error.code().to_owned(), seq: error.seq(), line, detail: error.detail() }
-    }
-
-    /// From a file-level load failure (header, corrupt line, or a rule).
-    pub(crate) fn from_load(error: &LoadError) -> Finding {
-        if let LoadError::Rule { line, error } = error {
-            return Finding::from_append(error, *line);
-        }
-        Finding {
-            code: error.code().to_owned(),
-            seq: error.seq(),
-            line: error.line(),
-            detail: error.detail(),
-        }
-    }
-
-    /// The `message` of `validate --json`: the detail, prefixed with the line
-    /// when there is no seq to place it (a corrupt line).
-    pub(crate) fn message(&self) -> String {
-        match (self.seq, self.line) {
-            (None, Some(line)) if !self.code.starts_with("header-") => {
-                format!("line {line}: {}", self.detail)
-            }
-            _ => self.detail.clone(),
-        }
-    }
-
-    /// Where: `<origin>:<line>`, or the origin alone.
-    pub(crate) fn location(&self, origin: &str) -> String {
-        match self.line {
+impl Shown for Finding {
+    fn location(&self, origin: &str) -> String {
+        match self.line() {
             Some(line) => format!("{origin}:{line}"),
             None => origin.to_owned(),
         }
     }
 
-    /// What: `seq <n>: <detail>`, or the detail alone.
-    pub(crate) fn seq_detail(&self) -> String {
-        match self.seq {
-            Some(seq) => format!("seq {seq}: {}", self.detail),
-            None => self.detail.clone(),
-        }
+    fn seq_detail(&self) -> String {
+        seq_detail(self.seq(), &self.detail)
     }
 
-    /// The one stderr line: `error[<code>]: <origin>:<line>: seq <n>: <detail>`.
-    pub(crate) fn to_error(&self, origin: &str) -> CliError {
+    fn to_error(&self, origin: &str) -> CliError {
         CliError::refused(self.code.clone(), self.location(origin), self.seq_detail())
     }
 }
 
-/// A session as read and checked.
+/// `seq <n>: <detail>`, or the detail alone.
+pub(crate) fn seq_detail(seq: Option<u64>, detail: &str) -> String {
+    match seq {
+        Some(seq) => format!("seq {seq}: {detail}"),
+        None => detail.to_owned(),
+    }
+}
+
+/// An append refused outside a reading (a fork's seed, a converted
+/// session): `error[<code>]: <origin>: seq <n>: <detail>`.
+pub(crate) fn refused(error: &AppendError, origin: &str) -> CliError {
+    CliError::refused(error.code(), origin, seq_detail(error.seq(), &error.detail()))
+}
+
+/// A session as read and checked, and how to name it.
 #[derive(Debug)]
 pub(crate) struct Checked {
     /// How to name the session in messages: a path, or a store and an id.
     pub(crate) origin: String,
-    /// The accepted prefix of the log (every event up to the first
-    /// violation); `None` when the header could not be read.
-    pub(crate) session: Option<Session>,
-    /// The first violation of sections 1, 2 or 6; checking stopped there.
-    pub(crate) fatal: Option<Finding>,
-    /// Section-2a violations over the accepted prefix, sorted by seq.
-    pub(crate) invariants: Vec<Finding>,
-    /// Who shadowed whom in the accepted prefix.
-    pub(crate) shadowing: Shadowing,
-    /// A torn last line that was dropped (JSONL only).
-    pub(crate) torn_tail: Option<TornTail>,
-    /// The last line parsed whole but had no `\n` (JSONL only).
-    pub(crate) missing_newline: bool,
-    /// What the checks of the store as a whole found (`validate` of a
-    /// SQLite store), where they ran.
-    pub(crate) store: Option<StoreFindings>,
+    /// What was read and found.
+    pub(crate) report: Report,
+    /// How to name the store in messages, once its checks have run
+    /// ([`Checked::add_store`]).
+    store_origin: Option<String>,
 }
 
 /// Violations of a store as a whole rather than of the session: event rows
@@ -108,161 +71,69 @@ pub(crate) struct Checked {
 pub(crate) struct StoreFindings {
     /// How to name the store in messages.
     pub(crate) origin: String,
-    /// What was found, each without a seq.
+    /// What was found, each [`Finding::store`].
     pub(crate) findings: Vec<Finding>,
 }
 
 impl Checked {
-    /// Whether nothing at all was found.
-    pub(crate) fn is_valid(&self) -> bool {
-        self.fatal.is_none() && self.invariants.is_empty() && self.store_findings().is_empty()
+    /// `report`, named `origin`.
+    pub(crate) fn new(report: Report, origin: String) -> Checked {
+        Checked { origin, report, store_origin: None }
     }
 
-    fn store_findings(&self) -> &[Finding] {
-        self.store.as_ref().map_or(&[], |s| &s.findings)
+    /// Adds what the checks of the store as a whole found (`validate` of a
+    /// SQLite store).
+    pub(crate) fn add_store(&mut self, store: StoreFindings) {
+        self.store_origin = Some(store.origin);
+        self.report.store.extend(store.findings);
+    }
+
+    /// Whether nothing at all was found.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.report.is_valid()
     }
 
     /// How many events were accepted.
     pub(crate) fn events_checked(&self) -> usize {
-        self.session.as_ref().map_or(0, |s| s.events().len())
+        self.report.events_checked()
     }
 
-    /// Every violation, sorted by seq (those without a seq last), the
-    /// section-2 one after invariants at the same seq.
+    /// Every violation, in [`Report::violations`]' order.
     pub(crate) fn violations(&self) -> Vec<&Finding> {
-        self.located_violations().into_iter().map(|(f, _)| f).collect()
+        self.report.violations()
     }
 
     /// [`Checked::violations`], each with how to name where it is: the
     /// session's origin, or the store's for a finding about the whole store
     /// (those come last).
     pub(crate) fn located_violations(&self) -> Vec<(&Finding, &str)> {
-        let mut all: Vec<&Finding> = self.invariants.iter().chain(self.fatal.as_ref()).collect();
-        all.sort_by_key(|f| (f.seq.is_none(), f.seq));
-        let session = all.into_iter().map(|f| (f, self.origin.as_str()));
-        let store = self.store.iter().flat_map(|s| s.findings.iter().map(|f| (f, s.origin.as_str())));
-        session.chain(store).collect()
+        let store = self.store_origin.as_deref().unwrap_or(&self.origin);
+        let all = self.report.violations();
+        // The store's findings are the last ones.
+        let of_session = all.len() - self.report.store.len();
+        all.into_iter()
+            .enumerate()
+            .map(|(i, f)| (f, if i < of_session { self.origin.as_str() } else { store }))
+            .collect()
     }
 
     /// The session, provided sections 1, 2 and 6 hold (what `surface` and
     /// `derive` need); the first violation otherwise.
     pub(crate) fn into_session(self) -> Result<(Session, Vec<Finding>), CliError> {
-        if let Some(f) = &self.fatal {
-            return Err(f.to_error(&self.origin));
-        }
-        match self.session {
-            Some(session) => Ok((session, self.invariants)),
-            None => Err(CliError::refused("header-malformed", self.origin, "no session could be read")),
-        }
+        let origin = self.origin;
+        self.report.into_session().map_err(|f| f.to_error(&origin))
     }
-}
-
-/// Builds a [`Checked`] one event at a time.
-struct Checker {
-    session: Session,
-    shadowing: Shadowing,
-}
-
-impl Checker {
-    fn new(session: Session) -> Checker {
-        Checker { session, shadowing: Shadowing::default() }
-    }
-
-    /// Appends `event`, recording what it shadows as it goes: the surface
-    /// is walked once, by the append.
-    fn push(&mut self, event: Event, line: Option<u64>) -> Result<(), Finding> {
-        let shadowed = match event.surface_op() {
-            Some(op @ SurfaceOp::Replace { .. }) => self.session.view().shadowed_by(op).to_vec(),
-            _ => Vec::new(),
-        };
-        let seq = self.session.append(event).map_err(|error| Finding::from_append(&error, line))?;
-        self.shadowing.record(seq, &shadowed);
-        Ok(())
-    }
-}
-
-/// Runs the section-2a checker over `events` (seqs contiguous from 0). In a
-/// JSONL file event `seq` sits on line `seq + 2`.
-fn invariant_findings(events: &[Event], lines: bool) -> Vec<Finding> {
-    let mut found: Vec<Finding> = invariants::check_log(events)
-        .into_iter()
-        .map(|v| Finding {
-            code: v.code.to_owned(),
-            seq: Some(v.seq),
-            line: lines.then_some(v.seq + 2),
-            detail: v.message,
-        })
-        .collect();
-    found.sort_by_key(|f| f.seq);
-    found
 }
 
 /// Checks the bytes of a JSONL session file (contract section 6).
 pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
-    let mut reader = match JsonlReader::new(bytes, ReadOptions::default()) {
-        Ok(reader) => reader,
-        Err(error) => {
-            return Checked {
-                origin,
-                session: None,
-                fatal: Some(Finding::from_load(&error)),
-                invariants: Vec::new(),
-                shadowing: Shadowing::default(),
-                torn_tail: None,
-                missing_newline: false,
-                store: None,
-            }
-        }
-    };
-    let mut checker = Checker::new(Session::create(reader.header().clone()));
-    let mut fatal = None;
-    while let Some(item) = reader.next() {
-        let line = reader.line();
-        let result = item.map_err(|e| Finding::from_load(&e)).and_then(|e| checker.push(e, Some(line)));
-        if let Err(finding) = result {
-            fatal = Some(finding);
-            break;
-        }
-    }
-    let (torn_tail, missing_newline) = match fatal {
-        None => (reader.torn_tail(), reader.missing_newline()),
-        Some(_) => (None, false),
-    };
-    let invariants = invariant_findings(checker.session.events(), true);
-    Checked {
-        origin,
-        session: Some(checker.session),
-        fatal,
-        invariants,
-        shadowing: checker.shadowing,
-        torn_tail,
-        missing_newline,
-        store: None,
-    }
+    Checked::new(Report::check_jsonl(bytes), origin)
 }
 
 /// Checks a session loaded from a store: its events are each well-formed
-/// already; the rules that relate them are checked here.
+/// already; the rules that relate them are checked by the report.
 pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: String) -> Checked {
-    let mut checker = Checker::new(Session::create(header));
-    let mut fatal = None;
-    for event in events {
-        if let Err(finding) = checker.push(event, None) {
-            fatal = Some(finding);
-            break;
-        }
-    }
-    let invariants = invariant_findings(checker.session.events(), false);
-    Checked {
-        origin,
-        session: Some(checker.session),
-        fatal,
-        invariants,
-        shadowing: checker.shadowing,
-        torn_tail: None,
-        missing_newline: false,
-        store: None,
-    }
+    Checked::new(Report::check_events(header, events), origin)
 }
 
 /// Reads and checks a bare JSONL session file. Only a file that cannot be
@@ -275,53 +146,39 @@ pub(crate) fn check_file(path: &std::path::Path) -> Result<Checked, CliError> {
 
 #[cfg(test)]
 mod tests {
-    use palimpsest_core_session::explain::Replaced;
-
     use super::*;
 
     const HEADER: &str = r#"{"type":"session","version":0,"id":"t","createdAt":0}"#;
 
-    fn check(lines: &[&str]) -> Checked {
-        let mut text = String::from(HEADER);
-        text.push('\n');
-        for l in lines {
-            text.push_str(l);
-            text.push('\n');
-        }
-        check_jsonl(text.as_bytes(), "t.jsonl".into())
-    }
-
     #[test]
-    fn a_rule_violation_stops_checking_and_keeps_the_prefix() {
-        let c = check(&[
+    fn a_finding_is_one_error_line_with_its_line_and_seq() {
+        let text = format!(
+            "{HEADER}\n{}\n{}\n",
             r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#,
             r#"{"seq":2,"time":0,"type":"turn/end","data":{"turn":1,"reason":{"kind":"completed"}}}"#,
-            r#"{"seq":3,"time":0,"type":"turn/end","data":{"turn":1,"reason":{"kind":"completed"}}}"#,
-        ]);
-        assert_eq!(c.events_checked(), 1);
-        let fatal = c.fatal.as_ref().map(|f| (f.code.as_str(), f.seq, f.line));
-        assert_eq!(fatal, Some(("seq-not-contiguous", Some(2), Some(3))));
+        );
+        let c = check_jsonl(text.as_bytes(), "t.jsonl".into());
+        let line = c.report.fatal.as_ref().map(|f| f.to_error(&c.origin).to_string());
+        assert_eq!(
+            line.as_deref(),
+            Some("error[seq-not-contiguous]: t.jsonl:3: seq 2: expected seq 1, found 2")
+        );
+    }
+
+    #[test]
+    fn store_findings_are_named_by_the_store_and_come_last() {
+        let text = format!(
+            "{HEADER}\n{}\n",
+            r#"{"seq":0,"time":0,"type":"turn/end","data":{"turn":1,"reason":{"kind":"completed"}}}"#
+        );
+        let mut c = check_jsonl(text.as_bytes(), "s.db#t".into());
+        c.add_store(StoreFindings {
+            origin: "s.db".into(),
+            findings: vec![Finding::store("store-seq-gap", "a gap")],
+        });
+        let named: Vec<(&str, &str)> =
+            c.located_violations().into_iter().map(|(f, at)| (f.code.as_str(), at)).collect();
+        assert_eq!(named, [("turn-end-mismatch", "s.db#t"), ("store-seq-gap", "s.db")]);
         assert!(!c.is_valid());
-    }
-
-    #[test]
-    fn a_corrupt_line_has_no_seq_but_a_line() {
-        let c = check(&[r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#, "nope"]);
-        let f = c.fatal.as_ref().map(|f| (f.code.clone(), f.seq, f.message()));
-        let (code, seq, message) = f.unwrap_or_default();
-        assert_eq!((code.as_str(), seq), ("log-corrupt", None));
-        assert!(message.starts_with("line 3: not JSON"), "{message}");
-    }
-
-    #[test]
-    fn a_replace_records_what_it_shadowed() {
-        let c = check(&[
-            r#"{"seq":0,"time":0,"type":"context/message","data":{"message":{"id":"a","role":"user","content":[],"source":{"kind":"user"}}},"surfaceOp":"append"}"#,
-            r#"{"seq":1,"time":0,"type":"context/message","data":{"message":{"id":"b","role":"user","content":[],"source":{"kind":"user"}}},"surfaceOp":"append"}"#,
-            r#"{"seq":2,"time":0,"type":"context/message","data":{"message":{"id":"c","role":"user","content":[],"source":{"kind":"user"}}},"sourceEventSeqs":[0,1],"surfaceOp":{"op":"replace","start":0,"end":1}}"#,
-        ]);
-        assert!(c.is_valid());
-        assert_eq!(c.shadowing.replaces(), [Replaced { seq: 2, shadowed: vec![0, 1] }]);
-        assert_eq!((c.shadowing.shadowed_by(0), c.shadowing.shadowed_by(2)), (Some(2), None));
     }
 }

@@ -8,7 +8,7 @@ use palimpsest_core_session::Session;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::check::{self, Checked};
+use crate::check::{self, Checked, Shown};
 use crate::error::Exit;
 use crate::output;
 use crate::store_arg::{self, Access, StoreArgs, Target};
@@ -34,13 +34,13 @@ pub(crate) fn readable_session(checked: Checked) -> anyhow::Result<Session> {
 }
 
 pub(crate) fn report_tail(checked: &Checked) {
-    if let Some(torn) = checked.torn_tail {
+    if let Some(torn) = checked.report.torn_tail {
         output::note(&format!(
             "{}:{}: dropped a torn last line ({} bytes, no newline); it is cut before the next append",
             checked.origin, torn.line, torn.len
         ));
     }
-    if checked.missing_newline {
+    if checked.report.missing_newline {
         output::note(&format!(
             "{}: the last line has no newline; it is added before the next append",
             checked.origin
@@ -72,44 +72,24 @@ pub(crate) fn warn_invariants(origin: &str, found: &[check::Finding]) {
     }
 }
 
-/// The `validate --json` object (contract section 7).
-#[derive(Serialize)]
-struct ValidateReport<'a> {
-    valid: bool,
-    events: usize,
-    violations: Vec<JsonViolation<'a>>,
-}
-
-#[derive(Serialize)]
-struct JsonViolation<'a> {
-    code: &'a str,
-    seq: Option<u64>,
-    message: String,
-}
-
 /// `palimpsest validate STORE [--json]`: the session, and for a SQLite
 /// store the store as a whole too (`store-orphan-events`, `store-seq-gap`,
 /// `store-integrity`: see [`Store::check_store`](crate::store_arg::Store::check_store)).
 pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let (target, mut checked) = open_checked(args, Access::Read)?;
-    checked.store = target.store.check_store()?;
+    if let Some(store) = target.store.check_store()? {
+        checked.add_store(store);
+    }
     report_violations(&checked);
     let violations = checked.violations();
     if json {
-        let report = ValidateReport {
-            valid: checked.is_valid(),
-            events: checked.events_checked(),
-            violations: violations
-                .iter()
-                .map(|f| JsonViolation { code: &f.code, seq: f.seq, message: f.message() })
-                .collect(),
-        };
-        serde_json::to_writer(&mut *out, &report)?;
+        // The object is the library report's serialized form (contract section 7).
+        serde_json::to_writer(&mut *out, &checked.report)?;
         writeln!(out)?;
     } else {
         let events = checked.events_checked();
         let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-        let summary = match (&checked.session, &checked.fatal) {
+        let summary = match (&checked.report.session, &checked.report.fatal) {
             (Some(session), None) if violations.is_empty() => {
                 format!("valid: {}, {} on the surface", plural(events, "event"), session.surface().len())
             }
@@ -117,7 +97,7 @@ pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> any
             (_, Some(fatal)) => format!(
                 "invalid: {}; checking stopped at {} after {}",
                 plural(violations.len(), "violation"),
-                match (fatal.line, fatal.seq) {
+                match (fatal.line(), fatal.seq()) {
                     (Some(line), _) => format!("line {line}"),
                     (None, Some(seq)) => format!("seq {seq}"),
                     (None, None) => "the header".to_owned(),

@@ -37,7 +37,7 @@ use palimpsest_core_session::{Event, Session, SessionHeader};
 use palimpsest_persistence::{SessionStore, StoreError};
 use palimpsest_persistence_jsonl::SessionFile;
 
-use crate::check::Finding;
+use crate::check::{self, Shown};
 use crate::error::{from_store, CliError, Exit};
 use crate::location::Location;
 use crate::output;
@@ -177,17 +177,17 @@ pub(crate) fn convert(
     let progress = Progress::new(ids.len() as u64, "checking");
     for id in &ids {
         let checked = source.check(id)?;
-        if let Some(torn) = checked.torn_tail {
+        if let Some(torn) = checked.report.torn_tail {
             output::note(&format!(
                 "{}:{}: a torn last line ({} bytes) is not copied",
                 checked.origin, torn.line, torn.len
             ));
         }
-        if let Some(fatal) = &checked.fatal {
+        if let Some(fatal) = &checked.report.fatal {
             output::note(&format!("{}: invalid sessions are not converted; nothing was written", src_shown));
             return Err(fatal.to_error(&checked.origin).into());
         }
-        crate::cmd::warn_invariants(&checked.origin, &checked.invariants);
+        crate::cmd::warn_invariants(&checked.origin, &checked.report.invariants);
         total_events += checked.events_checked() as u64;
         progress.inc(1);
     }
@@ -210,8 +210,8 @@ pub(crate) fn convert(
     for (done, id) in ids.iter().enumerate() {
         let origin = source.origin(id);
         let stored = source.load(id)?;
-        let session = Session::from_log(stored.header, stored.events)
-            .map_err(|e| Finding::from_append(&e, None).to_error(&origin))?;
+        let session =
+            Session::from_log(stored.header, stored.events).map_err(|e| check::refused(&e, &origin))?;
         let (header, events) = session.into_parts();
         dest.write(&header, &events).map_err(|e| {
             let written = if done == 0 { String::new() } else { format!(" ({done} sessions were written)") };

@@ -78,28 +78,27 @@ impl CliError {
 /// The message is the error's whole chain, so an `io` error says why.
 pub(crate) fn from_store(error: &StoreError, location: &str) -> CliError {
     if let StoreError::Corrupt { location: at, cause: Some(cause), .. } = error {
-        let finding = crate::check::Finding::from_load(cause);
         let at = if at.is_empty() { location } else { at.as_str() };
-        return CliError::refused(finding.code.clone(), at, finding.seq_detail());
+        return CliError::refused(cause.code(), at, crate::check::seq_detail(cause.seq(), &cause.detail()));
     }
     let code = error.contract_code().unwrap_or(error.code()).to_owned();
     let exit = match error.code() {
         "io" | "not-found" | "invalid-id" => Exit::Usage,
         _ => Exit::Invalid,
     };
-    CliError { code, location: location.to_owned(), message: chain(error, Some(error.code())), exit }
+    CliError { code, location: location.to_owned(), message: chain(error), exit }
 }
 
 /// Every message of `error`'s chain, outermost first and root cause last,
 /// joined by `: `. Each error of the chain tells its own part only (a
 /// wrapper shows its source or returns it from `source()`, never both), so
-/// each cause appears once. A leading `<strip>: ` (the code, already shown
-/// as `error[<code>]`) is dropped from each part.
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static), strip: Option<&str>) -> String {
+/// each cause appears once. A typed error the CLI knows tells its part
+/// without its code ([`own_text`]): the code is `error[<code>]` already.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
     let mut next = Some(error);
     while let Some(e) = next {
-        let text = part(&e.to_string(), strip);
+        let text = own_text(e).unwrap_or_else(|| e.to_string());
         // A context that already quotes its cause (SQLite's reason folded
         // into the context text) does not get it a second time.
         if !parts.iter().any(|p: &String| p.contains(&text)) {
@@ -110,12 +109,41 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static), strip: Option<&st
     parts.join(": ")
 }
 
-fn part(text: &str, strip: Option<&str>) -> String {
-    strip
-        .and_then(|code| text.strip_prefix(code))
-        .and_then(|rest| rest.strip_prefix(": "))
-        .unwrap_or(text)
-        .to_owned()
+/// What a typed error the CLI knows says without its code, built from its
+/// typed parts (`detail()`, the seq, the line), never cut out of its
+/// `Display` (which starts with the code, for logs). `None` for any other
+/// error, whose `Display` is its text.
+fn own_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use palimpsest_core_agent_loop::LoopError;
+    use palimpsest_core_session::{AppendError, LoadError};
+    use palimpsest_persistence::DurableError;
+    let store = e.downcast_ref::<StoreError>().or_else(|| e.downcast_ref::<Box<StoreError>>().map(|b| &**b));
+    if let Some(store) = store {
+        return Some(store.detail());
+    }
+    let append = match e.downcast_ref::<DurableError>() {
+        // Transparent: the refusal's own text, and its source is skipped.
+        Some(DurableError::Refused(a)) => Some(a),
+        _ => e.downcast_ref::<AppendError>(),
+    };
+    if let Some(a) = append {
+        return Some(crate::check::seq_detail(a.seq(), &a.detail()));
+    }
+    if let Some(l) = e.downcast_ref::<LoadError>() {
+        let text = crate::check::seq_detail(l.seq(), &l.detail());
+        // A header's line is 1 by definition; its text names no line.
+        return Some(match (l, l.line()) {
+            (LoadError::LogCorrupt { .. } | LoadError::Rule { .. }, Some(line)) => {
+                format!("line {line}: {text}")
+            }
+            _ => text,
+        });
+    }
+    if let Some(LoopError::PluginAppendForbidden { plugin, what }) = e.downcast_ref::<LoopError>() {
+        // core-agent-loop has no `detail()` yet: its fields, as its Display words them.
+        return Some(format!("plugin {plugin:?} may not append {what}"));
+    }
+    None
 }
 
 /// The code and exit status a typed error in a chain gives, if it is one
@@ -155,12 +183,12 @@ pub(crate) fn from_chain(error: &(dyn std::error::Error + 'static), location: &s
     let mut next = Some(error);
     while let Some(e) = next {
         if let Some((code, exit)) = classify(e) {
-            let message = chain(error, Some(&code));
+            let message = chain(error);
             return CliError { code, location: location.to_owned(), message, exit };
         }
         next = e.source();
     }
-    CliError::io(location, chain(error, None))
+    CliError::io(location, chain(error))
 }
 
 impl fmt::Display for CliError {
@@ -381,6 +409,24 @@ mod tests {
             each_cause_once(e.as_ref());
         }
         each_cause_once(chained.as_ref());
+    }
+
+    #[test]
+    fn typed_errors_tell_their_part_without_their_code() {
+        use palimpsest_core_session::{AppendError, LoadError};
+        use palimpsest_persistence::DurableError;
+        let gap = AppendError::SeqNotContiguous { seq: 3, expected: 1 };
+        let refused = anyhow::Error::new(DurableError::Refused(gap.clone())).context("turn 2 failed");
+        assert_eq!(
+            describe(&refused).0,
+            "error[seq-not-contiguous]: turn 2 failed: seq 3: expected seq 1, found 3"
+        );
+        let header = LoadError::HeaderMalformed { detail: "no header".into() };
+        assert_eq!(from_chain(&header, "a.jsonl").to_string(), "error[header-malformed]: a.jsonl: no header");
+        let rule = LoadError::Rule { line: Some(4), error: gap };
+        assert_eq!(from_chain(&rule, "").message, "line 4: seq 3: expected seq 1, found 3");
+        let old = StoreError::VersionUnsupported { found: "1".into(), expected: "0".into() };
+        assert_eq!(from_chain(&old, "x").message, "found 1, this build reads 0");
     }
 
     #[test]

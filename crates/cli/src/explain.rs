@@ -42,8 +42,8 @@ use palimpsest_core_session::{Session, SurfaceOp};
 use serde::Serialize;
 
 use crate::cmd::{open_checked, readable_session};
+use crate::describe::{count, join, summarize};
 use crate::error::{CliError, Exit};
-use crate::inspect::{count, join, summarize};
 use crate::settings_view;
 use crate::store_arg::StoreArgs;
 use crate::timefmt;
@@ -75,8 +75,8 @@ pub(crate) fn explain(
     let (_, checked) = open_checked(&args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
     // What a replace took off, in surface order (the explanation lists it by seq).
-    let taken_off = checked.shadowing.took_off(seq).map(<[u64]>::to_vec);
-    let chain = checked.shadowing.chain(seq);
+    let taken_off = checked.report.shadowing.took_off(seq).map(<[u64]>::to_vec);
+    let chain = checked.report.shadowing.chain(seq);
     let session = readable_session(checked)?;
     let Some(found) = explain_event(&session, seq) else {
         let len = session.events().len();

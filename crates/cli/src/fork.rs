@@ -28,7 +28,7 @@ use palimpsest_core_session::fork::{fork as fork_session, ForkError};
 use palimpsest_core_session::Session;
 use palimpsest_invariants as invariants;
 
-use crate::check::Finding;
+use crate::check::{self, Finding, Shown};
 use crate::cmd::open_checked;
 use crate::error::{CliError, Exit};
 use crate::output;
@@ -52,7 +52,7 @@ pub(crate) fn fork(
     let blocking: Vec<&Finding> = checked
         .violations()
         .into_iter()
-        .filter(|f| match f.seq {
+        .filter(|f| match f.seq() {
             Some(seq) => seq <= at,
             // A corrupt line or a bad header stops reading where it is.
             None => at >= accepted,
@@ -67,7 +67,7 @@ pub(crate) fn fork(
         ));
         return Ok(Exit::Invalid);
     }
-    let Some(parent) = checked.session else {
+    let Some(parent) = checked.report.session else {
         return Err(CliError::refused("header-malformed", origin, "no session could be read").into());
     };
 
@@ -111,7 +111,7 @@ fn make_child(parent: &Session, at: u64, id: &str, now: u64, origin: &str) -> Re
             ),
             exit: Exit::Usage,
         },
-        ForkError::Refused(refused) => Finding::from_append(&refused, None).to_error(origin),
+        ForkError::Refused(refused) => check::refused(&refused, origin),
         other => CliError::refused(other.code().to_owned(), origin, other.to_string()),
     })?;
     if let Some(v) = invariants::check_log(child.events()).into_iter().next() {

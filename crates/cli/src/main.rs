@@ -20,6 +20,7 @@ mod check;
 mod cmd;
 mod convert;
 mod demo;
+mod describe;
 mod error;
 mod explain;
 mod export;

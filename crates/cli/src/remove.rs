@@ -35,7 +35,8 @@ impl Doomed {
 pub(crate) fn delete(args: &StoreArgs, yes: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let target = store_arg::open(args, Access::Write)?;
     let checked = target.check()?;
-    let session = checked.session.as_ref().map(|s| (s.id().to_owned(), s.events().len(), s.last_time()));
+    let session =
+        checked.report.session.as_ref().map(|s| (s.id().to_owned(), s.events().len(), s.last_time()));
     let (id, events, last_activity) =
         session.unwrap_or_else(|| (args.session.clone().unwrap_or_default(), 0, 0));
     let doomed = [Doomed { id, events, last_activity }];

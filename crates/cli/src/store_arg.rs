@@ -153,10 +153,7 @@ impl Store {
     pub(crate) fn check_store(&self) -> Result<Option<StoreFindings>, CliError> {
         let Store::Sqlite(s) = self else { return Ok(None) };
         let found = s.check_store().map_err(|e| from_store(&e, &self.shown()))?;
-        let findings = found
-            .into_iter()
-            .map(|v| Finding { code: v.code.to_owned(), seq: None, line: None, detail: v.message })
-            .collect();
+        let findings = found.into_iter().map(|v| Finding::store(v.code, v.message)).collect();
         Ok(Some(StoreFindings { origin: self.shown(), findings }))
     }
 
@@ -205,7 +202,7 @@ impl Store {
                     return Err(self.not_found(id));
                 }
                 let checked = check::check_file(&path)?;
-                match checked.session.as_ref().map(|s| s.id()) {
+                match checked.report.session.as_ref().map(|s| s.id()) {
                     Some(found) if found != id => Err(CliError::refused(
                         "corrupt",
                         path.display().to_string(),
@@ -462,7 +459,7 @@ impl Target {
                 Store::File(p) => check::check_file(p)?,
                 _ => return Err(CliError::usage("no session named")),
             };
-            let found = checked.session.as_ref().map(|s| s.id().to_owned());
+            let found = checked.report.session.as_ref().map(|s| s.id().to_owned());
             return match (&self.wanted, found) {
                 (Some(w), Some(found)) if *w != found => Err(CliError {
                     code: "not-found".into(),

@@ -498,6 +498,21 @@ fn validate_json_output_for_every_fixture() {
     insta::assert_snapshot!("validate_json", all);
 }
 
+/// `validate --json` prints the library's report as it serializes it:
+/// a downstream validator calling `palimpsest_invariants::Report` gets
+/// the same object, byte for byte.
+#[test]
+fn validate_json_is_the_library_report_serialized() {
+    for f in fixtures() {
+        let bytes = fs::read(test_data().join(&f)).expect("the fixture");
+        let report = palimpsest_invariants::Report::check_jsonl(&bytes);
+        let expected = serde_json::to_string(&report).expect("the report serializes");
+        let run = palimpsest(&["validate", "--json", f.as_str()]);
+        assert_eq!(run.code, if report.is_valid() { 0 } else { 1 }, "{f}");
+        assert_eq!(run.stdout, format!("{expected}\n"), "{f}");
+    }
+}
+
 #[test]
 fn surface_for_every_valid_fixture() {
     let mut all = String::new();

@@ -28,6 +28,16 @@
 //! seq, a message for people), never panics: a checker that fails on odd
 //! input would be useless for finding odd input.
 //!
+//! # The whole check of one session: [`Report`]
+//!
+//! [`Report`] is what `palimpsest validate` runs, for any validator to
+//! call: it reads a JSONL file ([`Report::check_jsonl`]) or takes a
+//! store's events ([`Report::check_events`]), applies every rule of
+//! sections 1, 2 and 6 up to the first violation, then [`check_log`] over
+//! the events accepted. Each [`Finding`] has a stable code and a typed
+//! [`Position`] (a seq, and a line only in a file); the report serializes
+//! to the object `validate --json` prints.
+//!
 //! # Example
 //!
 //! ```
@@ -66,9 +76,11 @@ use palimpsest_core_session::{Event, SessionHeader, SessionView, SurfaceManager}
 mod checker;
 pub mod codes;
 mod guard;
+pub mod report;
 
 pub use codes::CODES;
 pub use guard::{DevMode, InvariantGuard, DEV_MODE_ENV};
+pub use report::{Finding, Position, Report};
 
 use checker::Checker;
 

@@ -1,26 +1,27 @@
 //! Store errors: one enum, one stable code per kind.
 
 use std::error::Error as StdError;
+use std::fmt;
 
 /// A store operation failed. Match on [`StoreError::code`] for the stable code.
+///
+/// `Display` is `<code>: <detail>` ([`StoreError::detail`]); the text is
+/// for people and may change.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// `not-found`: no session with this id.
-    #[error("not-found: no session {session_id:?}")]
     NotFound {
         /// The id asked for.
         session_id: String,
     },
     /// `already-exists`: a session with this id exists.
-    #[error("already-exists: session {session_id:?} exists")]
     AlreadyExists {
         /// The id.
         session_id: String,
     },
     /// `conflict`: the batch does not continue the stored log (another writer
     /// got there first, or the caller is out of date). Nothing was written.
-    #[error("conflict: session {session_id:?} expects seq {expected} next, the batch starts at {found}")]
     Conflict {
         /// The session.
         session_id: String,
@@ -32,7 +33,6 @@ pub enum StoreError {
     /// `corrupt`: stored data cannot be read; `location` says where (a file
     /// and line, a table and row). `detail` already tells the cause, so it
     /// is not also the error's `source()` (the chain names it once).
-    #[error("corrupt: {location}: {detail}")]
     Corrupt {
         /// Where: e.g. `sessions/abc.jsonl:12`.
         location: String,
@@ -43,7 +43,6 @@ pub enum StoreError {
         cause: Option<palimpsest_core_session::LoadError>,
     },
     /// `version-unsupported`: stored data of a format version this build does not read.
-    #[error("version-unsupported: found {found}, this build reads {expected}")]
     VersionUnsupported {
         /// What was found.
         found: String,
@@ -51,7 +50,6 @@ pub enum StoreError {
         expected: String,
     },
     /// `schema-mismatch`: a database whose schema is not this build's.
-    #[error("schema-mismatch: found {found}, expected {expected}")]
     SchemaMismatch {
         /// What was found.
         found: String,
@@ -60,13 +58,11 @@ pub enum StoreError {
     },
     /// `locked`: another writer holds the session or store (another
     /// process, or another handle in this one). Nothing was changed.
-    #[error("locked: another process (or another open handle) holds {what} for writing")]
     Locked {
         /// What is locked.
         what: String,
     },
     /// `invalid-id`: a session id the store cannot hold.
-    #[error("invalid-id: {reason}")]
     InvalidId {
         /// Why.
         reason: String,
@@ -74,7 +70,6 @@ pub enum StoreError {
     /// `invalid-header`: a header the format refuses (its line is longer than
     /// [`MAX_HEADER_LINE_BYTES`](palimpsest_core_session::MAX_HEADER_LINE_BYTES)),
     /// so no reader could read it back. Nothing was written.
-    #[error("invalid-header: session {session_id:?}: {cause}")]
     InvalidHeader {
         /// The header's session id.
         session_id: String,
@@ -84,7 +79,6 @@ pub enum StoreError {
     },
     /// `io`: the medium failed. After a write error a backend refuses further
     /// writes (it cannot know what reached the disk); reopen it.
-    #[error("io: {context}")]
     Io {
         /// What was being done.
         context: String,
@@ -94,7 +88,47 @@ pub enum StoreError {
     },
 }
 
+/// `<code>: <detail>`: the code first, so a log line can be grepped for it.
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code(), self.detail())
+    }
+}
+
 impl StoreError {
+    /// What went wrong, without the code (that is [`StoreError::code`]): the
+    /// text a tool shows after its own `error[<code>]`. The cause of an
+    /// `io` error is its `source()`, not part of the detail.
+    ///
+    /// ```
+    /// use palimpsest_persistence::StoreError;
+    ///
+    /// let e = StoreError::Locked { what: "session file a.jsonl".into() };
+    /// assert_eq!(e.code(), "locked");
+    /// assert_eq!(e.detail(), "another process (or another open handle) holds session file a.jsonl for writing");
+    /// assert_eq!(e.to_string(), format!("locked: {}", e.detail()));
+    /// ```
+    pub fn detail(&self) -> String {
+        match self {
+            StoreError::NotFound { session_id } => format!("no session {session_id:?}"),
+            StoreError::AlreadyExists { session_id } => format!("session {session_id:?} exists"),
+            StoreError::Conflict { session_id, expected, found } => {
+                format!("session {session_id:?} expects seq {expected} next, the batch starts at {found}")
+            }
+            StoreError::Corrupt { location, detail, .. } => format!("{location}: {detail}"),
+            StoreError::VersionUnsupported { found, expected } => {
+                format!("found {found}, this build reads {expected}")
+            }
+            StoreError::SchemaMismatch { found, expected } => format!("found {found}, expected {expected}"),
+            StoreError::Locked { what } => {
+                format!("another process (or another open handle) holds {what} for writing")
+            }
+            StoreError::InvalidId { reason } => reason.clone(),
+            StoreError::InvalidHeader { session_id, cause } => format!("session {session_id:?}: {cause}"),
+            StoreError::Io { context, .. } => context.clone(),
+        }
+    }
+
     /// The stable code: `not-found`, `already-exists`, `conflict`, `corrupt`,
     /// `version-unsupported`, `schema-mismatch`, `locked`, `invalid-id`,
     /// `invalid-header` or `io`.

@@ -286,7 +286,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         writeln!(out, "\n── the full log beside the surface ──────────────────────────────")?;
         crate::inspect::render(&checked, options.color, out)?;
     }
-    let session = checked.session.as_ref().context("the reopened session has no header")?;
+    let session = checked.report.session.as_ref().context("the reopened session has no header")?;
     let replaces: Vec<_> = session
         .events()
         .iter()

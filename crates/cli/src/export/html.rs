@@ -14,7 +14,7 @@ use palimpsest_core_session::payload::{Block, TurnEndReason};
 use palimpsest_core_session::SurfaceOp;
 
 use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
-use crate::inspect::{count, join, reason, usage};
+use crate::describe::{count, join, reason, usage};
 use crate::settings_view;
 use crate::timefmt;
 

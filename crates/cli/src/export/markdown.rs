@@ -15,7 +15,7 @@ use palimpsest_core_session::payload::Block;
 
 use super::md::{code, line, Md};
 use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
-use crate::inspect::{count, join, reason, usage};
+use crate::describe::{count, join, reason, usage};
 use crate::settings_view;
 use crate::timefmt;
 
@@ -317,7 +317,7 @@ mod tests {
         ];
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         let checked = crate::check::check_jsonl(text.as_bytes(), "x".into());
-        let shadowing = checked.shadowing.clone();
+        let shadowing = checked.report.shadowing.clone();
         let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}: {text}"));
         [ExportView::Transcript, ExportView::Model]
             .into_iter()

@@ -255,7 +255,7 @@ impl Doc<'_> {
     /// The marker line of a replace, without dashes: `compacted 4 messages
     /// into a summary (seq 20)`.
     pub(crate) fn marker(&self, m: &Msg<'_>, r: &Replace) -> String {
-        let seqs = crate::inspect::join(&r.shadowed);
+        let seqs = crate::describe::join(&r.shadowed);
         match r.kind {
             ReplaceKind::Prune => {
                 let call = m.call_id().unwrap_or("?");
@@ -475,7 +475,7 @@ pub(crate) fn export(
     let format = chosen_format(format, output)?;
     let (_, checked) = open_checked(args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
-    let shadowing = checked.shadowing.clone();
+    let shadowing = checked.report.shadowing.clone();
     let session = readable_session(checked)?;
     let doc = build(&session, &shadowing, view);
     let text = match format {
@@ -592,7 +592,7 @@ mod tests {
     fn doc_of(view: ExportView, f: impl FnOnce(&Doc<'_>)) {
         let text = include_str!("../../test_data/ok/compaction-and-prune.jsonl");
         let checked = check_jsonl(text.as_bytes(), "x".into());
-        let shadowing = checked.shadowing.clone();
+        let shadowing = checked.report.shadowing.clone();
         let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}"));
         f(&build(&session, &shadowing, view));
     }

@@ -419,7 +419,7 @@ fn key_source(args: &RunArgs, config: &OpenAiConfig) -> &'static str {
 /// A configuration the provider refuses: the command line's fault (exit 2).
 fn config_error(e: ConfigError) -> anyhow::Error {
     match e {
-        ConfigError::HttpClient { .. } => CliError::io("", crate::error::chain(&e, None)).into(),
+        ConfigError::HttpClient { .. } => CliError::io("", crate::error::chain(&e)).into(),
         ConfigError::InvalidBaseUrl { ref url, .. } if !url.contains("://") => match check_scheme(url) {
             Err(suggestion) => suggestion.into(),
             Ok(()) => CliError::usage(e.to_string()).into(),
