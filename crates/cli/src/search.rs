@@ -59,7 +59,7 @@ pub(crate) fn search(
     let query = SearchQuery::new(words).map_err(|e| CliError {
         code: e.code().to_owned(),
         location: String::new(),
-        message: e.to_string().strip_prefix(&format!("{}: ", e.code())).unwrap_or_default().to_owned(),
+        message: e.detail(),
         exit: Exit::Usage,
     })?;
     let store = Store::open_existing(store, Access::Read)?;

@@ -13,7 +13,7 @@ use crate::session::Session;
 #[non_exhaustive]
 pub enum ForkError {
     /// `fork-point-missing`: the parent has no event with that seq.
-    #[error("fork-point-missing: session {parent:?} has {len} events; there is no seq {at_seq}")]
+    #[error("fork-point-missing: {}", self.detail())]
     PointMissing {
         /// The parent's id.
         parent: String,
@@ -34,6 +34,16 @@ impl ForkError {
         match self {
             ForkError::PointMissing { .. } => "fork-point-missing",
             ForkError::Refused(e) => e.code(),
+        }
+    }
+
+    /// What was wrong, without the code (`Display` is the code, then this).
+    pub fn detail(&self) -> String {
+        match self {
+            ForkError::PointMissing { parent, at_seq, len } => {
+                format!("session {parent:?} has {len} events; there is no seq {at_seq}")
+            }
+            ForkError::Refused(e) => e.detail(),
         }
     }
 }

@@ -42,7 +42,7 @@ pub struct SearchQuery {
 pub enum QueryError {
     /// `search-query-empty`: the words hold no term (no letter or digit):
     /// an empty query would match everything or nothing, and is refused.
-    #[error("search-query-empty: the query {words:?} holds no word to search for (letters or digits)")]
+    #[error("{}: {}", SEARCH_QUERY_EMPTY, self.detail())]
     Empty {
         /// The words given.
         words: Vec<String>,
@@ -54,6 +54,15 @@ impl QueryError {
     pub fn code(&self) -> &'static str {
         match self {
             QueryError::Empty { .. } => SEARCH_QUERY_EMPTY,
+        }
+    }
+
+    /// What was wrong, without the code (`Display` is the code, then this).
+    pub fn detail(&self) -> String {
+        match self {
+            QueryError::Empty { words } => {
+                format!("the query {words:?} holds no word to search for (letters or digits)")
+            }
         }
     }
 }
