@@ -5,6 +5,7 @@
 //! point: `Event::from_json`, serde, a JSONL file and `Event::from_parts`.
 
 use proptest::prelude::*;
+use serde::de;
 use serde_json::{Map, Value};
 
 use super::*;

@@ -1,0 +1,472 @@
+//! The JSON text of an event: the canonical line, written by hand
+//! ([`Event::write_json`]) and measured without writing it
+//! ([`Event::line_len`]); the fast path that reads a canonical line or
+//! canonical database columns without serde; and the general reading,
+//! through serde, that judges and words everything else. Both readings end
+//! in the rules of `rules.rs`, so they decide alike (the tests below prove
+//! it).
+
+use std::borrow::Cow;
+
+use serde::de;
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::rules::check_line_len;
+use super::rules::{check_metadata, check_payload};
+use super::{Event, EventType, SurfaceOp};
+use crate::error::AppendError;
+
+impl Event {
+    /// Decodes one event from its JSON text (the runtime path for events read
+    /// from a file or built dynamically), checking section 1 and the
+    /// context-free rules 1–4 of section 2.
+    pub fn from_json(json: &str) -> Result<Event, AppendError> {
+        // The size first, before anything is parsed: a longer text is
+        // never read, as a JSONL reader never reads a longer line.
+        check_line_len(seq_prefix(json), json.len())?;
+        // Most lines are canonical: read the envelope by hand, so that
+        // `data` is parsed once (by the payload check) instead of twice.
+        // Anything else, and any error, goes the general way, which judges
+        // and words it.
+        if let Some(line) = Canonical::read(json) {
+            let event_type = EventType::parse(line.event_type);
+            let data = Box::from(line.data);
+            if let Ok(event) = Event::checked(line.seq, line.time, event_type, data, line.sources, line.op) {
+                return Ok(event);
+            }
+        }
+        Event::from_general_json(json)
+    }
+
+    /// [`Event::from_json`] for any line: serde reads the envelope.
+    fn from_general_json(json: &str) -> Result<Event, AppendError> {
+        if !json.trim_start().starts_with('{') {
+            // serde would read a struct from an array too; the contract wants an object.
+            let detail = "an event must be a JSON object".to_owned();
+            return Err(AppendError::EventMalformed { seq: None, detail });
+        }
+        let wire: WireEvent<'_> = match serde_json::from_str(json) {
+            Ok(w) => w,
+            Err(e) => {
+                return Err(AppendError::EventMalformed { seq: salvage_seq(json), detail: e.to_string() })
+            }
+        };
+        let data = wire.data.get();
+        let (event_type, sources, op) =
+            Event::decode(wire.seq, &wire.event_type, data, wire.source_event_seqs, wire.surface_op)?;
+        Event::assemble(wire.seq, wire.time, event_type, data.into(), sources, op)
+    }
+
+    /// Rebuilds an event from stored parts (for example a database row),
+    /// with exactly the checks of [`Event::from_json`] but without building
+    /// and re-reading a JSON envelope. `data`, `source_event_seqs` and
+    /// `surface_op` are JSON texts, the optional ones `None` when absent.
+    ///
+    /// `data` is taken as it is (a `String` is not copied); it must be one
+    /// JSON value, which the payload check reads anyway.
+    pub fn from_parts(
+        seq: u64,
+        time: u64,
+        event_type: &str,
+        data: impl Into<String>,
+        source_event_seqs: Option<&str>,
+        surface_op: Option<&str>,
+    ) -> Result<Event, AppendError> {
+        let data = data.into().into_boxed_str();
+        // The size first, as for a line: the row's event, written as one.
+        let sources_len = source_event_seqs.map_or(0, |t| ",\"sourceEventSeqs\":".len() + t.len());
+        let op_len = surface_op.map_or(0, |t| ",\"surfaceOp\":".len() + t.len());
+        let type_len = quoted_len(event_type);
+        let len =
+            envelope_len(seq, time, type_len, data.len()).saturating_add(sources_len).saturating_add(op_len);
+        check_line_len(Some(seq), len)?;
+        // Columns as this crate writes them: no envelope to parse, and the
+        // payload parsed once. Anything else, and any error, goes the
+        // general way, which judges and words it.
+        if let (Some(sources), Some(op)) = (
+            source_event_seqs.map_or(Some(None), |t| exact_u64_list(t).map(Some)),
+            surface_op.map_or(Some(None), |t| exact_surface_op(t).map(Some)),
+        ) {
+            let event_type = EventType::parse(event_type);
+            if check_payload(seq, &event_type, &data).is_ok()
+                && check_metadata(seq, &event_type, sources.as_deref(), op).is_ok()
+            {
+                return Ok(Event { seq, time, event_type, data, source_event_seqs: sources, surface_op: op });
+            }
+        }
+        Event::from_general_parts(seq, time, event_type, data, source_event_seqs, surface_op)
+    }
+
+    /// [`Event::from_parts`] for any texts: serde reads the optional ones.
+    fn from_general_parts(
+        seq: u64,
+        time: u64,
+        event_type: &str,
+        data: Box<str>,
+        source_event_seqs: Option<&str>,
+        surface_op: Option<&str>,
+    ) -> Result<Event, AppendError> {
+        let not_json = |what: &str, e: serde_json::Error| AppendError::EventMalformed {
+            seq: Some(seq),
+            detail: format!("`{what}` is not JSON: {e}"),
+        };
+        let raw = |what: &str, text: &'_ str| -> Result<Box<RawValue>, AppendError> {
+            RawValue::from_string(text.to_owned()).map_err(|e| not_json(what, e))
+        };
+        // Say "not JSON" before anything else, as a JSONL line would; only
+        // on the error path, so that a good row's data is parsed once.
+        let data_error =
+            |data: &str| serde_json::from_str::<de::IgnoredAny>(data).err().map(|e| not_json("data", e));
+        let sources = source_event_seqs.map(|t| raw("sourceEventSeqs", t)).transpose();
+        let op = surface_op.map(|t| raw("surfaceOp", t)).transpose();
+        let (sources, op) = match (sources, op) {
+            (Ok(sources), Ok(op)) => (sources, op),
+            (Err(e), _) | (_, Err(e)) => return Err(data_error(&data).unwrap_or(e)),
+        };
+        match Event::decode(seq, event_type, &data, sources.as_deref(), op.as_deref()) {
+            Ok((event_type, sources, op)) => Event::assemble(seq, time, event_type, data, sources, op),
+            Err(e) => Err(data_error(&data).unwrap_or(e)),
+        }
+    }
+
+    /// Decodes one event from a JSON value. See [`Event::from_json`].
+    pub fn from_value(value: &serde_json::Value) -> Result<Event, AppendError> {
+        Event::from_json(&value.to_string())
+    }
+
+    /// The length in bytes of the event's line: its canonical JSON text, as
+    /// [`Event::write_json`] writes it, without the `\n`. Never more than
+    /// [`MAX_EVENT_LINE_BYTES`](crate::MAX_EVENT_LINE_BYTES): no constructor builds a longer event.
+    pub fn line_len(&self) -> usize {
+        line_len(
+            self.seq,
+            self.time,
+            &self.event_type,
+            &self.data,
+            self.source_event_seqs.as_deref(),
+            self.surface_op,
+        )
+    }
+
+    /// Writes the canonical JSON text (no trailing newline).
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::with_capacity(self.data.len() + 64);
+        self.write_json(&mut out);
+        // Every piece written is UTF-8: str slices (the data is a `RawValue`,
+        // a str) and ASCII digits, so this cannot fail; an empty string
+        // would hide a bug in `write_json` as a blank line.
+        String::from_utf8(out).expect("write_json writes UTF-8 only")
+    }
+
+    /// Appends the canonical JSON text (no trailing newline) to `out`: the
+    /// same bytes as serializing the event with serde, written by hand
+    /// because `data` is already JSON text and the rest is a few integers.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"seq\":");
+        push_u64(out, self.seq);
+        out.extend_from_slice(b",\"time\":");
+        push_u64(out, self.time);
+        out.extend_from_slice(b",\"type\":");
+        match &self.event_type {
+            // Plugin types may need escaping; serde knows how.
+            EventType::Plugin(name) => {
+                let _ = serde_json::to_writer(&mut *out, &**name);
+            }
+            core => {
+                out.push(b'"');
+                out.extend_from_slice(core.as_str().as_bytes());
+                out.push(b'"');
+            }
+        }
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(self.data.as_bytes());
+        if let Some(sources) = &self.source_event_seqs {
+            out.extend_from_slice(b",\"sourceEventSeqs\":[");
+            for (i, s) in sources.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                push_u64(out, *s);
+            }
+            out.push(b']');
+        }
+        match self.surface_op {
+            None => {}
+            Some(SurfaceOp::Append) => out.extend_from_slice(b",\"surfaceOp\":\"append\""),
+            Some(SurfaceOp::Replace { start, end }) => {
+                out.extend_from_slice(b",\"surfaceOp\":{\"op\":\"replace\",\"start\":");
+                push_u64(out, start);
+                out.extend_from_slice(b",\"end\":");
+                push_u64(out, end);
+                out.push(b'}');
+            }
+        }
+        out.push(b'}');
+    }
+}
+
+/// The length of the line [`Event::write_json`] writes for these parts.
+pub(super) fn line_len(
+    seq: u64,
+    time: u64,
+    event_type: &EventType,
+    data: &str,
+    sources: Option<&[u64]>,
+    op: Option<SurfaceOp>,
+) -> usize {
+    let type_len = match event_type {
+        EventType::Plugin(name) => quoted_len(name),
+        core => core.as_str().len() + 2,
+    };
+    let mut len = envelope_len(seq, time, type_len, data.len());
+    if let Some(sources) = sources {
+        // `,"sourceEventSeqs":[` … `]`, the items separated by commas.
+        let items: usize = sources.iter().map(|&s| digits(s)).sum();
+        len += ",\"sourceEventSeqs\":[]".len() + items + sources.len().saturating_sub(1);
+    }
+    len += match op {
+        None => 0,
+        Some(SurfaceOp::Append) => ",\"surfaceOp\":\"append\"".len(),
+        Some(SurfaceOp::Replace { start, end }) => {
+            ",\"surfaceOp\":{\"op\":\"replace\",\"start\":,\"end\":}".len() + digits(start) + digits(end)
+        }
+    };
+    len
+}
+
+/// `{"seq":N,"time":N,"type":T,"data":D}` with a type of `type_len` bytes
+/// (quotes included) and data of `data_len` bytes.
+fn envelope_len(seq: u64, time: u64, type_len: usize, data_len: usize) -> usize {
+    let fixed = "{\"seq\":,\"time\":,\"type\":,\"data\":}".len();
+    (fixed + digits(seq) + digits(time) + type_len).saturating_add(data_len)
+}
+
+/// Decimal digits of `v`.
+fn digits(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// The length of `s` as serde_json writes it as a JSON string, quotes
+/// included: `"` and `\` and the control characters are escaped, as two
+/// bytes where JSON has a short form, else as `\u00XX`.
+fn quoted_len(s: &str) -> usize {
+    let escaped: usize = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum();
+    escaped + 2
+}
+
+/// The seq at the start of a canonical line (`{"seq":N…`), read without
+/// parsing the rest: what names an event too large to parse.
+pub(crate) fn seq_prefix(line: &str) -> Option<u64> {
+    line.strip_prefix("{\"seq\":").and_then(leading_u64).map(|(seq, _)| seq)
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = 4 + usize::from(self.source_event_seqs.is_some()) + usize::from(self.surface_op.is_some());
+        let mut st = s.serialize_struct("Event", n)?;
+        st.serialize_field("seq", &self.seq)?;
+        st.serialize_field("time", &self.time)?;
+        st.serialize_field("type", self.event_type.as_str())?;
+        // `data` is JSON text: serde_json embeds a RawValue as it is.
+        let data: &RawValue = serde_json::from_str(&self.data).map_err(serde::ser::Error::custom)?;
+        st.serialize_field("data", data)?;
+        if let Some(sources) = &self.source_event_seqs {
+            st.serialize_field("sourceEventSeqs", sources)?;
+        }
+        if let Some(op) = &self.surface_op {
+            st.serialize_field("surfaceOp", op)?;
+        }
+        st.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Event, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        Event::from_json(raw.get()).map_err(de::Error::custom)
+    }
+}
+
+/// The envelope as read: every optional key kept raw, so that a present
+/// `null` can be told from an absent key.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEvent<'a> {
+    seq: u64,
+    time: u64,
+    #[serde(rename = "type", borrow)]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+    #[serde(rename = "sourceEventSeqs", default, borrow, deserialize_with = "present")]
+    source_event_seqs: Option<&'a RawValue>,
+    #[serde(rename = "surfaceOp", default, borrow, deserialize_with = "present")]
+    surface_op: Option<&'a RawValue>,
+}
+
+/// A key that is present is `Some`, even when its value is `null`.
+fn present<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// On a malformed envelope, still name the seq when it can be read.
+fn salvage_seq(json: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct SeqOnly {
+        seq: u64,
+    }
+    serde_json::from_str::<SeqOnly>(json).ok().map(|s| s.seq)
+}
+
+/// Appends the decimal digits of `v`.
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// A line exactly as [`Event::write_json`] writes it, read without serde:
+///
+/// ```text
+/// {"seq":N,"time":N,"type":"T","data":D[,"sourceEventSeqs":[N,…]][,"surfaceOp":"append"|{"op":"replace","start":N,"end":N}]}
+/// ```
+///
+/// Only the envelope is read here; `D` is whatever lies between, and is
+/// then parsed by the payload check, which refuses it unless it is exactly
+/// one JSON value. That is what makes the split sound: a JSON value's end is
+/// fixed by its start, so when `D` is one whole value, serde reading the
+/// line ends `data` where this does, and reads the same envelope around
+/// it. Anything not in this form (whitespace, another key order, escapes in
+/// the type, a leading zero) is left to serde.
+struct Canonical<'a> {
+    seq: u64,
+    time: u64,
+    event_type: &'a str,
+    data: &'a str,
+    sources: Option<Box<[u64]>>,
+    op: Option<SurfaceOp>,
+}
+
+impl<'a> Canonical<'a> {
+    fn read(line: &'a str) -> Option<Canonical<'a>> {
+        let rest = line.strip_prefix("{\"seq\":")?;
+        let (seq, rest) = leading_u64(rest)?;
+        let (time, rest) = leading_u64(rest.strip_prefix(",\"time\":")?)?;
+        let rest = rest.strip_prefix(",\"type\":\"")?;
+        let end = memchr::memchr(b'"', rest.as_bytes())?;
+        let (event_type, rest) = (&rest[..end], &rest[end + 1..]);
+        if event_type.bytes().any(|b| b == b'\\' || b < 0x20) {
+            return None;
+        }
+        let mut data = rest.strip_prefix(",\"data\":")?.strip_suffix('}')?;
+        let mut op = None;
+        if let Some(d) = data.strip_suffix(",\"surfaceOp\":\"append\"") {
+            (data, op) = (d, Some(SurfaceOp::Append));
+        } else if let Some((d, replace)) = replace_suffix(data) {
+            (data, op) = (d, Some(replace));
+        }
+        let mut sources = None;
+        if let Some((d, seqs)) = sources_suffix(data) {
+            (data, sources) = (d, Some(seqs));
+        }
+        let (first, last) = (data.bytes().next()?, data.bytes().next_back()?);
+        if first.is_ascii_whitespace() || last.is_ascii_whitespace() {
+            return None;
+        }
+        Some(Canonical { seq, time, event_type, data, sources, op })
+    }
+}
+
+/// `…,"surfaceOp":{"op":"replace","start":N,"end":N}` at the end of `text`.
+fn replace_suffix(text: &str) -> Option<(&str, SurfaceOp)> {
+    let (rest, end) = trailing_u64(text.strip_suffix('}')?)?;
+    let (rest, start) = trailing_u64(rest.strip_suffix(",\"end\":")?)?;
+    let rest = rest.strip_suffix(",\"surfaceOp\":{\"op\":\"replace\",\"start\":")?;
+    Some((rest, SurfaceOp::Replace { start, end }))
+}
+
+/// `…,"sourceEventSeqs":[N,…]` at the end of `text`.
+fn sources_suffix(text: &str) -> Option<(&str, Box<[u64]>)> {
+    let list = text.strip_suffix(']')?;
+    // The list is digits and commas; what precedes it must be the key.
+    let open = list.bytes().rposition(|b| !(b.is_ascii_digit() || b == b','))?;
+    let rest = list[..=open].strip_suffix(",\"sourceEventSeqs\":[")?;
+    Some((rest, u64_items(&list[open + 1..])?))
+}
+
+/// `N,N,…` (or nothing), exactly as JSON integers are written.
+fn u64_items(mut items: &str) -> Option<Box<[u64]>> {
+    let mut seqs = Vec::with_capacity(items.bytes().filter(|&b| b == b',').count() + 1);
+    while !items.is_empty() {
+        if !seqs.is_empty() {
+            items = items.strip_prefix(',')?;
+        }
+        let (n, r) = leading_u64(items)?;
+        seqs.push(n);
+        items = r;
+    }
+    Some(seqs.into_boxed_slice())
+}
+
+/// A `sourceEventSeqs` text exactly as [`Event::write_json`] writes it.
+fn exact_u64_list(text: &str) -> Option<Box<[u64]>> {
+    u64_items(text.strip_prefix('[')?.strip_suffix(']')?)
+}
+
+/// A `surfaceOp` text exactly as [`Event::write_json`] writes it.
+fn exact_surface_op(text: &str) -> Option<SurfaceOp> {
+    if text == "\"append\"" {
+        return Some(SurfaceOp::Append);
+    }
+    let rest = text.strip_prefix("{\"op\":\"replace\",\"start\":")?;
+    let (start, rest) = leading_u64(rest)?;
+    let (end, rest) = leading_u64(rest.strip_prefix(",\"end\":")?)?;
+    (rest == "}").then_some(SurfaceOp::Replace { start, end })
+}
+
+/// A JSON integer in `0..=u64::MAX` at the start of `text` (no sign, no
+/// leading zero, no fraction or exponent), and what follows it.
+pub(crate) fn leading_u64(text: &str) -> Option<(u64, &str)> {
+    let bytes = text.as_bytes();
+    let (mut value, mut digits) = (0u64, 0);
+    while let Some(&b) = bytes.get(digits).filter(|b| b.is_ascii_digit()) {
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        digits += 1;
+    }
+    let leading_zero = digits > 1 && bytes[0] == b'0';
+    if digits == 0 || leading_zero || matches!(bytes.get(digits), Some(b'.' | b'e' | b'E')) {
+        return None;
+    }
+    Some((value, &text[digits..]))
+}
+
+/// A JSON integer in `0..=u64::MAX` at the end of `text`, and what
+/// precedes it.
+fn trailing_u64(text: &str) -> Option<(&str, u64)> {
+    let digits = text.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let (rest, number) = text.split_at(text.len() - digits);
+    Some((rest, json_u64(number)?))
+}
+
+/// The value of a run of ASCII digits written as JSON writes an integer:
+/// at least one digit, no leading zero, no overflow.
+fn json_u64(digits: &str) -> Option<u64> {
+    let bytes = digits.as_bytes();
+    if bytes.is_empty() || (bytes.len() > 1 && bytes[0] == b'0') {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod parts_tests;
