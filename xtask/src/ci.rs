@@ -20,11 +20,14 @@
 //!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
 //! 8. `doctests`: `cargo test --workspace --doc` (only after nextest, which
 //!    skips doctests; `cargo test` already ran them)
-//! 9. `docs`: `cargo doc --workspace --all-features --no-deps` with
-//!    `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
-//!    feature-gated modules (`persistence`'s `testkit`) are checked too and
-//!    links to them resolve
-//! 10. `snapshots`: no pending insta snapshot (`*.snap.new`,
+//! 9. `examples`: `cargo run -p <crate> --example <name>` for every example
+//!    target of every workspace crate, as `cargo metadata` lists them (so a
+//!    new `examples/*.rs` is run without editing this file); each must exit 0
+//! 10. `docs`: `cargo doc --workspace --all-features --no-deps` with
+//!     `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
+//!     feature-gated modules (`persistence`'s `testkit`) are checked too and
+//!     links to them resolve
+//! 11. `snapshots`: no pending insta snapshot (`*.snap.new`,
 //!     `*.pending-snap`) anywhere in the tree, and no unreferenced one: every
 //!     `.snap` file under `crates/` was read by a snapshot assertion of the
 //!     `tests` (or `doctests`) step, what `cargo insta test
@@ -97,6 +100,7 @@ fn steps(nextest: bool) -> Vec<Step> {
     } else {
         steps.push(cargo("tests", &["test", "--workspace"], TEST_ENV));
     }
+    steps.push(Step { name: "examples", action: Action::InProcess(run_examples) });
     steps.push(cargo(
         "docs",
         &["doc", "--workspace", "--all-features", "--no-deps"],
@@ -175,6 +179,54 @@ fn print_summary(steps: &[Step], timings: &[(&str, Duration, bool)]) {
         eprintln!("  {:<7} {:<10}", "skipped", step.name);
     }
     eprintln!("  {:<7} {:<10} {:>7.1}s", "", "total", total.as_secs_f64());
+}
+
+/// The `examples` step: runs every example of every workspace crate.
+fn run_examples(root: &Path) -> anyhow::Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .context("could not run `cargo metadata`")?;
+    if !output.status.success() {
+        bail!("`cargo metadata` failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("reading `cargo metadata` output")?;
+    let examples = examples_of(&metadata);
+    if examples.is_empty() {
+        bail!("no example found: every library crate has an `examples/` directory");
+    }
+    for (package, example) in &examples {
+        eprintln!("--> cargo run -p {package} --example {example}");
+        let status = Command::new(&cargo)
+            .args(["run", "--quiet", "-p", package, "--example", example])
+            .current_dir(root)
+            .status()
+            .with_context(|| format!("could not start example {example} of {package}"))?;
+        if !status.success() {
+            bail!("example `{example}` of {package} exited with {status}");
+        }
+    }
+    Ok(())
+}
+
+/// Every (package, example) of `cargo metadata` output, in its order.
+fn examples_of(metadata: &serde_json::Value) -> Vec<(String, String)> {
+    let packages = metadata["packages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut out = Vec::new();
+    for package in packages {
+        let Some(name) = package["name"].as_str() else { continue };
+        let targets = package["targets"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for target in targets {
+            let is_example = target["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "example"));
+            if let (true, Some(example)) = (is_example, target["name"].as_str()) {
+                out.push((name.to_owned(), example.to_owned()));
+            }
+        }
+    }
+    out
 }
 
 /// Runs `.ci/install-chromium`: the CLI's HTML export test renders a page
@@ -298,14 +350,65 @@ mod tests {
                 "postgres",
                 "tests",
                 "doctests",
+                "examples",
                 "docs",
                 "snapshots"
             ]
         );
         assert_eq!(
             names(false),
-            ["fmt", "tidy", "clippy", "package", "chromium", "postgres", "tests", "docs", "snapshots"]
+            [
+                "fmt",
+                "tidy",
+                "clippy",
+                "package",
+                "chromium",
+                "postgres",
+                "tests",
+                "examples",
+                "docs",
+                "snapshots"
+            ]
         );
+    }
+
+    #[test]
+    fn examples_are_read_from_cargo_metadata() {
+        let metadata = serde_json::json!({"packages": [
+            {"name": "a", "targets": [{"kind": ["lib"], "name": "a"}, {"kind": ["example"], "name": "first"}]},
+            {"name": "b", "targets": [{"kind": ["test"], "name": "it"}]},
+            {"name": "c", "targets": [{"kind": ["example"], "name": "x"}, {"kind": ["example"], "name": "y"}]},
+        ]});
+        let found = examples_of(&metadata);
+        let found: Vec<(&str, &str)> = found.iter().map(|(p, e)| (p.as_str(), e.as_str())).collect();
+        assert_eq!(found, [("a", "first"), ("c", "x"), ("c", "y")]);
+    }
+
+    #[test]
+    fn every_library_crate_has_an_example() {
+        let root = crate::project_root();
+        let metadata =
+            std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+                .args(["metadata", "--format-version", "1", "--no-deps"])
+                .current_dir(&root)
+                .output()
+                .unwrap();
+        let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).unwrap();
+        let examples = examples_of(&metadata);
+        let libraries = [
+            "core-session",
+            "core-agent-loop",
+            "persistence",
+            "persistence-jsonl",
+            "persistence-sqlite",
+            "persistence-postgres",
+            "invariants",
+            "llm-openai",
+        ];
+        for library in libraries {
+            let package = format!("palimpsest-{library}");
+            assert!(examples.iter().any(|(p, _)| *p == package), "{package} has no example: {examples:?}");
+        }
     }
 
     #[test]

@@ -18,140 +18,47 @@
 //!
 //! The model's answer without tool calls ends the turn (`completed`),
 //! unless steering is waiting, which buys one more step.
+//!
+//! # One step, in phases
+//!
+//! `AgentLoop::step` runs four phases, each a function whose doc says
+//! what it guarantees: `open_step` (step/start, injections, the
+//! `before_request` hooks), `stream_response` (the request, the chunks),
+//! then `close_cut_short` (a stream that stopped early, or a hook that
+//! ended the turn) or `finish_step` (the message, its calls, the tools).
+//! The durability points: everything the model or a tool acts on is in
+//! the store before the request is sent and before any tool runs, and the
+//! store syncs at `turn/end` (with the default durability).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::sync::Arc;
 
-use crate::caps::{StreamBudget, StreamCaps};
 use palimpsest_core_session::payload::{
     AssistantChunk, AssistantMessage, Block, ContextMessage, ErrorInfo, Message, Role, SessionSettings,
     Settings, Source, SteeringMessage, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnEndReason,
     TurnStart, Usage, UserMessage,
 };
-use palimpsest_core_session::{repair, Event, EventType, Session, SessionHeader, SurfaceIntent};
-use palimpsest_persistence::{Durability, DurableSession, LoadReport, SessionStore};
+use palimpsest_core_session::{repair, Event, EventType, Session, SurfaceIntent};
+use palimpsest_persistence::DurableSession;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::assemble::Assembler;
 use crate::call_ids::CallIds;
-use crate::clock::{Clock, IdGenerator, SystemClock, UniqueIds};
+use crate::caps::StreamBudget;
 use crate::coalesce::Coalescer;
 use crate::codes;
-use crate::dev::{dev_guard, DevMode};
+use crate::config::AgentConfig;
 use crate::error::LoopError;
 use crate::exec::{groups, poll_running, Slot};
 use crate::inject::{Injection, InjectionKind, SteeringHandle};
 use crate::plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
-use crate::provider::{
-    arguments_error, ChunkStream, FinishReason, ModelRequest, Provider, ProviderError, StreamItem,
-};
+use crate::provider::{arguments_error, ChunkStream, FinishReason, ModelRequest, ProviderError, StreamItem};
 use crate::state::{Batch, LoopCore};
-use crate::tool::{Tool, ToolContext, ToolError, ToolRegistry};
-
-/// The default [`AgentConfig::chunk_window_ms`].
-pub const DEFAULT_CHUNK_WINDOW_MS: u64 = 50;
-
-/// How a loop behaves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AgentConfig {
-    /// The system prompt of every request.
-    pub system_prompt: Option<String>,
-    /// Most steps in one turn. A turn that needs more ends with
-    /// `{"kind":"error","error":{"code":"STEP_LIMIT",..}}` after its last
-    /// allowed step closed (every tool call answered). Default 32.
-    pub max_steps: u64,
-    /// The output-token limit put into each request.
-    pub max_output_tokens: Option<u64>,
-    /// Whether the invariants guard checks every append (and the stored log
-    /// on open). Default: [`DevMode::from_env`].
-    pub dev_mode: DevMode,
-    /// When appends are synced. Default: at turn boundaries.
-    pub durability: Durability,
-    /// Caps on one streamed response. Default: [`StreamCaps::default`].
-    pub stream_caps: StreamCaps,
-    /// The flush window of streamed deltas, in milliseconds: each window
-    /// writes at most one `assistant/chunk` per content block, once 256
-    /// bytes are pending, or ten windows after the first pending delta at
-    /// the latest (see `coalesce.rs`). Default 50; 0 writes one event per
-    /// delta.
-    pub chunk_window_ms: u64,
-    /// Most bytes of one tool's result, as the JSON of its content blocks.
-    /// A larger result, from any [`Tool`](crate::Tool), is not logged: the
-    /// call is answered with a `TOOL_RESULT_TOO_LARGE` error instead, so
-    /// every `tool/result` fits the format's event limit. Default:
-    /// [`DEFAULT_MAX_TOOL_RESULT_BYTES`](crate::DEFAULT_MAX_TOOL_RESULT_BYTES).
-    pub max_tool_result_bytes: usize,
-}
-
-impl Default for AgentConfig {
-    fn default() -> AgentConfig {
-        AgentConfig {
-            system_prompt: None,
-            max_steps: 32,
-            max_output_tokens: None,
-            dev_mode: DevMode::from_env(),
-            durability: Durability::TurnBoundary,
-            stream_caps: StreamCaps::default(),
-            chunk_window_ms: DEFAULT_CHUNK_WINDOW_MS,
-            max_tool_result_bytes: crate::caps::DEFAULT_MAX_TOOL_RESULT_BYTES,
-        }
-    }
-}
-
-impl AgentConfig {
-    /// Sets the system prompt.
-    pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> AgentConfig {
-        self.system_prompt = Some(prompt.into());
-        self
-    }
-
-    /// Sets the step limit per turn.
-    pub fn with_max_steps(mut self, max_steps: u64) -> AgentConfig {
-        self.max_steps = max_steps;
-        self
-    }
-
-    /// Sets the output-token limit of each request.
-    pub fn with_max_output_tokens(mut self, limit: u64) -> AgentConfig {
-        self.max_output_tokens = Some(limit);
-        self
-    }
-
-    /// Sets dev mode.
-    pub fn with_dev_mode(mut self, dev_mode: DevMode) -> AgentConfig {
-        self.dev_mode = dev_mode;
-        self
-    }
-
-    /// Sets the flush window of streamed deltas (0: one event per delta).
-    pub fn with_chunk_window_ms(mut self, window_ms: u64) -> AgentConfig {
-        self.chunk_window_ms = window_ms;
-        self
-    }
-
-    /// Sets [`max_tool_result_bytes`](AgentConfig::max_tool_result_bytes).
-    pub fn with_max_tool_result_bytes(mut self, max_bytes: usize) -> AgentConfig {
-        self.max_tool_result_bytes = max_bytes;
-        self
-    }
-
-    /// Sets the durability policy.
-    pub fn with_durability(mut self, durability: Durability) -> AgentConfig {
-        self.durability = durability;
-        self
-    }
-
-    /// Sets the caps on a streamed response.
-    pub fn with_stream_caps(mut self, caps: StreamCaps) -> AgentConfig {
-        self.stream_caps = caps;
-        self
-    }
-}
+use crate::tool::{Tool, ToolContext, ToolError};
 
 /// The user's input for one turn, and the token that cancels it.
 #[derive(Debug, Clone)]
@@ -198,195 +105,6 @@ pub struct TurnOutcome {
     /// Repair closers appended before the turn started (an earlier turn was
     /// left open by a crash, a dropped `run_turn` or a store failure).
     pub repaired: Option<Range<u64>>,
-}
-
-/// What opening a session found and did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OpenReport {
-    /// What the store's load found (a torn tail, for instance).
-    pub load: LoadReport,
-    /// The repair closers appended because the last turn was open.
-    pub repaired: Option<Range<u64>>,
-}
-
-/// Builds an [`AgentLoop`]: wire the provider, tools, plugins, config,
-/// clock and ids, then create or open a session.
-pub struct AgentLoopBuilder {
-    provider: Arc<dyn Provider>,
-    settings: Option<Settings>,
-    tools: ToolRegistry,
-    plugins: Vec<Box<dyn Plugin>>,
-    config: AgentConfig,
-    clock: Arc<dyn Clock>,
-    ids: Arc<dyn IdGenerator>,
-}
-
-impl AgentLoopBuilder {
-    /// Sets the tool registry.
-    pub fn tools(mut self, tools: ToolRegistry) -> AgentLoopBuilder {
-        self.tools = tools;
-        self
-    }
-
-    /// Adds one tool.
-    pub fn tool(mut self, tool: impl Tool + 'static) -> AgentLoopBuilder {
-        self.tools.insert(Arc::new(tool));
-        self
-    }
-
-    /// Adds a plugin. Hooks run in the order plugins were added.
-    pub fn plugin(self, plugin: impl Plugin + 'static) -> AgentLoopBuilder {
-        self.boxed_plugin(Box::new(plugin))
-    }
-
-    /// Adds a boxed plugin.
-    pub fn boxed_plugin(mut self, plugin: Box<dyn Plugin>) -> AgentLoopBuilder {
-        self.plugins.push(plugin);
-        self
-    }
-
-    /// The settings this loop makes its requests with (contract section
-    /// 1.3). They are logged as a `session/settings` event when the session
-    /// is created, and when an opened session's effective settings differ
-    /// (after any repair, before the next turn). Without them, the loop
-    /// logs no settings and an opened session keeps its logged ones.
-    ///
-    /// Never put a secret here: the settings are written to the log.
-    pub fn settings(mut self, settings: Settings) -> AgentLoopBuilder {
-        self.settings = Some(settings);
-        self
-    }
-
-    /// Sets the config.
-    pub fn config(mut self, config: AgentConfig) -> AgentLoopBuilder {
-        self.config = config;
-        self
-    }
-
-    /// Sets the clock (default: [`SystemClock`]).
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> AgentLoopBuilder {
-        self.clock = clock;
-        self
-    }
-
-    /// Sets the message id generator (default: [`UniqueIds`]).
-    pub fn ids(mut self, ids: Arc<dyn IdGenerator>) -> AgentLoopBuilder {
-        self.ids = ids;
-        self
-    }
-
-    /// Creates a new session `session_id` in `store`, created now.
-    pub fn create(
-        self,
-        store: Arc<dyn SessionStore>,
-        session_id: impl Into<String>,
-    ) -> Result<AgentLoop, LoopError> {
-        let header = SessionHeader::new(session_id, self.clock.now_ms());
-        self.create_with_header(store, header)
-    }
-
-    /// Creates a new session with this header in `store`.
-    pub fn create_with_header(
-        self,
-        store: Arc<dyn SessionStore>,
-        header: SessionHeader,
-    ) -> Result<AgentLoop, LoopError> {
-        let id = header.id.clone();
-        let mut session = DurableSession::create(store, header, self.config.durability)
-            .map_err(|source| LoopError::Session { session_id: id, source: Box::new(source) })?;
-        if let Some(guard) = dev_guard(self.config.dev_mode) {
-            session.set_guard(Some(guard));
-        }
-        let settings = self.settings.clone();
-        let mut agent = self.build(session);
-        if let Some(settings) = settings {
-            agent.set_settings(settings)?;
-        }
-        Ok(agent)
-    }
-
-    /// Opens stored session `session_id`, checking every rule on the way
-    /// (and the invariants in dev mode). If its last turn is open (a crash),
-    /// appends the repair closers of contract section 5 first, so the next
-    /// request is provider-valid.
-    pub fn open(
-        self,
-        store: Arc<dyn SessionStore>,
-        session_id: &str,
-    ) -> Result<(AgentLoop, OpenReport), LoopError> {
-        let guard = dev_guard(self.config.dev_mode);
-        let (session, load) =
-            DurableSession::open_guarded(store, session_id, self.config.durability, guard).map_err(
-                |source| LoopError::Session { session_id: session_id.to_owned(), source: Box::new(source) },
-            )?;
-        let settings = self.settings.clone();
-        let mut agent = self.build(session);
-        let repaired = agent.repair_open_turn()?;
-        if let Some(settings) = settings {
-            agent.set_settings(settings)?;
-        }
-        Ok((agent, OpenReport { load, repaired }))
-    }
-
-    /// Wraps a session opened elsewhere (its log is taken as already
-    /// checked), repairing an open last turn like [`open`](Self::open). In
-    /// dev mode the invariants guard replaces any guard it had.
-    pub fn attach(self, mut session: DurableSession) -> Result<(AgentLoop, OpenReport), LoopError> {
-        if let Some(guard) = dev_guard(self.config.dev_mode) {
-            session.set_guard(Some(guard));
-        }
-        let settings = self.settings.clone();
-        let mut agent = self.build(session);
-        let repaired = agent.repair_open_turn()?;
-        if let Some(settings) = settings {
-            agent.set_settings(settings)?;
-        }
-        Ok((agent, OpenReport { load: LoadReport::default(), repaired }))
-    }
-
-    fn build(self, session: DurableSession) -> AgentLoop {
-        let events = session.session().events();
-        let last_turn = events
-            .iter()
-            .filter(|e| *e.event_type() == EventType::TurnStart)
-            .filter_map(|e| e.data_as::<TurnStart>().ok())
-            .map(|t| t.turn)
-            .max()
-            .unwrap_or(0);
-        let turn_open = repair::needs_repair(events);
-        let call_ids = CallIds::from_log(events);
-        let (inject_tx, inject_rx) = mpsc::unbounded_channel();
-        AgentLoop {
-            core: LoopCore {
-                session,
-                provider: self.provider,
-                tools: self.tools,
-                config: self.config,
-                clock: self.clock,
-                ids: self.ids,
-            },
-            plugins: self.plugins,
-            inject_tx,
-            inject_rx,
-            queued: VecDeque::new(),
-            last_turn,
-            turn_open,
-            call_ids,
-        }
-    }
-}
-
-impl std::fmt::Debug for AgentLoopBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentLoopBuilder")
-            .field("provider", &self.provider)
-            .field("settings", &self.settings)
-            .field("tools", &self.tools)
-            .field("plugins", &self.plugins.iter().map(|p| p.name()).collect::<Vec<_>>())
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The agent loop over one session. See the crate docs for what it writes.
@@ -452,6 +170,22 @@ struct Call {
     provider_id: Option<String>,
     name: String,
     arguments: String,
+}
+
+/// What the stream of one step delivered.
+struct Response {
+    /// Why the stream stopped.
+    stop: Stop,
+    /// The seqs of its `assistant/chunk` events, in order.
+    chunk_seqs: Vec<u64>,
+    /// The assembled content, call ids already made unique.
+    content: Vec<Block>,
+    /// The provider and model that answered.
+    source: Source,
+    /// The calls in `content`, in request order.
+    calls: Vec<Call>,
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
 }
 
 /// The turn being run.
@@ -545,16 +279,29 @@ async fn next_item(stream: &mut ChunkStream<'_>) -> Option<Result<StreamItem, Pr
 }
 
 impl AgentLoop {
-    /// Starts building a loop around `provider`.
-    pub fn builder(provider: Arc<dyn Provider>) -> AgentLoopBuilder {
-        AgentLoopBuilder {
-            provider,
-            settings: None,
-            tools: ToolRegistry::new(),
-            plugins: Vec::new(),
-            config: AgentConfig::default(),
-            clock: Arc::new(SystemClock),
-            ids: Arc::new(UniqueIds::default()),
+    /// The loop over `core`'s session, picking up where its log ends: the
+    /// last turn's number, whether that turn is open, the call ids used.
+    pub(crate) fn from_parts(core: LoopCore, plugins: Vec<Box<dyn Plugin>>) -> AgentLoop {
+        let events = core.session.session().events();
+        let last_turn = events
+            .iter()
+            .filter(|e| *e.event_type() == EventType::TurnStart)
+            .filter_map(|e| e.data_as::<TurnStart>().ok())
+            .map(|t| t.turn)
+            .max()
+            .unwrap_or(0);
+        let turn_open = repair::needs_repair(events);
+        let call_ids = CallIds::from_log(events);
+        let (inject_tx, inject_rx) = mpsc::unbounded_channel();
+        AgentLoop {
+            core,
+            plugins,
+            inject_tx,
+            inject_rx,
+            queued: VecDeque::new(),
+            last_turn,
+            turn_open,
+            call_ids,
         }
     }
 
@@ -785,7 +532,46 @@ impl AgentLoop {
         Ok(reason)
     }
 
+    /// One step: [open it](Self::open_step), [stream the
+    /// response](Self::stream_response), then either [close what was cut
+    /// short](Self::close_cut_short) or [finish it](Self::finish_step).
     async fn step(&mut self, t: &mut TurnState, cancel: &CancellationToken) -> Result<StepResult, LoopError> {
+        let step_start = match self.open_step(t, cancel).await? {
+            ControlFlow::Continue(step_start) => step_start,
+            ControlFlow::Break(reason) => return self.close_cut_short(t, None, reason),
+        };
+        let response = self.stream_response(t, cancel).await?;
+        let (reason, not_run) = match &response.stop {
+            Stop::Done => return self.finish_step(t, response, step_start, cancel).await,
+            Stop::Cancelled => {
+                let message = "The turn was cancelled before this tool call ran.";
+                (aborted(), ToolError::new("Cancelled", codes::CANCELLED, message))
+            }
+            Stop::Failed(error) => {
+                tracing::warn!(code = error.code(), %error, "provider failed");
+                let message = "The model's response failed before this tool call ran.";
+                let not_run = ToolError::new("StreamFailed", codes::STREAM_FAILED, message);
+                (error_reason(error.code(), error.to_string()), not_run)
+            }
+        };
+        self.close_cut_short(t, Some((response, not_run)), reason)
+    }
+
+    /// Opens the step: commits `step/start` with the injections waiting for
+    /// it as one batch, then runs the plugins' `before_request` hooks.
+    ///
+    /// Guarantees: when it returns `Continue(seq of step/start)`, everything
+    /// the request is built from (the injections, whatever the hooks
+    /// appended) is in the store, so the model is never sent what the log
+    /// does not hold. An injection leaves the queue only once committed, so
+    /// a failed append loses none. `Break(reason)` (a hook failed or the
+    /// turn was cancelled): nothing more is appended; the caller closes the
+    /// step.
+    async fn open_step(
+        &mut self,
+        t: &TurnState,
+        cancel: &CancellationToken,
+    ) -> Result<ControlFlow<TurnEndReason, u64>, LoopError> {
         let (turn, step) = (t.turn, t.step);
         let step_start = self.core.next_seq();
         let mut batch = Batch::new(&self.core);
@@ -806,16 +592,27 @@ impl AgentLoop {
         }
         self.commit(batch)?;
         self.queued.clear();
-
-        let cut_short = |this: &Self, reason: TurnEndReason| -> Result<StepResult, LoopError> {
-            let mut closers = Batch::new(&this.core);
-            closers.log(&this.core, StepEnd { turn, step })?;
-            Ok(StepResult::CutShort { closers, reason })
-        };
         if let Some(reason) = self.run_hooks(Hook::BeforeRequest, t.position(), cancel).await? {
-            return cut_short(self, reason);
+            return Ok(ControlFlow::Break(reason));
         }
+        Ok(ControlFlow::Continue(step_start))
+    }
 
+    /// Sends the request built from the log and streams the response.
+    ///
+    /// Guarantees: every delivered delta is committed as an
+    /// `assistant/chunk` within one flush window of arriving, and all of
+    /// them are committed before this returns, whatever stopped the stream
+    /// (its end, cancellation, a provider error, a cap). Nothing else is
+    /// appended. Every requested call has an id unique in the session
+    /// before anything can run it, and the response's usage is added to
+    /// the turn's.
+    async fn stream_response(
+        &mut self,
+        t: &mut TurnState,
+        cancel: &CancellationToken,
+    ) -> Result<Response, LoopError> {
+        let (turn, step) = (t.turn, t.step);
         // The request, and the stream: every chunk is logged as it arrives.
         let request = self.core.request();
         let model = request.model.clone();
@@ -881,48 +678,71 @@ impl AgentLoop {
             .collect();
         let model = model.unwrap_or_else(|| provider.model().to_owned());
         let source = Source::Model { provider: provider.name().to_owned(), model };
-        // The id is drawn only when the message is written.
-        let message =
-            |this: &Self| Message { id: this.core.ids.next_id(), role: Role::Assistant, content, source };
         if let Some(u) = &usage {
             add_usage(&mut t.usage, u);
         }
+        Ok(Response { stop, chunk_seqs, content, source, calls, usage, finish })
+    }
 
-        // Cancelled or failed: keep the delivered prefix, answer its calls
-        // without running them, close the step.
-        let cut = match stop {
-            Stop::Done => None,
-            Stop::Cancelled => {
-                let message = "The turn was cancelled before this tool call ran.";
-                Some((aborted(), ToolError::new("Cancelled", codes::CANCELLED, message)))
+    /// Closes a step that was cut short: by a hook (`response` is `None`),
+    /// or by cancellation or a failure mid-stream (`not_run` answers its
+    /// calls).
+    ///
+    /// Guarantees: nothing is committed here. The closers (when at least
+    /// one chunk was delivered: the prefix as an `assistant/message` with
+    /// `interrupted: true` citing every chunk, a `tool/call` per call it
+    /// requested and a `not_run` error result citing each; then
+    /// `step/end`) go into the log with `turn/end` as one batch, synced at
+    /// turn end. No tool runs. With no chunk delivered, no message is
+    /// written (`sourceEventSeqs: []` would claim a known empty stream).
+    fn close_cut_short(
+        &mut self,
+        t: &mut TurnState,
+        response: Option<(Response, ToolError)>,
+        reason: TurnEndReason,
+    ) -> Result<StepResult, LoopError> {
+        let (turn, step) = (t.turn, t.step);
+        let mut closers = Batch::new(&self.core);
+        if let Some((response, not_run)) = response.filter(|(r, _)| !r.chunk_seqs.is_empty()) {
+            let Response { chunk_seqs, content, source, calls, usage, .. } = response;
+            let message = Message { id: self.core.ids.next_id(), role: Role::Assistant, content, source };
+            let payload =
+                AssistantMessage { turn, step, message: message.clone(), usage, interrupted: Some(true) };
+            closers.surface(&self.core, payload, SurfaceIntent::append_citing(chunk_seqs))?;
+            let call_seqs = self.push_calls(&mut closers, t, &calls)?;
+            for (call, call_seq) in calls.iter().zip(call_seqs) {
+                let result = self.result_payload(t, call, Err(not_run.clone()));
+                closers.surface(&self.core, result, SurfaceIntent::append_citing(vec![call_seq]))?;
             }
-            Stop::Failed(error) => {
-                tracing::warn!(code = error.code(), %error, "provider failed");
-                let message = "The model's response failed before this tool call ran.";
-                let not_run = ToolError::new("StreamFailed", codes::STREAM_FAILED, message);
-                Some((error_reason(error.code(), error.to_string()), not_run))
-            }
-        };
-        if let Some((reason, not_run)) = cut {
-            let mut closers = Batch::new(&self.core);
-            if !chunk_seqs.is_empty() {
-                let message = message(self);
-                let payload =
-                    AssistantMessage { turn, step, message: message.clone(), usage, interrupted: Some(true) };
-                closers.surface(&self.core, payload, SurfaceIntent::append_citing(chunk_seqs))?;
-                let call_seqs = self.push_calls(&mut closers, t, &calls)?;
-                for (call, call_seq) in calls.iter().zip(call_seqs) {
-                    let result = self.result_payload(t, call, Err(not_run.clone()));
-                    closers.surface(&self.core, result, SurfaceIntent::append_citing(vec![call_seq]))?;
-                }
-                t.message = Some(message);
-            }
-            closers.log(&self.core, StepEnd { turn, step })?;
-            return Ok(StepResult::CutShort { closers, reason });
+            t.message = Some(message);
         }
+        closers.log(&self.core, StepEnd { turn, step })?;
+        Ok(StepResult::CutShort { closers, reason })
+    }
 
+    /// Finishes a step whose response completed: commits the message with
+    /// its `tool/call`s as one batch, then answers the calls (runs them;
+    /// or, past the output-token limit, refuses them all) and decides
+    /// what the turn does next.
+    ///
+    /// Guarantees: the message and every call are in the store before any
+    /// tool runs, so a tool with side effects never acts on a call the log
+    /// does not hold; each result is committed alone, in request order, as
+    /// soon as it exists. The closers returned (the `OUTPUT_TRUNCATED`
+    /// results, then `step/end`) are not yet committed: a cancelled step's
+    /// go in with `turn/end`, a completed step's are committed before the
+    /// `after_step` hooks run.
+    async fn finish_step(
+        &mut self,
+        t: &mut TurnState,
+        response: Response,
+        step_start: u64,
+        cancel: &CancellationToken,
+    ) -> Result<StepResult, LoopError> {
+        let (turn, step) = (t.turn, t.step);
+        let Response { chunk_seqs, content, source, calls, usage, finish, .. } = response;
         // The response completed: the message and its calls, one batch.
-        let message = message(self);
+        let message = Message { id: self.core.ids.next_id(), role: Role::Assistant, content, source };
         let mut batch = Batch::new(&self.core);
         let payload = AssistantMessage { turn, step, message: message.clone(), usage, interrupted: None };
         let message_seq = batch.surface(&self.core, payload, SurfaceIntent::append_citing(chunk_seqs))?;

@@ -10,69 +10,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// A source of event times, in Unix epoch milliseconds.
-pub trait Clock: Send + Sync + fmt::Debug {
-    /// The current time.
-    fn now_ms(&self) -> u64;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        // A clock before 1970 reads as 0 rather than failing.
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-}
-
-/// A clock that only moves when told to, or by a fixed tick per reading.
-///
-/// ```
-/// use palimpsest_core_agent_loop::{Clock, ManualClock};
-///
-/// let clock = ManualClock::new(1_000).with_tick(10);
-/// assert_eq!(clock.now_ms(), 1_000);
-/// assert_eq!(clock.now_ms(), 1_010);
-/// clock.advance(5);
-/// assert_eq!(clock.now_ms(), 1_025);
-/// ```
-#[derive(Debug, Default)]
-pub struct ManualClock {
-    now: AtomicU64,
-    tick: u64,
-}
-
-impl ManualClock {
-    /// A clock standing at `start`.
-    pub fn new(start: u64) -> ManualClock {
-        ManualClock { now: AtomicU64::new(start), tick: 0 }
-    }
-
-    /// Advances by `tick` after every reading (0: stands still).
-    pub fn with_tick(self, tick: u64) -> ManualClock {
-        ManualClock { tick, ..self }
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, ms: u64) {
-        self.now.fetch_add(ms, Ordering::SeqCst);
-    }
-
-    /// Sets the clock.
-    pub fn set(&self, ms: u64) {
-        self.now.store(ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.now.fetch_add(self.tick, Ordering::SeqCst)
-    }
-}
+/// The clocks live in `palimpsest-persistence`, so a
+/// [`DurableSession`](palimpsest_persistence::DurableSession) can stamp its
+/// own appends with the same clock the loop uses; they are re-exported here
+/// under their old paths.
+pub use palimpsest_persistence::{Clock, ManualClock, SystemClock};
 
 /// A source of message ids (`Message.id`), unique within a session.
 pub trait IdGenerator: Send + Sync + fmt::Debug {
@@ -143,12 +85,11 @@ mod tests {
     }
 
     #[test]
-    fn manual_clock_set_and_system_clock_is_recent() {
+    fn the_loop_reexports_the_persistence_clocks() {
         let c = ManualClock::new(5);
         c.set(42);
-        assert_eq!(c.now_ms(), 42);
-        assert_eq!(c.now_ms(), 42);
-        // 2020-01-01 in ms: any real clock is past it.
+        let clock: &dyn palimpsest_persistence::Clock = &c;
+        assert_eq!(clock.now_ms(), 42);
         assert!(SystemClock.now_ms() > 1_577_836_800_000);
     }
 

@@ -143,10 +143,12 @@
 
 mod agent;
 mod assemble;
+mod builder;
 mod call_ids;
 mod caps;
 mod clock;
 mod coalesce;
+mod config;
 mod dev;
 mod error;
 mod exec;
@@ -158,14 +160,13 @@ mod scripted;
 mod state;
 mod tool;
 
-pub use agent::{
-    AgentConfig, AgentLoop, AgentLoopBuilder, HooksRun, OpenReport, TurnInput, TurnOutcome,
-    DEFAULT_CHUNK_WINDOW_MS, PROVIDER_CALL_ID,
-};
+pub use agent::{AgentLoop, HooksRun, TurnInput, TurnOutcome, PROVIDER_CALL_ID};
+pub use builder::{AgentLoopBuilder, OpenReport};
 pub use caps::{
     StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_RESULT_BYTES,
 };
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
+pub use config::{AgentConfig, DEFAULT_CHUNK_WINDOW_MS};
 pub use dev::DevMode;
 pub use error::LoopError;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};

@@ -12,8 +12,8 @@ use palimpsest_core_session::payload::{LogPayload, SurfacePayload};
 use palimpsest_core_session::{AppendError, Event, SurfaceIntent};
 use palimpsest_persistence::{DurableError, DurableSession};
 
-use crate::agent::AgentConfig;
 use crate::clock::{Clock, IdGenerator};
+use crate::config::AgentConfig;
 use crate::error::LoopError;
 use crate::provider::{ModelRequest, Provider, ToolSpec};
 use crate::tool::ToolRegistry;

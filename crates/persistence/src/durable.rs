@@ -9,6 +9,7 @@ use palimpsest_core_session::{
     AppendError, AppendGuard, BatchError, Event, EventType, Session, SessionHeader, SurfaceIntent,
 };
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::StoreError;
 use crate::store::{LoadReport, LoadSink, SessionStore};
 
@@ -163,6 +164,12 @@ impl From<BatchError<StoreError>> for DurableError {
 /// A [`Session`] joined to a [`SessionStore`]: validate in memory → write to
 /// the store → commit in memory.
 ///
+/// Appends take their `time` from the caller ([`append_log`](Self::append_log),
+/// [`append_surface`](Self::append_surface), events built by hand), or from
+/// the session's [`Clock`] ([`append_log_now`](Self::append_log_now),
+/// [`append_surface_now`](Self::append_surface_now), [`now_ms`](Self::now_ms)):
+/// the [`SystemClock`] unless [`with_clock`](Self::with_clock) set another.
+///
 /// ```
 /// # use std::sync::Arc;
 /// # use palimpsest_persistence::{DurableSession, Durability, SessionStore, MemoryStore};
@@ -178,6 +185,7 @@ pub struct DurableSession {
     session: Session,
     store: Arc<dyn SessionStore>,
     durability: Durability,
+    clock: Arc<dyn Clock>,
 }
 
 impl DurableSession {
@@ -191,7 +199,12 @@ impl DurableSession {
         if durability == Durability::EveryAppend {
             store.sync(&header.id)?;
         }
-        Ok(DurableSession { session: Session::create(header), store, durability })
+        Ok(DurableSession {
+            session: Session::create(header),
+            store,
+            durability,
+            clock: Arc::new(SystemClock),
+        })
     }
 
     /// Opens session `header.id` if the store holds it (checking every
@@ -250,7 +263,7 @@ impl DurableSession {
         guard: Option<Box<dyn AppendGuard>>,
     ) -> Result<(DurableSession, LoadReport), DurableError> {
         let (session, report) = load_session(&*store, session_id, guard)?;
-        Ok((DurableSession { session, store, durability }, report))
+        Ok((DurableSession { session, store, durability, clock: Arc::new(SystemClock) }, report))
     }
 
     /// The in-memory session (read-only: appends go through this wrapper).
@@ -266,6 +279,70 @@ impl DurableSession {
     /// The durability policy.
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// The same session, stamping its `*_now` appends with `clock`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use palimpsest_core_session::{payload::{TurnEnd, TurnEndReason, TurnStart}, SessionHeader};
+    /// use palimpsest_persistence::{Durability, DurableSession, ManualClock, MemoryStore};
+    ///
+    /// let store = Arc::new(MemoryStore::default());
+    /// let clock = Arc::new(ManualClock::new(1_000).with_tick(5));
+    /// let mut s = DurableSession::create(store, SessionHeader::new("s1", 0), Durability::default())?
+    ///     .with_clock(clock.clone());
+    /// s.append_log_now(TurnStart { turn: 1 })?;
+    /// clock.set(10); // the clock goes back: the log's times do not
+    /// s.append_log_now(TurnEnd { turn: 1, reason: TurnEndReason::Completed })?;
+    /// let times: Vec<u64> = s.session().events().iter().map(|e| e.time()).collect();
+    /// assert_eq!(times, [1_000, 1_000]);
+    /// # Ok::<(), palimpsest_persistence::DurableError>(())
+    /// ```
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> DurableSession {
+        self.clock = clock;
+        self
+    }
+
+    /// Replaces the clock of the `*_now` appends.
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
+    }
+
+    /// The clock of the `*_now` appends ([`SystemClock`] unless set).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The time for the next event: the clock's reading, raised to the
+    /// last event's time if the clock is behind it. So the times the
+    /// `*_now` appends write never go backwards in the log, as repair's
+    /// closers reuse the last event's time (contract section 5); the
+    /// format itself orders only seqs (`docs/contract-notes.md`, section
+    /// 8). Reads the clock once (a [`ManualClock`](crate::ManualClock)
+    /// with a tick moves on).
+    pub fn now_ms(&self) -> u64 {
+        let now = self.clock.now_ms();
+        self.session.events().last().map_or(now, |last| now.max(last.time()))
+    }
+
+    /// Appends a surface-eligible payload stamped [`now_ms`](Self::now_ms);
+    /// returns its seq.
+    pub fn append_surface_now(
+        &mut self,
+        payload: impl Into<SurfacePayload>,
+        intent: SurfaceIntent,
+    ) -> Result<u64, DurableError> {
+        let time = self.now_ms();
+        self.append_surface(time, payload, intent)
+    }
+
+    /// Appends a log-only payload stamped [`now_ms`](Self::now_ms); returns
+    /// its seq.
+    pub fn append_log_now(&mut self, payload: impl Into<LogPayload>) -> Result<u64, DurableError> {
+        let time = self.now_ms();
+        self.append_log(time, payload)
     }
 
     /// Installs (or removes) a guard.
@@ -384,6 +461,45 @@ mod tests {
         let err = s.append_log(1, TurnStart { turn: 1 }).err().unwrap_or_else(|| panic!("the append fails"));
         assert!(s.session().events().is_empty(), "memory is unchanged");
         (err, store)
+    }
+
+    #[test]
+    fn now_appends_take_the_clock_and_never_go_back() {
+        use palimpsest_core_session::payload::{Block, Message, Role, Source, UserMessage};
+
+        use crate::{Clock, ManualClock};
+
+        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+        let mut s = DurableSession::create(store.clone(), SessionHeader::new("s1", 0), Durability::Os)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The default clock is the system's.
+        let before = crate::SystemClock.now_ms();
+        s.append_log_now(TurnStart { turn: 1 }).unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.session().events()[0].time() >= before);
+
+        let clock = Arc::new(ManualClock::new(0).with_tick(1));
+        s.set_clock(clock.clone());
+        // Behind the last event: raised to its time.
+        let message = Message {
+            id: "u1".into(),
+            role: Role::User,
+            content: vec![Block::text("hi")],
+            source: Source::User,
+        };
+        let seq = s
+            .append_surface_now(UserMessage { turn: Some(1), message }, SurfaceIntent::append())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(seq, 1);
+        let last = s.session().events()[0].time();
+        assert_eq!(s.session().events()[1].time(), last);
+        // Ahead of it: the clock's own reading.
+        clock.set(last + 100);
+        s.append_log_now(TurnStart { turn: 2 }).map(drop).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.session().events()[2].time(), last + 100);
+        assert_eq!(clock.now_ms(), last + 101, "one reading per append");
+        let stored: Vec<u64> =
+            store.load("s1").unwrap_or_else(|e| panic!("{e}")).events.iter().map(Event::time).collect();
+        assert_eq!(stored, [last, last, last + 100]);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod clock;
 mod durable;
 mod error;
 mod memory;
@@ -33,6 +34,7 @@ mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use durable::{load_session, Durability, DurableError, DurableSession, Opened};
 pub use error::StoreError;
 pub use memory::MemoryStore;

@@ -1,0 +1,210 @@
+//! [`AgentLoopBuilder`]: wires a provider, tools, plugins, config, clock
+//! and ids, then creates, opens or attaches the session an [`AgentLoop`]
+//! runs over (repairing an open last turn first).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use palimpsest_core_session::payload::Settings;
+use palimpsest_core_session::SessionHeader;
+use palimpsest_persistence::{DurableSession, LoadReport, SessionStore};
+
+use crate::agent::AgentLoop;
+use crate::clock::{Clock, IdGenerator, SystemClock, UniqueIds};
+use crate::config::AgentConfig;
+use crate::dev::dev_guard;
+use crate::error::LoopError;
+use crate::plugin::Plugin;
+use crate::provider::Provider;
+use crate::state::LoopCore;
+use crate::tool::{Tool, ToolRegistry};
+
+/// What opening a session found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenReport {
+    /// What the store's load found (a torn tail, for instance).
+    pub load: LoadReport,
+    /// The repair closers appended because the last turn was open.
+    pub repaired: Option<Range<u64>>,
+}
+
+/// Builds an [`AgentLoop`]: wire the provider, tools, plugins, config,
+/// clock and ids, then create or open a session.
+pub struct AgentLoopBuilder {
+    provider: Arc<dyn Provider>,
+    settings: Option<Settings>,
+    tools: ToolRegistry,
+    plugins: Vec<Box<dyn Plugin>>,
+    config: AgentConfig,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+}
+
+impl AgentLoopBuilder {
+    /// Sets the tool registry.
+    pub fn tools(mut self, tools: ToolRegistry) -> AgentLoopBuilder {
+        self.tools = tools;
+        self
+    }
+
+    /// Adds one tool.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> AgentLoopBuilder {
+        self.tools.insert(Arc::new(tool));
+        self
+    }
+
+    /// Adds a plugin. Hooks run in the order plugins were added.
+    pub fn plugin(self, plugin: impl Plugin + 'static) -> AgentLoopBuilder {
+        self.boxed_plugin(Box::new(plugin))
+    }
+
+    /// Adds a boxed plugin.
+    pub fn boxed_plugin(mut self, plugin: Box<dyn Plugin>) -> AgentLoopBuilder {
+        self.plugins.push(plugin);
+        self
+    }
+
+    /// The settings this loop makes its requests with (contract section
+    /// 1.3). They are logged as a `session/settings` event when the session
+    /// is created, and when an opened session's effective settings differ
+    /// (after any repair, before the next turn). Without them, the loop
+    /// logs no settings and an opened session keeps its logged ones.
+    ///
+    /// Never put a secret here: the settings are written to the log.
+    pub fn settings(mut self, settings: Settings) -> AgentLoopBuilder {
+        self.settings = Some(settings);
+        self
+    }
+
+    /// Sets the config.
+    pub fn config(mut self, config: AgentConfig) -> AgentLoopBuilder {
+        self.config = config;
+        self
+    }
+
+    /// Sets the clock (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> AgentLoopBuilder {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the message id generator (default: [`UniqueIds`]).
+    pub fn ids(mut self, ids: Arc<dyn IdGenerator>) -> AgentLoopBuilder {
+        self.ids = ids;
+        self
+    }
+
+    /// Creates a new session `session_id` in `store`, created now.
+    pub fn create(
+        self,
+        store: Arc<dyn SessionStore>,
+        session_id: impl Into<String>,
+    ) -> Result<AgentLoop, LoopError> {
+        let header = SessionHeader::new(session_id, self.clock.now_ms());
+        self.create_with_header(store, header)
+    }
+
+    /// Creates a new session with this header in `store`.
+    pub fn create_with_header(
+        self,
+        store: Arc<dyn SessionStore>,
+        header: SessionHeader,
+    ) -> Result<AgentLoop, LoopError> {
+        let id = header.id.clone();
+        let mut session = DurableSession::create(store, header, self.config.durability)
+            .map_err(|source| LoopError::Session { session_id: id, source: Box::new(source) })?;
+        if let Some(guard) = dev_guard(self.config.dev_mode) {
+            session.set_guard(Some(guard));
+        }
+        let settings = self.settings.clone();
+        let mut agent = self.build(session);
+        if let Some(settings) = settings {
+            agent.set_settings(settings)?;
+        }
+        Ok(agent)
+    }
+
+    /// Opens stored session `session_id`, checking every rule on the way
+    /// (and the invariants in dev mode). If its last turn is open (a crash),
+    /// appends the repair closers of contract section 5 first, so the next
+    /// request is provider-valid.
+    pub fn open(
+        self,
+        store: Arc<dyn SessionStore>,
+        session_id: &str,
+    ) -> Result<(AgentLoop, OpenReport), LoopError> {
+        let guard = dev_guard(self.config.dev_mode);
+        let (session, load) =
+            DurableSession::open_guarded(store, session_id, self.config.durability, guard).map_err(
+                |source| LoopError::Session { session_id: session_id.to_owned(), source: Box::new(source) },
+            )?;
+        let settings = self.settings.clone();
+        let mut agent = self.build(session);
+        let repaired = agent.repair_open_turn()?;
+        if let Some(settings) = settings {
+            agent.set_settings(settings)?;
+        }
+        Ok((agent, OpenReport { load, repaired }))
+    }
+
+    /// Wraps a session opened elsewhere (its log is taken as already
+    /// checked), repairing an open last turn like [`open`](Self::open). In
+    /// dev mode the invariants guard replaces any guard it had. Its clock
+    /// becomes the loop's ([`clock`](Self::clock)).
+    pub fn attach(self, mut session: DurableSession) -> Result<(AgentLoop, OpenReport), LoopError> {
+        if let Some(guard) = dev_guard(self.config.dev_mode) {
+            session.set_guard(Some(guard));
+        }
+        let settings = self.settings.clone();
+        let mut agent = self.build(session);
+        let repaired = agent.repair_open_turn()?;
+        if let Some(settings) = settings {
+            agent.set_settings(settings)?;
+        }
+        Ok((agent, OpenReport { load: LoadReport::default(), repaired }))
+    }
+
+    /// The loop over `session`, which takes the loop's clock: its own
+    /// `*_now` appends (after [`AgentLoop::into_session`], say) are stamped
+    /// by the clock that stamped the loop's.
+    fn build(self, mut session: DurableSession) -> AgentLoop {
+        session.set_clock(Arc::clone(&self.clock));
+        let core = LoopCore {
+            session,
+            provider: self.provider,
+            tools: self.tools,
+            config: self.config,
+            clock: self.clock,
+            ids: self.ids,
+        };
+        AgentLoop::from_parts(core, self.plugins)
+    }
+}
+
+impl std::fmt::Debug for AgentLoopBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentLoopBuilder")
+            .field("provider", &self.provider)
+            .field("settings", &self.settings)
+            .field("tools", &self.tools)
+            .field("plugins", &self.plugins.iter().map(|p| p.name()).collect::<Vec<_>>())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentLoop {
+    /// Starts building a loop around `provider`.
+    pub fn builder(provider: Arc<dyn Provider>) -> AgentLoopBuilder {
+        AgentLoopBuilder {
+            provider,
+            settings: None,
+            tools: ToolRegistry::new(),
+            plugins: Vec::new(),
+            config: AgentConfig::default(),
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(UniqueIds::default()),
+        }
+    }
+}
