@@ -139,9 +139,8 @@ fn own_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
             _ => text,
         });
     }
-    if let Some(LoopError::PluginAppendForbidden { plugin, what }) = e.downcast_ref::<LoopError>() {
-        // core-agent-loop has no `detail()` yet: its fields, as its Display words them.
-        return Some(format!("plugin {plugin:?} may not append {what}"));
+    if let Some(l @ LoopError::PluginAppendForbidden { .. }) = e.downcast_ref::<LoopError>() {
+        return Some(l.detail());
     }
     None
 }

@@ -46,6 +46,28 @@ impl LoopError {
         }
     }
 
+    /// What was wrong, without the code (`Display` is the code, then this,
+    /// for [`PluginAppendForbidden`](LoopError::PluginAppendForbidden); a
+    /// [`Session`](LoopError::Session) error names the session and leaves
+    /// the cause to its `source()`).
+    ///
+    /// ```
+    /// use palimpsest_core_agent_loop::LoopError;
+    ///
+    /// let e = LoopError::PluginAppendForbidden { plugin: "p".into(), what: "a tool/result".into() };
+    /// assert_eq!(e.code(), "plugin-append-forbidden");
+    /// assert_eq!(e.detail(), "plugin \"p\" may not append a tool/result");
+    /// assert_eq!(e.to_string(), format!("{}: {}", e.code(), e.detail()));
+    /// ```
+    pub fn detail(&self) -> String {
+        match self {
+            LoopError::Session { session_id, .. } => format!("session {session_id:?}"),
+            LoopError::PluginAppendForbidden { plugin, what } => {
+                format!("plugin {plugin:?} may not append {what}")
+            }
+        }
+    }
+
     /// True when the store failed (as opposed to an append being refused):
     /// nothing more can be written until the store is reopened.
     pub fn is_store_failure(&self) -> bool {
