@@ -74,7 +74,9 @@ impl LoopCore {
     pub(crate) fn request(&self) -> ModelRequest {
         let session = self.session.session();
         let settings = session.settings();
-        let messages = session.derive_messages().into_iter().map(|d| d.message).collect();
+        // The session's cached history: no message is parsed again for a
+        // request; what the request owns is a copy of each.
+        let messages = session.history().iter().map(|m| m.message.clone()).collect();
         let tools = match &settings.tools {
             Some(offered) => offered.iter().map(ToolSpec::from_offered).collect(),
             None => self.tools.specs(),
