@@ -14,22 +14,20 @@
 
 use palimpsest_core_session::payload::*;
 use palimpsest_core_session::{Event, SessionHeader, SurfaceIntent};
+use palimpsest_persistence::testkit::SplitMix64;
 
-/// A tiny deterministic generator (xorshift64*), so the workload is the same
-/// on every machine for a seed.
-/// The state, and whether texts also draw from [`RARE_WORDS`] made-up words
+/// The project's seeded generator ([`SplitMix64`], shared with the contract
+/// kit and the torture tests), so the workload is the same on every machine
+/// for a seed, and whether texts also draw from [`RARE_WORDS`] made-up words
 /// (the search corpus), besides the twenty common ones.
-struct Rng(u64, bool);
+struct Rng(SplitMix64, bool);
 
 /// How many rare words the search corpus draws from: `term0` ...
 pub(crate) const RARE_WORDS: u64 = 5_000;
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.next_u64()
     }
 
     fn text(&mut self, chars: usize) -> String {
@@ -87,7 +85,7 @@ pub(crate) fn generate_searchable(n: usize, seed: u64) -> (SessionHeader, Vec<Ev
 
 fn generate_with(n: usize, seed: u64, rare_words: bool) -> (SessionHeader, Vec<Event>) {
     let mut g = Gen {
-        rng: Rng(seed | 1, rare_words),
+        rng: Rng(SplitMix64::new(seed), rare_words),
         events: Vec::with_capacity(n + 128),
         surface: Vec::new(),
         since: 0,

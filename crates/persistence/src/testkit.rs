@@ -45,7 +45,9 @@ use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceO
 
 use crate::{Durability, DurableSession, LoadSink, MemoryStore, SessionStore, StoreError};
 
+mod rng;
 mod search;
+pub use rng::SplitMix64;
 pub use search::{
     search_agrees_with_the_reference_scan, search_finds_message_words_not_chunks,
     search_finds_shadowed_messages, search_follows_appends_and_deletes,
@@ -63,7 +65,8 @@ pub trait StoreFactory {
     fn open(&self) -> Box<dyn SessionStore>;
 
     /// Appends raw bytes after a session's stored records to simulate a torn write.
-    /// Return false if the backend has no torn tails (the torn-tail checks then skip, saying so in their name/doc).
+    /// Return false if the backend has no torn tails (the torn-tail checks
+    /// then return [`Outcome::Skipped`]).
     ///
     /// The kit calls this only while no store opened by this factory is
     /// alive, as after a crash of the writing process.
@@ -74,7 +77,7 @@ pub trait StoreFactory {
     /// Makes the next write of the stores this factory opened fail with an
     /// I/O error, as a full disk, a failed fsync or a connection lost
     /// mid-commit would. Return false if the backend cannot (the fault
-    /// check then passes without testing anything, saying so in its doc).
+    /// check then returns [`Outcome::Skipped`]).
     ///
     /// A backend usually passes one [`WriteFault`] to every store it opens
     /// and [arms](WriteFault::arm) it here.
@@ -145,8 +148,27 @@ impl StoreFactory for MemoryFactory {
     }
 }
 
+/// What a contract check did: it ran (and passed: a failing check panics),
+/// or it could not run against this backend and says why.
+///
+/// A backend without torn tails (a database) skips the torn-tail checks; a
+/// factory that cannot inject faults skips the I/O-error check. The
+/// [`store_contract_tests!`](crate::store_contract_tests) tests print
+/// `skipped: <why>` to stderr, and [`run_all`] returns the skipped checks, so
+/// a skip is never mistaken for a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The check ran and passed.
+    Ran,
+    /// The check did not run; the reason.
+    Skipped(&'static str),
+}
+
+/// Why the torn-tail checks skip.
+const NO_TORN_TAILS: &str = "the backend has no torn tails (`StoreFactory::append_raw_tail` returned false)";
+
 /// A contract check.
-pub type Check = fn(&dyn StoreFactory);
+pub type Check = fn(&dyn StoreFactory) -> Outcome;
 
 /// Every check, by name, in the order [`run_all`] and [`store_contract_tests!`](crate::store_contract_tests) run them.
 pub const CHECKS: &[(&str, Check)] = &[
@@ -197,19 +219,38 @@ pub const CHECKS: &[(&str, Check)] = &[
 
 /// Runs every check in [`CHECKS`], each with a fresh factory from
 /// `new_factory` (the checks assume an empty store); panics at the first
-/// failure, naming the check.
-pub fn run_all<F: StoreFactory>(mut new_factory: impl FnMut() -> F) {
+/// failure, naming the check. Returns the checks that were skipped, each
+/// with its reason, in [`CHECKS`] order.
+///
+/// ```
+/// use palimpsest_persistence::testkit::{run_all, MemoryFactory};
+///
+/// // The memory store has no torn tails and no fault injection.
+/// let skipped: Vec<&str> = run_all(MemoryFactory::default).iter().map(|(name, _)| *name).collect();
+/// assert_eq!(skipped, [
+///     "io_errors_never_store_a_batch_in_part_or_twice",
+///     "torn_tail_is_dropped_reported_and_cut_off_if_supported",
+///     "unterminated_whole_last_record_is_kept_if_supported",
+/// ]);
+/// ```
+pub fn run_all<F: StoreFactory>(mut new_factory: impl FnMut() -> F) -> Vec<(&'static str, &'static str)> {
+    let mut skipped = Vec::new();
     for (name, check) in CHECKS {
         let factory = new_factory();
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| check(&factory))) {
-            let msg = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)");
-            panic!("contract check `{name}` failed: {msg}");
+        match catch_unwind(AssertUnwindSafe(|| check(&factory))) {
+            Ok(Outcome::Ran) => {}
+            Ok(Outcome::Skipped(why)) => skipped.push((*name, why)),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                panic!("contract check `{name}` failed: {msg}");
+            }
         }
     }
+    skipped
 }
 
 /// Runs every contract check as its own `#[test]`, evaluating `$factory`
@@ -217,7 +258,9 @@ pub fn run_all<F: StoreFactory>(mut new_factory: impl FnMut() -> F) {
 /// [`StoreFactory`](crate::testkit::StoreFactory)) afresh for each.
 ///
 /// Invoke it once per module: it defines one test function per check, named
-/// after the check, plus `store_contract_tests_cover_every_check`.
+/// after the check, plus `store_contract_tests_cover_every_check`. A check
+/// that [skips](crate::testkit::Outcome::Skipped) passes and prints
+/// `skipped: <why>` to stderr.
 ///
 /// ```
 /// use palimpsest_persistence::testkit::MemoryFactory;
@@ -271,9 +314,13 @@ macro_rules! __store_contract_tests {
     ($factory:expr; $($check:ident),* $(,)?) => {
         $(
             #[test]
+            #[allow(clippy::print_stderr)]
             fn $check() {
                 let factory = $factory;
-                $crate::testkit::$check(&factory);
+                if let $crate::testkit::Outcome::Skipped(why) = $crate::testkit::$check(&factory) {
+                    // libtest has no run-time skip: say it where `--nocapture` shows it.
+                    ::std::eprintln!("skipped: {why}");
+                }
             }
         )*
 
@@ -550,7 +597,7 @@ fn sorted_headers(mut headers: Vec<SessionHeader>) -> Vec<SessionHeader> {
 /// A log using every core event type (and every payload variant) comes back
 /// equal and with the same JSON text, appended in batches of 1 to 5 events,
 /// both from the same handle and after reopening.
-pub fn round_trips_every_core_event_kind(factory: &dyn StoreFactory) {
+pub fn round_trips_every_core_event_kind(factory: &dyn StoreFactory) -> Outcome {
     let events = sample_events();
     let kinds: BTreeSet<&str> = events.iter().map(|e| e.event_type().as_str()).collect();
     for core in [
@@ -590,11 +637,12 @@ pub fn round_trips_every_core_event_kind(factory: &dyn StoreFactory) {
     drop(store);
     let store = factory.open();
     assert_stored(&*store, &h, &events, "after reopen");
+    Outcome::Ran
 }
 
 /// `sourceEventSeqs` absent, `[]` and a list are three different things, and
 /// each comes back as it was (absent stays absent, never `[]` or `null`).
-pub fn source_event_seqs_absent_empty_and_listed_stay_distinct(factory: &dyn StoreFactory) {
+pub fn source_event_seqs_absent_empty_and_listed_stay_distinct(factory: &dyn StoreFactory) -> Outcome {
     let msg = |id: &str| {
         format!(
             r#"{{"turn":1,"step":1,"message":{{"id":"{id}","role":"assistant","content":[],"source":{MODEL}}}}}"#
@@ -631,11 +679,12 @@ pub fn source_event_seqs_absent_empty_and_listed_stay_distinct(factory: &dyn Sto
         assert!(!loaded.events[2].to_json().contains("sourceEventSeqs"), "an absent list was written");
         assert!(loaded.events[3].to_json().contains(r#""sourceEventSeqs":[]"#), "an empty list was lost");
     }
+    Outcome::Ran
 }
 
 /// `"append"` and `{"op":"replace","start":S,"end":E}` both come back as they
 /// were, and events off the surface have no `surfaceOp`.
-pub fn both_surface_op_forms_round_trip(factory: &dyn StoreFactory) {
+pub fn both_surface_op_forms_round_trip(factory: &dyn StoreFactory) -> Outcome {
     let all = sample_events();
     let events = &all[..21]; // through the replacing tool/result at seq 20
     let h = header("kit-surface-op");
@@ -651,12 +700,13 @@ pub fn both_surface_op_forms_round_trip(factory: &dyn StoreFactory) {
     let session = Session::from_log(h.clone(), loaded.events)
         .unwrap_or_else(|e| panic!("the loaded log no longer holds: [{}] {e}", e.code()));
     assert_eq!(session.surface(), &[1, 8, 20, 12, 14, 18, 19]);
+    Outcome::Ran
 }
 
 /// Plugin `data` of any JSON shape (`null`, numbers of every form, strings,
 /// booleans, empty and deep containers, unsorted keys, insignificant
 /// whitespace) is kept byte for byte.
-pub fn plugin_events_keep_arbitrary_json_data(factory: &dyn StoreFactory) {
+pub fn plugin_events_keep_arbitrary_json_data(factory: &dyn StoreFactory) -> Outcome {
     let deep = format!("{}0{}", "[".repeat(100), "]".repeat(100));
     let datas: Vec<String> = [
         "null",
@@ -705,11 +755,12 @@ pub fn plugin_events_keep_arbitrary_json_data(factory: &dyn StoreFactory) {
             assert_eq!(l.data(), d, "plugin data not kept byte for byte");
         }
     }
+    Outcome::Ran
 }
 
 /// Keys the core payload types do not know, at every level of a known
 /// payload, are kept verbatim (the log is lossless).
-pub fn unknown_payload_keys_are_kept_verbatim(factory: &dyn StoreFactory) {
+pub fn unknown_payload_keys_are_kept_verbatim(factory: &dyn StoreFactory) -> Outcome {
     let events = vec![
         at(0, "turn/start", r#"{"turn":1,"x-trace":{"id":"t-1","sampled":true}}"#, ""),
         at(
@@ -743,12 +794,13 @@ pub fn unknown_payload_keys_are_kept_verbatim(factory: &dyn StoreFactory) {
         assert!(loaded.events[1].data().contains(r#""device":"phone""#));
         assert!(loaded.events[4].data().ends_with(r#""finish":"stop"}"#));
     }
+    Outcome::Ran
 }
 
 /// Unicode (astral, right-to-left, combining, BOM, line separators) and
 /// JSON escapes (`\u0000`, surrogate pairs, `\/`) come back as written, in
 /// the data, the session id, the header and the event type.
-pub fn unicode_and_escapes_round_trip(factory: &dyn StoreFactory) {
+pub fn unicode_and_escapes_round_trip(factory: &dyn StoreFactory) -> Outcome {
     let text = "😀 𝄞 🦀👩‍👩‍👧 שלום עולם مرحبا بالعالم e\u{301} \u{feff}BOM \u{2028}\u{2029} 日本語 ∑ ÿ";
     let escaped =
         r#""nul\u0000 unit\u001f tab\t nl\n cr\r quote\" back\\ slash\/ \u00e9 \ud83d\ude00 \u2028 \uFEFF""#;
@@ -783,11 +835,12 @@ pub fn unicode_and_escapes_round_trip(factory: &dyn StoreFactory) {
         let listed = must(store.list(), "list");
         assert_eq!(listed, vec![h.clone()], "list must return the unicode header unchanged");
     }
+    Outcome::Ran
 }
 
 /// Multi-megabyte payloads (a 4 MiB tool result, a 2 MB plugin array) and
 /// a header `cwd` as long as the header's limit allows round-trip, in one batch with small events around them.
-pub fn very_large_payloads_round_trip(factory: &dyn StoreFactory) {
+pub fn very_large_payloads_round_trip(factory: &dyn StoreFactory) -> Outcome {
     let chunk = "line of tool output with \"quotes\", a tab\t, unicode ü🦀 and a newline\n";
     let mut big_text = String::with_capacity(4 << 20);
     while big_text.len() < 4 << 20 {
@@ -834,6 +887,7 @@ pub fn very_large_payloads_round_trip(factory: &dyn StoreFactory) {
     assert_stored(&*store, &h, &events, "large payloads");
     append(&*store, &h.id, &[tick(5)]);
     assert_eq!(must(store.load(&h.id), "load").events.len(), 6, "appending after a large event");
+    Outcome::Ran
 }
 
 // ---------------------------------------------------------------------------
@@ -843,7 +897,7 @@ pub fn very_large_payloads_round_trip(factory: &dyn StoreFactory) {
 /// A batch is all or nothing: one with a gap, a repeat or a bad first seq is
 /// `conflict` and stores *none* of its events (not even the valid prefix);
 /// a batch continuing the log stores all of them, and so does a large one.
-pub fn batch_is_all_or_nothing(factory: &dyn StoreFactory) {
+pub fn batch_is_all_or_nothing(factory: &dyn StoreFactory) -> Outcome {
     let h = header("kit-batch");
     let store = factory.open();
     create(&*store, &h);
@@ -873,12 +927,13 @@ pub fn batch_is_all_or_nothing(factory: &dyn StoreFactory) {
     must_fail(store.append(&h.id, &[tick(2_005), tick(2_007)]), "conflict", "gap after a large batch");
     drop(store);
     assert_stored(&*factory.open(), &h, &ticks(0..2_005), "after reopen");
+    Outcome::Ran
 }
 
 /// Appends that do not continue the log are `conflict` and change nothing:
 /// a gap, a replay of an old seq, a first event that is not seq 0. The right
 /// seq still works afterwards.
-pub fn non_contiguous_appends_conflict(factory: &dyn StoreFactory) {
+pub fn non_contiguous_appends_conflict(factory: &dyn StoreFactory) -> Outcome {
     let h = header("kit-contiguity");
     let store = factory.open();
     create(&*store, &h);
@@ -902,6 +957,7 @@ pub fn non_contiguous_appends_conflict(factory: &dyn StoreFactory) {
     must_fail(store.append(&h.id, &[tick(3)]), "conflict", "a replay after reopen");
     append(&*store, &h.id, &[tick(4)]);
     assert_stored(&*store, &h, &ticks(0..5), "after reopen");
+    Outcome::Ran
 }
 
 // ---------------------------------------------------------------------------
@@ -910,7 +966,7 @@ pub fn non_contiguous_appends_conflict(factory: &dyn StoreFactory) {
 
 /// Append, load and delete of an id never created are `not-found`, and
 /// create nothing.
-pub fn unknown_ids_are_not_found(factory: &dyn StoreFactory) {
+pub fn unknown_ids_are_not_found(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     create(&*store, &header("kit-known"));
     must_fail(store.append("kit-unknown", &[tick(0)]), "not-found", "append to an unknown id");
@@ -919,11 +975,12 @@ pub fn unknown_ids_are_not_found(factory: &dyn StoreFactory) {
     must_fail(store.delete("kit-unknown"), "not-found", "delete of an unknown id");
     must_fail(store.load("kit-known-but-longer"), "not-found", "load of an id sharing a prefix");
     assert_eq!(must(store.list(), "list"), vec![header("kit-known")], "an unknown id appeared in the list");
+    Outcome::Ran
 }
 
 /// A second create of a taken id is `already-exists` and leaves the first
 /// session (header and events) untouched.
-pub fn create_twice_is_already_exists(factory: &dyn StoreFactory) {
+pub fn create_twice_is_already_exists(factory: &dyn StoreFactory) -> Outcome {
     let h = SessionHeader { cwd: Some("/first".into()), ..header("kit-twice") };
     let store = factory.open();
     create(&*store, &h);
@@ -940,6 +997,7 @@ pub fn create_twice_is_already_exists(factory: &dyn StoreFactory) {
     let store = factory.open();
     must_fail(store.create(&again), "already-exists", "create after reopen");
     assert_stored(&*store, &h, &ticks(0..2), "the first session after reopen");
+    Outcome::Ran
 }
 
 /// [`SessionStore::create_with_events`] writes a whole session or nothing:
@@ -947,7 +1005,7 @@ pub fn create_twice_is_already_exists(factory: &dyn StoreFactory) {
 /// (not even an empty one); a taken id is `already-exists` and leaves the
 /// first session untouched; a whole session, large batch included, reads
 /// back exactly, also after reopen, and continues with `append`.
-pub fn create_with_events_is_all_or_nothing(factory: &dyn StoreFactory) {
+pub fn create_with_events_is_all_or_nothing(factory: &dyn StoreFactory) -> Outcome {
     let h = SessionHeader { cwd: Some("/whole".into()), seed_length: Some(2), ..header("kit-whole") };
     let store = factory.open();
     let refused: [(&str, Vec<Event>); 3] = [
@@ -982,10 +1040,12 @@ pub fn create_with_events_is_all_or_nothing(factory: &dyn StoreFactory) {
     assert_stored(&*store, &h, &longer, "after reopen");
     assert_stored(&*store, &empty, &[], "the empty whole session after reopen");
     assert_stored(&*store, &big, &ticks(0..2_000), "the large whole session after reopen");
+    Outcome::Ran
 }
 
 /// After an I/O error during an append (injected through
-/// [`StoreFactory::fail_next_write`]; skipped when the backend cannot), the
+/// [`StoreFactory::fail_next_write`]; [`Outcome::Skipped`] when the backend
+/// cannot), the
 /// failed batch is stored whole or not at all, and never twice:
 ///
 /// * the append is `io` (its outcome unknown, as the trait says);
@@ -996,13 +1056,13 @@ pub fn create_with_events_is_all_or_nothing(factory: &dyn StoreFactory) {
 ///   `conflict` (it had landed);
 /// * reopened, the session holds the events before the batch, then the
 ///   batch whole or not at all, and appending continues from there.
-pub fn io_errors_never_store_a_batch_in_part_or_twice(factory: &dyn StoreFactory) {
+pub fn io_errors_never_store_a_batch_in_part_or_twice(factory: &dyn StoreFactory) -> Outcome {
     let h = header("kit-io");
     let store = factory.open();
     create(&*store, &h);
     append(&*store, &h.id, &ticks(0..3));
     if !factory.fail_next_write() {
-        return;
+        return Outcome::Skipped("the factory cannot inject an I/O error (`StoreFactory::fail_next_write`)");
     }
     let batch = ticks(3..8);
     must_fail(store.append(&h.id, &batch), "io", "an append with an injected I/O error");
@@ -1034,6 +1094,7 @@ pub fn io_errors_never_store_a_batch_in_part_or_twice(factory: &dyn StoreFactory
     let mut expected = stored;
     expected.push(tick(n));
     assert_stored(&*store, &h, &expected, "appending after the I/O error and a reopen");
+    Outcome::Ran
 }
 
 /// A sink that keeps what it is handed and breaks after `stop_after`
@@ -1078,7 +1139,7 @@ impl LoadSink for KeepSink {
 /// events in order, across many rows (several decoding batches in the SQL
 /// backends); a sink that breaks gets nothing more; an unknown id is
 /// `not-found` with nothing handed over.
-pub fn load_into_hands_over_what_load_returns(factory: &dyn StoreFactory) {
+pub fn load_into_hands_over_what_load_returns(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     let h = header("kit-into");
     let mut events = sample_events();
@@ -1101,11 +1162,12 @@ pub fn load_into_hands_over_what_load_returns(factory: &dyn StoreFactory) {
     let mut none = KeepSink::new(None);
     must_fail(store.load_into("kit-no-such", &mut none), "not-found", "load_into of an unknown id");
     assert!(none.header.is_none() && none.events.is_empty(), "nothing handed over for an unknown id");
+    Outcome::Ran
 }
 
 /// `list` returns exactly the headers created (optional fields included),
 /// empty for an empty store, unchanged by appends, without deleted ones.
-pub fn list_returns_every_header(factory: &dyn StoreFactory) {
+pub fn list_returns_every_header(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     assert_eq!(must(store.list(), "list of an empty store"), vec![], "an empty store lists nothing");
     let headers = vec![
@@ -1130,11 +1192,12 @@ pub fn list_returns_every_header(factory: &dyn StoreFactory) {
     must(store.delete("kit-list-b"), "delete");
     let rest: Vec<SessionHeader> = headers.iter().filter(|h| h.id != "kit-list-b").cloned().collect();
     assert_eq!(sorted_headers(must(store.list(), "list after delete")), rest, "list after delete");
+    Outcome::Ran
 }
 
 /// After `delete`, load, append and a second delete are `not-found`; the id
 /// can be created again and starts empty; other sessions are untouched.
-pub fn delete_then_load_is_not_found(factory: &dyn StoreFactory) {
+pub fn delete_then_load_is_not_found(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     let (h, other) = (header("kit-delete"), header("kit-delete-other"));
     create(&*store, &h);
@@ -1160,11 +1223,12 @@ pub fn delete_then_load_is_not_found(factory: &dyn StoreFactory) {
     let store = factory.open();
     must_fail(store.load(&again.id), "not-found", "load of a deleted session after reopen");
     assert_eq!(must(store.list(), "list"), vec![other], "list after deletes");
+    Outcome::Ran
 }
 
 /// A store dropped and reopened sees every session, header and event, and
 /// appends continue where they stopped.
-pub fn reopen_after_drop_sees_everything(factory: &dyn StoreFactory) {
+pub fn reopen_after_drop_sees_everything(factory: &dyn StoreFactory) -> Outcome {
     let sample = sample_events();
     let a = SessionHeader { seed_length: Some(2), ..header("kit-reopen-a") };
     let b = header("kit-reopen-b");
@@ -1192,12 +1256,13 @@ pub fn reopen_after_drop_sees_everything(factory: &dyn StoreFactory) {
     assert_stored(&*store, &a, &sample, "a after a second reopen");
     assert_stored(&*store, &c, &ticks(0..1), "c after a second reopen");
     assert_eq!(sorted_headers(must(store.list(), "list")), vec![a, b, c], "list after reopen");
+    Outcome::Ran
 }
 
 /// Sessions do not share seqs, events or errors: interleaved appends each
 /// start at seq 0, a conflict in one does not touch the other, deleting one
 /// leaves the other.
-pub fn sessions_are_independent(factory: &dyn StoreFactory) {
+pub fn sessions_are_independent(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     let ids = ["kit-one", "kit-two", "kit-one-two"];
     for id in ids {
@@ -1216,6 +1281,7 @@ pub fn sessions_are_independent(factory: &dyn StoreFactory) {
     assert_stored(&*store, &header("kit-one"), &ticks(0..2), "kit-one");
     assert_stored(&*store, &header("kit-two"), &ticks(0..5), "kit-two");
     must_fail(store.load("kit-one-two"), "not-found", "the deleted one");
+    Outcome::Ran
 }
 
 /// Odd session ids (path separators, `..`, NUL, control characters, Windows
@@ -1223,7 +1289,7 @@ pub fn sessions_are_independent(factory: &dyn StoreFactory) {
 /// sessions of their own or are refused with `invalid-id`, and nothing in
 /// between. Ids of 1 to 64 ASCII letters, digits, `-` and `_` must work, and
 /// ids differing only in case are different sessions.
-pub fn unusual_ids_work_or_are_refused_cleanly(factory: &dyn StoreFactory) {
+pub fn unusual_ids_work_or_are_refused_cleanly(factory: &dyn StoreFactory) -> Outcome {
     let must_work =
         ["plain", "UPPER", "upper", "Upper", "a-b_c", "0", "9f1c2d3e-aaaa-4bbb-8ccc-0123456789ab"];
     let long_ascii = "x".repeat(64);
@@ -1311,12 +1377,13 @@ pub fn unusual_ids_work_or_are_refused_cleanly(factory: &dyn StoreFactory) {
         must(store.delete(id), &format!("delete {:?}", clip(id)));
     }
     assert_eq!(must(store.list(), "list after deleting everything"), vec![], "something was left behind");
+    Outcome::Ran
 }
 
 /// Two handles on the same location at once (as two processes would have):
 /// each append either succeeds or is refused (`conflict` or `locked`), every
 /// acknowledged append is stored exactly once, in order, and nothing else is.
-pub fn second_handle_never_breaks_the_log(factory: &dyn StoreFactory) {
+pub fn second_handle_never_breaks_the_log(factory: &dyn StoreFactory) -> Outcome {
     let h = header("kit-two-handles");
     let first = factory.open();
     let second = factory.open();
@@ -1344,6 +1411,7 @@ pub fn second_handle_never_breaks_the_log(factory: &dyn StoreFactory) {
     drop(first);
     drop(second);
     assert_stored(&*factory.open(), &h, &acknowledged, "after two handles");
+    Outcome::Ran
 }
 
 // ---------------------------------------------------------------------------
@@ -1356,9 +1424,9 @@ pub fn second_handle_never_breaks_the_log(factory: &dyn StoreFactory) {
 /// being line 1; len = the torn bytes); loading again changes nothing; the
 /// next append cuts it off, after which the log is clean, also after reopen.
 ///
-/// Skipped (passes without checking) when
-/// [`StoreFactory::append_raw_tail`] returns false: the backend has no torn tails.
-pub fn torn_tail_is_dropped_reported_and_cut_off_if_supported(factory: &dyn StoreFactory) {
+/// Returns [`Outcome::Skipped`] when [`StoreFactory::append_raw_tail`]
+/// returns false: the backend has no torn tails.
+pub fn torn_tail_is_dropped_reported_and_cut_off_if_supported(factory: &dyn StoreFactory) -> Outcome {
     let tails: [&[u8]; 3] = [
         br#"{"seq":3,"time":1767225600030,"type":"kit/tick","da"#,
         b"{\"seq\":3,\"time\":1,\"type\":\"kit/tick\",\"data\":\"\xe6\x97",
@@ -1373,7 +1441,7 @@ pub fn torn_tail_is_dropped_reported_and_cut_off_if_supported(factory: &dyn Stor
             must(store.sync(&h.id), "sync");
         }
         if !factory.append_raw_tail(&h.id, tail) {
-            return;
+            return Outcome::Skipped(NO_TORN_TAILS);
         }
         let store = factory.open();
         for attempt in ["first load", "second load"] {
@@ -1395,14 +1463,15 @@ pub fn torn_tail_is_dropped_reported_and_cut_off_if_supported(factory: &dyn Stor
         append(&*store, &h.id, &ticks(5..6));
         assert_stored(&*store, &h, &ticks(0..6), "appending after reopen");
     }
+    Outcome::Ran
 }
 
 /// A last record written whole but without its terminator is kept (not
 /// torn), and the next append still produces a clean log.
 ///
-/// Skipped (passes without checking) when
-/// [`StoreFactory::append_raw_tail`] returns false: the backend has no torn tails.
-pub fn unterminated_whole_last_record_is_kept_if_supported(factory: &dyn StoreFactory) {
+/// Returns [`Outcome::Skipped`] when [`StoreFactory::append_raw_tail`]
+/// returns false: the backend has no torn tails.
+pub fn unterminated_whole_last_record_is_kept_if_supported(factory: &dyn StoreFactory) -> Outcome {
     let h = header("kit-unterminated");
     {
         let store = factory.open();
@@ -1410,7 +1479,7 @@ pub fn unterminated_whole_last_record_is_kept_if_supported(factory: &dyn StoreFa
         append(&*store, &h.id, &ticks(0..3));
     }
     if !factory.append_raw_tail(&h.id, tick(3).to_json().as_bytes()) {
-        return;
+        return Outcome::Skipped(NO_TORN_TAILS);
     }
     let store = factory.open();
     assert_stored(&*store, &h, &ticks(0..4), "an unterminated whole record");
@@ -1419,6 +1488,7 @@ pub fn unterminated_whole_last_record_is_kept_if_supported(factory: &dyn StoreFa
     assert_stored(&*store, &h, &ticks(0..6), "after the next append");
     drop(store);
     assert_stored(&*factory.open(), &h, &ticks(0..6), "after reopen");
+    Outcome::Ran
 }
 
 // ---------------------------------------------------------------------------
@@ -1433,7 +1503,7 @@ fn shared(factory: &dyn StoreFactory) -> Arc<dyn SessionStore> {
 /// log opens with its surface, one that breaks a surface rule (which the
 /// store itself does not check) is refused with the rule's contract code,
 /// an unknown id is `not-found`.
-pub fn durable_open_revalidates_the_stored_log(factory: &dyn StoreFactory) {
+pub fn durable_open_revalidates_the_stored_log(factory: &dyn StoreFactory) -> Outcome {
     let store = shared(factory);
     let valid = header("kit-durable-valid");
     create(&*store, &valid);
@@ -1496,13 +1566,14 @@ pub fn durable_open_revalidates_the_stored_log(factory: &dyn StoreFactory) {
         Ok(_) => panic!("an unknown session was opened"),
         Err(e) => assert_eq!(e.code(), "not-found", "open of an unknown id: {e}"),
     }
+    Outcome::Ran
 }
 
 /// Through [`DurableSession`], an append the rules refuse writes nothing
 /// (single events and batches with a bad event after good ones), a store
 /// refusal (`conflict`) leaves memory unchanged, valid appends reach the
 /// store, and a reopened session equals what was acknowledged.
-pub fn durable_refused_append_writes_nothing(factory: &dyn StoreFactory) {
+pub fn durable_refused_append_writes_nothing(factory: &dyn StoreFactory) -> Outcome {
     let sample = sample_events();
     let store = shared(factory);
     let h = header("kit-durable-append");
@@ -1559,6 +1630,7 @@ pub fn durable_refused_append_writes_nothing(factory: &dyn StoreFactory) {
     drop(store);
     let store = factory.open();
     assert_stored(&*store, &h, &sample, "the durable session after reopen");
+    Outcome::Ran
 }
 
 // ---------------------------------------------------------------------------

@@ -73,7 +73,17 @@ mod in_memory {
 
     #[test]
     fn the_whole_kit_passes_in_memory() {
-        palimpsest_persistence::testkit::run_all(factory);
+        let skipped: Vec<&str> =
+            palimpsest_persistence::testkit::run_all(factory).iter().map(|(name, _)| *name).collect();
+        // This factory has no fault seam, and SQLite no torn tails.
+        assert_eq!(
+            skipped,
+            [
+                "io_errors_never_store_a_batch_in_part_or_twice",
+                "torn_tail_is_dropped_reported_and_cut_off_if_supported",
+                "unterminated_whole_last_record_is_kept_if_supported",
+            ]
+        );
     }
 }
 

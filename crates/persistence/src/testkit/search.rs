@@ -4,7 +4,7 @@
 
 use palimpsest_core_session::{Event, SessionHeader};
 
-use super::{clip, ev, header, must, StoreFactory, T0};
+use super::{clip, ev, header, must, Outcome, StoreFactory, T0};
 use crate::search::{self, SearchHit, SearchQuery};
 use crate::SessionStore;
 
@@ -100,7 +100,7 @@ fn write(store: &dyn SessionStore, header: &SessionHeader, events: &[Event]) {
 /// The words of user, assistant and tool-result messages are found (with
 /// the event's type, time and a snippet); the words of a chunk or of a
 /// tool call's arguments are not, and nor are plugin events'.
-pub fn search_finds_message_words_not_chunks(factory: &dyn StoreFactory) {
+pub fn search_finds_message_words_not_chunks(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     let t = T0 + 1000;
     let events = [
@@ -133,10 +133,11 @@ pub fn search_finds_message_words_not_chunks(factory: &dyn StoreFactory) {
         );
     }
     assert_eq!(keys(&found(&*store, &query(&["marmot"]))), [key("search-a", 2, "tool/result")]);
+    Outcome::Ran
 }
 
 /// Terms match whole tokens in any case, and a hit holds every term.
-pub fn search_is_case_insensitive_and_needs_every_term(factory: &dyn StoreFactory) {
+pub fn search_is_case_insensitive_and_needs_every_term(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     let events = [
         user(0, T0, "Deploy the ÉLAN service"),
@@ -157,11 +158,12 @@ pub fn search_is_case_insensitive_and_needs_every_term(factory: &dyn StoreFactor
         [key("search-b", 1, "assistant/message")],
         "a word with punctuation is its tokens, each required"
     );
+    Outcome::Ran
 }
 
 /// A message that a compaction shadowed is still found, and so is the
 /// summary that replaced it: search covers the log, not the surface.
-pub fn search_finds_shadowed_messages(factory: &dyn StoreFactory) {
+pub fn search_finds_shadowed_messages(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     let events = [
         user(0, T0, "the walrus question"),
@@ -178,12 +180,13 @@ pub fn search_finds_shadowed_messages(factory: &dyn StoreFactory) {
         ],
         "shadowed messages and the summary are all found"
     );
+    Outcome::Ran
 }
 
 /// Hits come session by session, latest activity (time of the last event)
 /// first, ties by id, then by seq; the limit keeps the first hits in that
 /// order.
-pub fn search_orders_by_last_activity_then_seq_and_limits(factory: &dyn StoreFactory) {
+pub fn search_orders_by_last_activity_then_seq_and_limits(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     let session = |id: &str, last: u64| {
         let events = [
@@ -211,11 +214,12 @@ pub fn search_orders_by_last_activity_then_seq_and_limits(factory: &dyn StoreFac
     must(store.append("old", &[user(4, T0 + 400, "ping three")]), "append to `old`");
     let first = found(&*store, &query(&["ping"]).with_limit(1));
     assert_eq!(keys(&first), [key("old", 0, "user/message")], "the session appended last comes first");
+    Outcome::Ran
 }
 
 /// A query without a letter or digit is refused before any store is asked
 /// (`search-query-empty`); an empty store finds nothing.
-pub fn search_refuses_an_empty_query(factory: &dyn StoreFactory) {
+pub fn search_refuses_an_empty_query(factory: &dyn StoreFactory) -> Outcome {
     for words in [&[][..], &[""][..], &["--", " ", "?!"][..]] {
         match SearchQuery::new(words) {
             Err(e) => assert_eq!(e.code(), search::SEARCH_QUERY_EMPTY, "query {words:?}"),
@@ -224,11 +228,12 @@ pub fn search_refuses_an_empty_query(factory: &dyn StoreFactory) {
     }
     let store = factory.open();
     assert_eq!(found(&*store, &query(&["anything"])), [], "an empty store has no hits");
+    Outcome::Ran
 }
 
 /// What is appended, created whole or deleted is what search sees, also
 /// through a store opened again.
-pub fn search_follows_appends_and_deletes(factory: &dyn StoreFactory) {
+pub fn search_follows_appends_and_deletes(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
     write(&*store, &header("search-d"), &[user(0, T0, "first lemur")]);
     must(store.create(&header("search-e")), "create `search-e`");
@@ -248,19 +253,7 @@ pub fn search_follows_appends_and_deletes(factory: &dyn StoreFactory) {
     // The id can be used again, and its old messages stay gone.
     write(&*store, &header("search-e"), &[user(0, T0 + 9, "no primates here")]);
     assert_eq!(keys(&found(&*store, &query(&["lemur"]))), expected[1..], "after the id was reused");
-}
-
-/// A tiny deterministic generator (xorshift), so the corpus is the same
-/// on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
+    Outcome::Ran
 }
 
 /// Words with the cases that tokenizers differ on: case, accents,
@@ -302,9 +295,9 @@ const VOCABULARY: &[&str] = &[
 /// On a random-ish corpus of many sessions, every query (single words,
 /// pairs, with and without a limit) returns exactly what the reference
 /// scan returns: the same hits, order and snippets.
-pub fn search_agrees_with_the_reference_scan(factory: &dyn StoreFactory) {
+pub fn search_agrees_with_the_reference_scan(factory: &dyn StoreFactory) -> Outcome {
     let store = factory.open();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = super::SplitMix64::new(0x9E37_79B9_7F4A_7C15);
     for s in 0..12u64 {
         let n = 5 + rng.below(20);
         let mut events = Vec::new();
@@ -347,4 +340,5 @@ pub fn search_agrees_with_the_reference_scan(factory: &dyn StoreFactory) {
         }
     }
     assert!(any > 100, "the corpus should give many hits, got {any}");
+    Outcome::Ran
 }
