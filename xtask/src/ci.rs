@@ -20,9 +20,10 @@
 //!    `cargo-nextest` is on `PATH`, else `cargo test --workspace`
 //! 8. `doctests`: `cargo test --workspace --doc` (only after nextest, which
 //!    skips doctests; `cargo test` already ran them)
-//! 9. `examples`: `cargo run -p <crate> --example <name>` for every example
-//!    target of every workspace crate, as `cargo metadata` lists them (so a
-//!    new `examples/*.rs` is run without editing this file); each must exit 0
+//! 9. `examples`: `cargo build --workspace --examples`, then every example
+//!    target of every workspace crate is run, as `cargo metadata` lists them
+//!    (so a new `examples/*.rs` is run without editing this file); each must
+//!    exit 0, and no two may share a name (their binaries would collide)
 //! 10. `docs`: `cargo doc --workspace --all-features --no-deps` with
 //!     `RUSTDOCFLAGS="-D warnings"`; all features, as docs.rs builds them, so
 //!     feature-gated modules (`persistence`'s `testkit`) are checked too and
@@ -181,7 +182,11 @@ fn print_summary(steps: &[Step], timings: &[(&str, Duration, bool)]) {
     eprintln!("  {:<7} {:<10} {:>7.1}s", "", "total", total.as_secs_f64());
 }
 
-/// The `examples` step: runs every example of every workspace crate.
+/// The `examples` step: builds every example of every workspace crate in
+/// one `cargo build --workspace --examples` (one feature resolution for the
+/// workspace, as the tests had: a `cargo run -p` per example resolved each
+/// package's features alone and rebuilt shared crates for it), then runs
+/// each binary.
 fn run_examples(root: &Path) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(&cargo)
@@ -198,13 +203,30 @@ fn run_examples(root: &Path) -> anyhow::Result<()> {
     if examples.is_empty() {
         bail!("no example found: every library crate has an `examples/` directory");
     }
+    let mut names: Vec<&str> = examples.iter().map(|(_, e)| e.as_str()).collect();
+    names.sort_unstable();
+    if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
+        bail!("two crates have an example named `{}`: their binaries would collide", pair[0]);
+    }
+    let Some(target) = metadata["target_directory"].as_str() else {
+        bail!("`cargo metadata` names no target directory");
+    };
+    eprintln!("--> cargo build --workspace --examples");
+    let status = Command::new(&cargo)
+        .args(["build", "--quiet", "--workspace", "--examples"])
+        .current_dir(root)
+        .status()
+        .context("could not run `cargo build --examples`")?;
+    if !status.success() {
+        bail!("building the examples failed: {status}");
+    }
+    let dir = Path::new(target).join("debug").join("examples");
     for (package, example) in &examples {
-        eprintln!("--> cargo run -p {package} --example {example}");
-        let status = Command::new(&cargo)
-            .args(["run", "--quiet", "-p", package, "--example", example])
-            .current_dir(root)
-            .status()
-            .with_context(|| format!("could not start example {example} of {package}"))?;
+        let binary = dir.join(format!("{example}{}", std::env::consts::EXE_SUFFIX));
+        eprintln!("--> {} (example of {package})", binary.display());
+        let status = Command::new(&binary).current_dir(root).status().with_context(|| {
+            format!("could not start example {example} of {package} ({})", binary.display())
+        })?;
         if !status.success() {
             bail!("example `{example}` of {package} exited with {status}");
         }
