@@ -77,7 +77,9 @@ impl Event {
         let len = line_len(seq, time, &event_type, &data, source_event_seqs.as_deref(), surface_op);
         check_line_len(Some(seq), len)?;
         check_payload(seq, &event_type, &data)?;
-        Event::assemble(seq, time, event_type, data, source_event_seqs, surface_op)
+        // `assemble` without its size check: the size was checked above.
+        check_metadata(seq, &event_type, source_event_seqs.as_deref(), surface_op)?;
+        Ok(Event { seq, time, event_type, data, source_event_seqs, surface_op })
     }
 
     /// Checks rules 1, 2 and 4 on an event whose payload was checked, and
