@@ -432,10 +432,17 @@ pub(crate) fn store_or_default(given: Option<&Path>) -> Result<PathBuf, CliError
     if fs::symlink_metadata(&default).is_ok() {
         return Ok(default);
     }
+    // Right after `palimpsest demo`, its store is what a new user means.
+    let demo = crate::demo::DEFAULT_STORE;
+    let message = if fs::symlink_metadata(demo).is_ok() {
+        format!("no store given and none here; pass STORE (the demo wrote {demo} here) or run `palimpsest run` first")
+    } else {
+        "no store given and none here; pass STORE or run `palimpsest run` first".to_owned()
+    };
     Err(CliError {
         code: "not-found".into(),
         location: format!("./{DEFAULT_STORE}"),
-        message: "no store given and none here; pass STORE or run `palimpsest run` first".into(),
+        message,
         exit: Exit::Usage,
     })
 }

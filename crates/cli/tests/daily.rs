@@ -202,6 +202,20 @@ fn reading_commands_without_store_and_without_palimpsest_db_say_so_and_create_no
 }
 
 #[test]
+fn without_a_store_after_the_demo_the_error_names_the_demos_store() {
+    let dir = scratch(&[]);
+    let d = dir.path();
+    ok(palimpsest(d, &["demo"]));
+    let run = palimpsest(d, &["sessions"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("error[not-found]"), "{run:?}");
+    assert!(run.stderr.contains("the demo wrote palimpsest-demo.db here"), "{run:?}");
+    // And the store it names is the one that works.
+    let listed = ok(palimpsest(d, &["sessions", "palimpsest-demo.db"])).stdout;
+    assert!(listed.contains("demo-"), "{listed}");
+}
+
+#[test]
 fn where_stdout_is_json_an_error_is_json_there_too() {
     let dir = scratch(&["ok/crash-open.jsonl", "err/seq-not-contiguous.jsonl"]);
     let d = dir.path();
