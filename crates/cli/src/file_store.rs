@@ -14,9 +14,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use palimpsest_core_session::jsonl::ReadOptions;
 use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
-use palimpsest_persistence_jsonl::{read_session_file, SessionFile};
+use palimpsest_persistence::{SessionStore, SessionSummary, StoreError, StoredSession};
+use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, SessionFile};
 
 /// One JSONL session file as a store.
 #[derive(Debug)]
@@ -31,6 +32,10 @@ impl FileStore {
     /// opened or locked until it is used.
     pub(crate) fn new(path: &Path) -> FileStore {
         FileStore { path: path.to_owned(), held: Mutex::new(None) }
+    }
+
+    fn read_summary(&self) -> Result<SessionSummary, StoreError> {
+        read_session_summary(&self.path, ReadOptions::default())
     }
 
     fn held(&self) -> MutexGuard<'_, Option<SessionFile>> {
@@ -107,11 +112,28 @@ impl SessionStore for FileStore {
         }
     }
 
+    /// The header from the file's summary: its head and tail when the file
+    /// is healthy, a full read (with its errors) when it is not.
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
         if !self.path.exists() {
             return Ok(Vec::new());
         }
-        Ok(vec![read_session_file(&self.path)?.header])
+        Ok(vec![self.read_summary()?.header])
+    }
+
+    fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
+        if self.held().is_some() {
+            let stored = self.load(session_id)?;
+            return Ok(SessionSummary::of(stored.header, &stored.events));
+        }
+        let summary = match self.read_summary() {
+            Err(StoreError::NotFound { .. }) => None,
+            other => Some(other?),
+        };
+        match summary {
+            Some(summary) if summary.header.id == session_id => Ok(summary),
+            _ => Err(StoreError::NotFound { session_id: session_id.to_owned() }),
+        }
     }
 
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {

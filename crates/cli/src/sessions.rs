@@ -2,11 +2,16 @@
 //! first, and their lineage.
 //!
 //! One row per session: id, creation time, last activity (the time of its
-//! last event), events, turns (`turn/start` events), the outcome of its last
-//! turn (`completed`, `error`, `interrupted`, `max-tokens`, or `-` before
-//! the first), its title (the first prompt, clipped) and parent (with how
-//! many events the fork copied). Rows are sorted by creation time, newest
-//! first, then by id.
+//! last event), events, turns (the number of the last turn), the outcome of
+//! its last turn (`completed`, `error`, `interrupted`, `max-tokens`, or `-`
+//! before the first), its title (the first prompt, clipped) and parent
+//! (with how many events the fork copied). Rows are sorted by creation
+//! time, newest first, then by id.
+//!
+//! Each row comes from the store's [`SessionSummary`]: a few records (the
+//! header, the last event, the last turn bracket, the first prompt), not
+//! the log, so listing costs O(sessions) whatever their length. A defect
+//! elsewhere in a log is `validate`'s to find.
 //!
 //! `--json` prints the same as one JSON array, for scripts:
 //! `[{"id", "createdAt", "lastActivity", "events", "turns", "outcome",
@@ -24,6 +29,7 @@ use std::path::Path;
 
 use palimpsest_core_session::payload::{TurnEnd, TurnEndReason, UserMessage};
 use palimpsest_core_session::{Event, EventType, SessionHeader};
+use palimpsest_persistence::SessionSummary;
 use serde_json::json;
 
 use crate::error::Exit;
@@ -45,49 +51,43 @@ struct Row {
 }
 
 struct Stats {
-    events: usize,
-    turns: usize,
+    events: u64,
+    turns: u64,
     last_activity: Option<u64>,
     outcome: Option<&'static str>,
     title: Option<String>,
 }
 
 impl Stats {
-    fn of(events: &[Event]) -> Stats {
+    /// What the table shows of a summary: a few records, never the log.
+    fn of(summary: &SessionSummary) -> Stats {
         Stats {
-            events: events.len(),
-            turns: events.iter().filter(|e| *e.event_type() == EventType::TurnStart).count(),
-            last_activity: events.last().map(|e| e.time()),
-            outcome: outcome(events),
-            title: title(events),
+            events: summary.events,
+            turns: summary.turns(),
+            last_activity: summary.last_activity,
+            outcome: summary.last_turn.as_ref().map(outcome),
+            title: summary.first_prompt.as_ref().and_then(title),
         }
     }
 }
 
-/// How the last turn ended: `None` before the first turn; `interrupted`
-/// for a turn still open (a crash, or a run in progress) or aborted.
-fn outcome(events: &[Event]) -> Option<&'static str> {
-    for e in events.iter().rev() {
-        match e.event_type() {
-            EventType::TurnEnd => {
-                return Some(match e.data_as::<TurnEnd>().map(|t| t.reason) {
-                    Ok(TurnEndReason::Completed) => "completed",
-                    Ok(TurnEndReason::MaxTokens) => "max-tokens",
-                    Ok(TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted) => "interrupted",
-                    Ok(TurnEndReason::Error { .. }) | Err(_) => "error",
-                });
-            }
-            EventType::TurnStart => return Some("interrupted"),
-            _ => {}
-        }
+/// How the last turn ended, from its last bracket: `interrupted` for a
+/// turn still open (a crash, or a run in progress) or aborted.
+fn outcome(last_turn: &Event) -> &'static str {
+    match last_turn.event_type() {
+        EventType::TurnEnd => match last_turn.data_as::<TurnEnd>().map(|t| t.reason) {
+            Ok(TurnEndReason::Completed) => "completed",
+            Ok(TurnEndReason::MaxTokens) => "max-tokens",
+            Ok(TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted) => "interrupted",
+            Ok(TurnEndReason::Error { .. }) | Err(_) => "error",
+        },
+        _ => "interrupted",
     }
-    None
 }
 
 /// The first prompt's text, whitespace collapsed.
-fn title(events: &[Event]) -> Option<String> {
-    let first = events.iter().find(|e| *e.event_type() == EventType::UserMessage)?;
-    let message = first.data_as::<UserMessage>().ok()?.message;
+fn title(first_prompt: &Event) -> Option<String> {
+    let message = first_prompt.data_as::<UserMessage>().ok()?.message;
     let text = message.text().split_whitespace().collect::<Vec<_>>().join(" ");
     (!text.is_empty()).then_some(text)
 }
@@ -167,17 +167,17 @@ fn newest_first(a: &Row, b: &Row) -> std::cmp::Ordering {
     b.header.created_at.cmp(&a.header.created_at).then_with(|| a.header.id.cmp(&b.header.id))
 }
 
-/// `palimpsest sessions STORE [--tree] [--json]`. Exit 1 when a session
-/// cannot be loaded (its row shows `?`, the error is printed, and in JSON
-/// it is the row's `error`).
+/// `palimpsest sessions STORE [--tree] [--json]`. Exit 1 when a session's
+/// summary cannot be read (its row shows `?`, the error is printed, and in
+/// JSON it is the row's `error`).
 pub(crate) fn sessions(store: &Path, tree: bool, as_json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let store = Store::open_existing(store, crate::store_arg::Access::Read)?;
     let headers = store.list()?;
     let mut exit = Exit::Success;
     let mut rows: Vec<Row> = Vec::with_capacity(headers.len());
     for header in headers {
-        let stats = match store.load(&header.id) {
-            Ok(stored) => Ok(Stats::of(&stored.events)),
+        let stats = match store.summary(&header.id) {
+            Ok(summary) => Ok(Stats::of(&summary)),
             Err(e) => {
                 if !as_json {
                     output::error_line(&e.to_string());

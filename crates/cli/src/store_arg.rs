@@ -30,11 +30,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use palimpsest_core_session::jsonl::ReadOptions;
 use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::search::{session_hits, HitCollector};
-use palimpsest_persistence::{SearchHit, SearchQuery, SessionStore, StoreError, StoredSession};
+use palimpsest_persistence::{
+    SearchHit, SearchQuery, SessionStore, SessionSummary, StoreError, StoredSession,
+};
 use palimpsest_persistence_jsonl::name::file_name;
-use palimpsest_persistence_jsonl::{read_session_file, JsonlStore, SessionFile};
+use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, JsonlStore, SessionFile};
 use palimpsest_persistence_postgres::PgStore;
 use palimpsest_persistence_sqlite::SqliteStore;
 
@@ -139,7 +142,7 @@ impl Store {
     /// The headers of every session, sorted by id.
     pub(crate) fn list(&self) -> Result<Vec<SessionHeader>, CliError> {
         match (self, self.backend()) {
-            (Store::File(p), _) => Ok(vec![self.read_file(p)?.header]),
+            (Store::File(p), _) => Ok(vec![self.read_file_summary(p)?.header]),
             (_, Some(s)) => s.list().map_err(|e| from_store(&e, &self.shown())),
             (_, None) => Ok(Vec::new()),
         }
@@ -226,6 +229,18 @@ impl Store {
         match (self, self.backend()) {
             (Store::File(p), _) => self.read_file(p),
             (_, Some(s)) => s.load(id).map_err(|e| self.load_error(&e, id, &origin)),
+            (_, None) => Err(self.not_found(id)),
+        }
+    }
+
+    /// What `sessions` shows of session `id`
+    /// ([`SessionStore::summary`]: a few records, not the log); for a bare
+    /// file, its head and tail.
+    pub(crate) fn summary(&self, id: &str) -> Result<SessionSummary, CliError> {
+        let origin = self.origin(id);
+        match (self, self.backend()) {
+            (Store::File(p), _) => self.read_file_summary(p),
+            (_, Some(s)) => s.summary(id).map_err(|e| self.load_error(&e, id, &origin)),
             (_, None) => Err(self.not_found(id)),
         }
     }
@@ -365,6 +380,14 @@ impl Store {
     fn read_file(&self, path: &Path) -> Result<StoredSession, CliError> {
         let shown = path.display().to_string();
         read_session_file(path).map_err(|e| match e {
+            StoreError::NotFound { .. } => CliError::io(shown.clone(), "cannot read: no such file"),
+            e => from_store(&e, &shown),
+        })
+    }
+
+    fn read_file_summary(&self, path: &Path) -> Result<SessionSummary, CliError> {
+        let shown = path.display().to_string();
+        read_session_summary(path, ReadOptions::default()).map_err(|e| match e {
             StoreError::NotFound { .. } => CliError::io(shown.clone(), "cannot read: no such file"),
             e => from_store(&e, &shown),
         })

@@ -7,6 +7,8 @@
 //! * [`SessionFile`], [`read_session_file`], [`read_session_file_with`]: one
 //!   file (`file.rs`); reading under a line cap (`capped.rs`).
 //! * [`name`]: the id ↔ file-name encoding.
+//! * [`read_session_summary`]: a session's summary from its file's head
+//!   and tail (`summary.rs`).
 
 mod capped;
 #[cfg(any(test, feature = "testkit"))]
@@ -14,9 +16,11 @@ mod fault;
 mod file;
 pub mod name;
 mod store;
+mod summary;
 
 pub use file::{read_session_file, read_session_file_with, SessionFile};
 pub use store::JsonlStore;
+pub use summary::read_session_summary;
 
 #[cfg(test)]
 mod tests;

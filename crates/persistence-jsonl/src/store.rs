@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::{SessionStore, StoreError, StoredSession};
+use palimpsest_persistence::{SessionStore, SessionSummary, StoreError, StoredSession};
 
 use palimpsest_core_session::jsonl::ReadOptions;
 
@@ -215,6 +215,22 @@ impl SessionStore for JsonlStore {
         };
         check_id(&path, &stored.header.id, session_id)?;
         Ok(stored)
+    }
+
+    /// Read from the file's head and tail (the header, the lines back to
+    /// the last turn bracket, the lines up to the first prompt), whatever
+    /// its length, when the file is healthy; otherwise (a torn tail, a bad
+    /// line among those read, a session this store is writing) from a full
+    /// load, with its errors.
+    fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
+        let path = self.path_of(session_id)?;
+        if self.cached(session_id).is_some() {
+            let stored = self.load(session_id)?;
+            return Ok(SessionSummary::of(stored.header, &stored.events));
+        }
+        let summary = crate::read_session_summary(&path, self.read).map_err(|e| with_id(e, session_id))?;
+        check_id(&path, &summary.header.id, session_id)?;
+        Ok(summary)
     }
 
     /// Every session file's header, sorted by id. Hidden files (names

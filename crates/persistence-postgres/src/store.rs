@@ -9,7 +9,7 @@ use palimpsest_core_session::{Event, LoadError, SessionHeader};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, SearchHit, SearchQuery, SessionStore,
-    StoreError, StoredSession,
+    SessionSummary, StoreError, StoredSession,
 };
 use postgres::config::SslMode;
 use postgres::error::SqlState;
@@ -55,6 +55,9 @@ struct Sql {
     search_candidates: String,
     last_activity: String,
     events_at: String,
+    /// A summary's rows: the last event, the last turn bracket and the first
+    /// prompt, each tagged (0, 1, 2) in a last column.
+    summary: String,
 }
 
 impl Sql {
@@ -135,6 +138,14 @@ impl Sql {
             events_at: format!(
                 "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
                  WHERE session_id = $1 AND seq = ANY($2::bigint[]) ORDER BY seq"
+            ),
+            summary: format!(
+                "(SELECT seq, time, type, data, source_event_seqs, surface_op, 0 FROM {s}.events \
+                 WHERE session_id = $1 ORDER BY seq DESC LIMIT 1) \
+                 UNION ALL (SELECT seq, time, type, data, source_event_seqs, surface_op, 1 FROM {s}.events \
+                 WHERE session_id = $1 AND type IN ('turn/start', 'turn/end') ORDER BY seq DESC LIMIT 1) \
+                 UNION ALL (SELECT seq, time, type, data, source_event_seqs, surface_op, 2 FROM {s}.events \
+                 WHERE session_id = $1 AND type = 'user/message' ORDER BY seq LIMIT 1)"
             ),
         }
     }
@@ -1329,6 +1340,39 @@ impl SessionStore for PgStore {
                     headers.push(header);
                 }
                 Ok(headers)
+            })
+        })
+    }
+
+    /// Two statements in one read-only snapshot, whatever the log's
+    /// length: the header, then one `UNION ALL` of three look-ups on the
+    /// primary key's order (the last event, the last turn bracket, the
+    /// first prompt). Only those rows are read and checked.
+    fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            self.read("summarizing a session", |client| {
+                let header = client
+                    .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
+                    .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+                let header =
+                    header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+                let mut summary = SessionSummary::empty(header);
+                for row in &client.query_typed(&self.sql.summary, &[(&session_id, Type::TEXT)])? {
+                    let index = codec::from_sql_int(row.try_get::<_, i64>(0)?);
+                    let event = codec::read_row(row, None)
+                        .and_then(|r| r.decode(index))
+                        .map_err(|e| self.corrupt(session_id, Some(index), e))?;
+                    match row.try_get::<_, i32>(6)? {
+                        0 => {
+                            summary.events = event.seq() + 1;
+                            summary.last_activity = Some(event.time());
+                        }
+                        1 => summary.last_turn = Some(event),
+                        _ => summary.first_prompt = Some(event),
+                    }
+                }
+                Ok(summary)
             })
         })
     }

@@ -9,7 +9,7 @@ use palimpsest_core_session::{Event, LoadError, SessionHeader};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, SearchHit, SearchQuery, SessionStore,
-    StoreError, StoredSession,
+    SessionSummary, StoreError, StoredSession,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
@@ -43,6 +43,14 @@ const LAST_ACTIVITY: &str =
     created_at FROM sessions WHERE id = ?1";
 const SELECT_EVENT: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
     FROM events WHERE session_id = ?1 AND seq = ?2";
+/// What a summary reads: the last event, the last turn bracket and the
+/// first prompt, each one row found through the primary key's order.
+const LAST_EVENT: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
+    FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1";
+const LAST_TURN: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
+    FROM events WHERE session_id = ?1 AND type IN ('turn/start', 'turn/end') ORDER BY seq DESC LIMIT 1";
+const FIRST_PROMPT: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
+    FROM events WHERE session_id = ?1 AND type = 'user/message' ORDER BY seq LIMIT 1";
 const LIST_SESSIONS: &str =
     "SELECT id, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY id";
 
@@ -693,6 +701,38 @@ impl SessionStore for SqliteStore {
                 headers.push(header);
             }
             Ok(headers)
+        })
+    }
+
+    /// Three indexed look-ups in one read transaction (the last event, the
+    /// last turn bracket, the first prompt), whatever the log's length:
+    /// only those rows are read and checked.
+    fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
+        self.read("summarizing a session", |tx| {
+            let header = tx
+                .prepare_cached(SELECT_HEADER)?
+                .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
+                .optional()?
+                .ok_or_else(|| ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() }))?
+                .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+            let one = |sql: &str| -> Result<Option<Event>, ReadError> {
+                let row = tx
+                    .prepare_cached(sql)?
+                    .query_row([session_id], |row| Ok((row.get::<_, i64>(0), codec::read_row(row, None))))
+                    .optional()?;
+                let Some((seq, row)) = row else { return Ok(None) };
+                let seq = codec::from_sql_int(seq?);
+                row.and_then(|r| r.decode(seq))
+                    .map(Some)
+                    .map_err(|e| ReadError::Store(self.corrupt(session_id, Some(seq), e)))
+            };
+            let last = one(LAST_EVENT)?;
+            let mut summary = SessionSummary::empty(header);
+            summary.events = last.as_ref().map_or(0, |e| e.seq() + 1);
+            summary.last_activity = last.as_ref().map(Event::time);
+            summary.last_turn = one(LAST_TURN)?;
+            summary.first_prompt = one(FIRST_PROMPT)?;
+            Ok(summary)
         })
     }
 

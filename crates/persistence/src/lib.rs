@@ -30,6 +30,7 @@ mod memory;
 pub mod rows;
 pub mod search;
 mod store;
+mod summary;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
@@ -42,6 +43,7 @@ pub use search::{QueryError, SearchHit, SearchQuery, SEARCH_QUERY_EMPTY};
 pub use store::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoredSession,
 };
+pub use summary::{is_turn_bracket, SessionSummary, SummarySink};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

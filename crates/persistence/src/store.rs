@@ -9,6 +9,7 @@ use palimpsest_core_session::{Event, SessionHeader};
 
 use crate::error::StoreError;
 use crate::search::{self, SearchHit, SearchQuery};
+use crate::summary::{SessionSummary, SummarySink};
 
 /// What a load found besides the events.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -104,6 +105,24 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
 
     /// The headers of every stored session.
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError>;
+
+    /// What a listing shows of one session ([`SessionSummary`]), without
+    /// holding its log: the same as [`SessionSummary::of`] the loaded
+    /// session, with the errors [`load`](SessionStore::load) gives for the
+    /// records it reads.
+    ///
+    /// The default streams the session through
+    /// [`load_into`](SessionStore::load_into) (time O(events), memory
+    /// O(1)), so every record is read and checked. A backend that reaches
+    /// the few records it needs directly overrides it (the SQL stores: a
+    /// handful of indexed look-ups; JSONL: the file's head and tail); such a
+    /// summary reads only those records, so a defect elsewhere in the log
+    /// is left to a load or `validate` to find.
+    fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
+        let mut sink = SummarySink::default();
+        self.load_into(session_id, &mut sink)?;
+        sink.finish().ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })
+    }
 
     /// Deletes a session. `not-found` if there is none.
     fn delete(&self, session_id: &str) -> Result<(), StoreError>;
@@ -209,6 +228,9 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
         (**self).list()
+    }
+    fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
+        (**self).summary(session_id)
     }
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
         (**self).delete(session_id)

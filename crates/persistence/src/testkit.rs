@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceOp};
 
-use crate::{Durability, DurableSession, LoadSink, MemoryStore, SessionStore, StoreError};
+use crate::{Durability, DurableSession, LoadSink, MemoryStore, SessionStore, SessionSummary, StoreError};
 
 mod rng;
 mod search;
@@ -189,6 +189,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("create_with_events_is_all_or_nothing", create_with_events_is_all_or_nothing),
     ("io_errors_never_store_a_batch_in_part_or_twice", io_errors_never_store_a_batch_in_part_or_twice),
     ("load_into_hands_over_what_load_returns", load_into_hands_over_what_load_returns),
+    ("summary_agrees_with_the_loaded_log", summary_agrees_with_the_loaded_log),
     ("list_returns_every_header", list_returns_every_header),
     ("delete_then_load_is_not_found", delete_then_load_is_not_found),
     ("reopen_after_drop_sees_everything", reopen_after_drop_sees_everything),
@@ -286,6 +287,7 @@ macro_rules! store_contract_tests {
             create_with_events_is_all_or_nothing,
             io_errors_never_store_a_batch_in_part_or_twice,
             load_into_hands_over_what_load_returns,
+            summary_agrees_with_the_loaded_log,
             list_returns_every_header,
             delete_then_load_is_not_found,
             reopen_after_drop_sees_everything,
@@ -1162,6 +1164,77 @@ pub fn load_into_hands_over_what_load_returns(factory: &dyn StoreFactory) -> Out
     let mut none = KeepSink::new(None);
     must_fail(store.load_into("kit-no-such", &mut none), "not-found", "load_into of an unknown id");
     assert!(none.header.is_none() && none.events.is_empty(), "nothing handed over for an unknown id");
+    Outcome::Ran
+}
+
+/// [`SessionStore::summary`] agrees with the summary of the loaded log
+/// ([`SessionSummary::of`]) for every shape a listing meets: an empty log;
+/// no turns and no prompt; the sample; a long tail after the last turn
+/// bracket; a first prompt only after thousands of events; after an
+/// append; from a store opened afresh; after a torn tail (where the backend
+/// has them). An unknown id is `not-found`.
+pub fn summary_agrees_with_the_loaded_log(factory: &dyn StoreFactory) -> Outcome {
+    let prompt = |seq: u64| {
+        at(
+            seq,
+            "user/message",
+            r#"{"message":{"id":"late","role":"user","content":[{"type":"text","text":"a late prompt"}],"source":{"kind":"user"}}}"#,
+            r#","surfaceOp":"append""#,
+        )
+    };
+    let n = sample_events().len() as u64;
+    let mut long = sample_events();
+    long.extend((n..n + 3000).map(tick));
+    let mut late = ticks(0..2000);
+    late.push(prompt(2000));
+    late.extend((2001..2100).map(tick));
+    let sessions: Vec<(SessionHeader, Vec<Event>)> = vec![
+        (header("kit-sum-empty"), Vec::new()),
+        (header("kit-sum-ticks"), ticks(0..50)),
+        (header("kit-sum-sample"), sample_events()),
+        (header("kit-sum-long"), long),
+        (header("kit-sum-late"), late),
+    ];
+    let agrees = |store: &dyn SessionStore, id: &str, what: &str| {
+        let loaded = must(store.load(id), &format!("{what}: load {id}"));
+        let expected = SessionSummary::of(loaded.header, &loaded.events);
+        let summary = must(store.summary(id), &format!("{what}: summary of {id}"));
+        assert_eq!(summary, expected, "{what}: the summary of {id} is not the loaded log's");
+        summary
+    };
+    {
+        let store = factory.open();
+        for (h, events) in &sessions {
+            must(store.create_with_events(h, events), "create_with_events");
+            agrees(&*store, &h.id, "on the writing handle");
+        }
+        append(&*store, "kit-sum-ticks", &[at(50, "turn/start", r#"{"turn":1}"#, "")]);
+        let summary = agrees(&*store, "kit-sum-ticks", "after an append");
+        assert_eq!((summary.events, summary.turns()), (51, 1), "after an append");
+        must(store.sync("kit-sum-ticks"), "sync");
+    }
+    let store = factory.open();
+    for (h, _) in &sessions {
+        agrees(&*store, &h.id, "reopened");
+    }
+    let sample = agrees(&*store, "kit-sum-sample", "reopened");
+    assert_eq!(
+        (sample.events, sample.turns(), sample.last_activity),
+        (n, 5, sample_events().last().map(Event::time)),
+        "the sample's size, turns and last activity"
+    );
+    assert_eq!(sample.first_prompt.as_ref().map(Event::seq), Some(1), "the sample's first prompt");
+    assert_eq!(sample.last_turn.as_ref().map(Event::seq), Some(34), "the sample's last turn bracket");
+    let late = agrees(&*store, "kit-sum-late", "reopened");
+    assert_eq!(late.first_prompt.as_ref().map(Event::seq), Some(2000), "a late first prompt");
+    assert_eq!(agrees(&*store, "kit-sum-empty", "reopened"), SessionSummary::empty(header("kit-sum-empty")));
+    must_fail(store.summary("kit-sum-no-such"), "not-found", "the summary of an unknown id");
+    drop(store);
+    if factory.append_raw_tail("kit-sum-long", br#"{"seq":3038,"time":1,"ty"#) {
+        let store = factory.open();
+        let summary = agrees(&*store, "kit-sum-long", "after a torn tail");
+        assert_eq!(summary.events, n + 3000, "the torn tail is not counted");
+    }
     Outcome::Ran
 }
 

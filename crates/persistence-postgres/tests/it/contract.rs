@@ -70,6 +70,7 @@ pg_contract_tests!(
     create_with_events_is_all_or_nothing,
     io_errors_never_store_a_batch_in_part_or_twice,
     load_into_hands_over_what_load_returns,
+    summary_agrees_with_the_loaded_log,
     list_returns_every_header,
     delete_then_load_is_not_found,
     reopen_after_drop_sees_everything,

@@ -259,3 +259,40 @@ fn assert_refused_then_restored(
     assert_eq!(conn.execute(&sql, rusqlite::params![good, id, seq]).expect("restore"), 1);
     SqliteStore::open(path).and_then(|s| s.load(id)).unwrap_or_else(|e| panic!("restored row {seq}: {e}"));
 }
+
+/// A summary reads three rows (the last event, the last turn bracket, the
+/// first prompt): a tampered row elsewhere is left to a load to find, and
+/// a tampered row among those three is refused as a load refuses it.
+#[test]
+fn a_summary_reads_only_its_rows_and_refuses_them_as_a_load_does() {
+    let (dir, path) = temp_db();
+    let id = store_with_fixture(&path);
+    let store = SqliteStore::open(&path).expect("open");
+    let whole = store.load(&id).expect("load");
+    let expected = palimpsest_persistence::SessionSummary::of(whole.header, &whole.events);
+    let (prompt, bracket) = (expected.first_prompt.clone(), expected.last_turn.clone());
+    let (prompt, bracket) = (prompt.expect("a prompt").seq(), bracket.expect("a bracket").seq());
+    drop(store);
+    let conn = Connection::open(&path).expect("raw open");
+    // A middle row that is none of the three.
+    let middle = (prompt + 1..bracket).next().expect("a row between");
+    conn.execute(
+        "UPDATE events SET data = 'not json' WHERE session_id = ?1 AND seq = ?2",
+        rusqlite::params![id, middle],
+    )
+    .expect("tamper");
+    let store = SqliteStore::open(&path).expect("reopen");
+    assert!(store.load(&id).is_err(), "a load reads every row");
+    assert_eq!(store.summary(&id).expect("the summary does not read it"), expected);
+    drop(store);
+    conn.execute(
+        "UPDATE events SET data = 'not json' WHERE session_id = ?1 AND seq = ?2",
+        rusqlite::params![id, bracket],
+    )
+    .expect("tamper");
+    drop(conn);
+    let store = SqliteStore::open(&path).expect("reopen");
+    let err = store.summary(&id).expect_err("the bracket row is read");
+    assert_corrupt_at(&id, &err, bracket, "event-malformed");
+    drop(dir);
+}

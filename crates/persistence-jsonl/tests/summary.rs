@@ -1,0 +1,82 @@
+//! `JsonlStore::summary` reads a session file's head and tail, not the log:
+//! a defect in the middle is not seen (a load or `validate` finds it), while
+//! anything wrong near the end falls back to a full load and its errors.
+
+use std::fs;
+
+use palimpsest_core_session::payload::{Message, TurnEnd, TurnEndReason, TurnStart, UserMessage};
+use palimpsest_core_session::{Session, SessionHeader, SurfaceIntent};
+use palimpsest_persistence::{SessionStore, SessionSummary};
+use palimpsest_persistence_jsonl::JsonlStore;
+
+/// A prompt, then `turns` empty turns: 1 + 2 × `turns` events.
+fn long_session(store: &JsonlStore, turns: u64) {
+    let mut s = Session::create(SessionHeader::new("long", 0));
+    let prompt = UserMessage { turn: None, message: Message::user("u1", "the  first\nprompt") };
+    s.append_surface(1, prompt, SurfaceIntent::append()).expect("prompt");
+    for turn in 1..=turns {
+        s.append_log(turn * 10, TurnStart { turn }).expect("turn/start");
+        s.append_log(turn * 10 + 1, TurnEnd { turn, reason: TurnEndReason::Completed }).expect("turn/end");
+    }
+    store.create_with_events(s.header(), s.events()).expect("create");
+}
+
+/// Replaces the first byte of line `line` (0-based, the header being 0).
+fn break_line(path: &std::path::Path, line: usize) {
+    let mut bytes = fs::read(path).expect("read");
+    let start = bytes.split(|&b| b == b'\n').take(line).map(|l| l.len() + 1).sum::<usize>();
+    bytes[start] = b'x';
+    fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn a_summary_reads_the_head_and_tail_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JsonlStore::open(dir.path()).expect("open");
+    long_session(&store, 2000);
+    drop(store);
+    let store = JsonlStore::open(dir.path()).expect("reopen");
+    let whole = store.load("long").expect("load");
+    let expected = SessionSummary::of(whole.header, &whole.events);
+    assert_eq!((expected.events, expected.turns()), (4001, 2000));
+
+    break_line(&store.path_of("long").expect("path"), 2000);
+    let e = store.load("long").expect_err("a load reads the broken line");
+    assert_eq!(e.code(), "corrupt", "{e}");
+    // The summary never reads it: the last bracket is the last line, the
+    // first prompt the first.
+    assert_eq!(store.summary("long").expect("summary"), expected);
+}
+
+#[test]
+fn a_defect_near_the_end_is_reported_as_a_load_reports_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JsonlStore::open(dir.path()).expect("open");
+    long_session(&store, 10);
+    drop(store);
+    let store = JsonlStore::open(dir.path()).expect("reopen");
+    let path = store.path_of("long").expect("path");
+    // The last line: the summary reads it, finds it bad, and a full load
+    // words the error with its line number.
+    break_line(&path, 21);
+    let from_load = store.load("long").expect_err("load");
+    let from_summary = store.summary("long").expect_err("summary");
+    assert_eq!(from_summary.to_string(), from_load.to_string());
+    assert!(from_summary.to_string().contains("line 22"), "{from_summary}");
+}
+
+#[test]
+fn a_torn_tail_is_left_out_as_a_load_leaves_it_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JsonlStore::open(dir.path()).expect("open");
+    long_session(&store, 10);
+    drop(store);
+    let store = JsonlStore::open(dir.path()).expect("reopen");
+    let path = store.path_of("long").expect("path");
+    let mut bytes = fs::read(&path).expect("read");
+    bytes.extend_from_slice(br#"{"seq":21,"time":3,"type":"turn/st"#);
+    fs::write(&path, bytes).expect("write");
+    let summary = store.summary("long").expect("summary");
+    assert_eq!((summary.events, summary.turns()), (21, 10));
+    assert_eq!(summary.last_turn.as_ref().map(|e| e.seq()), Some(20));
+}
