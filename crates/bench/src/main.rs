@@ -68,6 +68,9 @@ struct Args {
     only: Option<String>,
     /// Child mode of the postgres section: store kind, target, session id.
     writer: Option<[String; 3]>,
+    /// Writes the workload of N events to FILE and exits (for profiling
+    /// the CLI on the same bytes the suite measures).
+    workload_file: Option<(usize, String)>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -77,6 +80,7 @@ fn parse_args() -> Result<Args, String> {
         memory_probe: None,
         only: None,
         writer: None,
+        workload_file: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -91,6 +95,11 @@ fn parse_args() -> Result<Args, String> {
             }
             "--only" => args.only = Some(it.next().ok_or("--only needs a section name")?),
             "--json" => args.json = Some(it.next().ok_or("--json needs a file")?),
+            "--workload-file" => {
+                let n = it.next().ok_or("--workload-file needs a size and a file")?;
+                let n = n.parse().map_err(|_| format!("not a size: {n}"))?;
+                args.workload_file = Some((n, it.next().ok_or("--workload-file needs a file")?));
+            }
             "--memory-probe" => args.memory_probe = Some(it.next().ok_or("--memory-probe needs a file")?),
             pg::WRITER_ARG => {
                 let mut next =
@@ -99,7 +108,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 return Err(
-                    "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE]"
+                    "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE] | --workload-file N FILE"
                         .into(),
                 );
             }
@@ -118,6 +127,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some((n, file)) = &args.workload_file {
+        let w = Workload::new(*n);
+        return match std::fs::write(file, &w.bytes) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cannot write {file}: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if let Some(file) = args.memory_probe {
         // Child mode: load one file and report memory as JSON on stdout.
         return match sections::memory_probe(&file) {

@@ -158,6 +158,67 @@ impl JsonlLog {
         decoder.finish(&bytes[used..])
     }
 
+    /// Reads a whole file's bytes as far as its first bad line, keeping
+    /// every event before it: what a checker that reports the first
+    /// violation and the accepted prefix needs (decoded on several threads,
+    /// as [`JsonlLog::parse_with`]). `Err` only when the header cannot be
+    /// read; any later error is [`JsonlPrefix::error`], and the events are
+    /// exactly those a [`JsonlReader`] yields before it.
+    pub fn parse_prefix(bytes: &[u8], options: ReadOptions) -> Result<JsonlPrefix, LoadError> {
+        let mut decoder = JsonlDecoder::new(options);
+        let used = match decoder.feed(bytes) {
+            Ok(used) => used,
+            Err(error) => {
+                return match decoder.header.take() {
+                    None => Err(error),
+                    Some(header) => Ok(JsonlPrefix {
+                        header,
+                        events: decoder.events,
+                        error: Some(error),
+                        torn_tail: None,
+                        missing_newline: false,
+                    }),
+                }
+            }
+        };
+        let rest = &bytes[used..];
+        let Some(header) = decoder.header.take() else {
+            // The file is one line without its `\n`: the header alone.
+            let header = header_of(rest, options)?;
+            return Ok(JsonlPrefix {
+                header,
+                events: Vec::new(),
+                error: None,
+                torn_tail: None,
+                missing_newline: true,
+            });
+        };
+        let mut last = JsonlReader {
+            header,
+            bytes: rest,
+            text: None,
+            pos: 0,
+            line: decoder.lines,
+            options,
+            torn_tail: None,
+            missing_newline: false,
+            failed: false,
+        };
+        let mut error = None;
+        match last.next() {
+            Some(Ok(event)) => decoder.events.push(event),
+            Some(Err(e)) => error = Some(e),
+            None => {}
+        }
+        Ok(JsonlPrefix {
+            header: last.header,
+            events: decoder.events,
+            error,
+            torn_tail: last.torn_tail.map(|t| TornTail { offset: t.offset + decoder.offset, ..t }),
+            missing_newline: last.missing_newline,
+        })
+    }
+
     /// Seeds a [`Session`] from this log, checking every rule.
     pub fn into_session(self) -> Result<Session, LoadError> {
         // The line is the event's position (+2: the header is line 1), not
@@ -169,6 +230,22 @@ impl JsonlLog {
         }
         Ok(session)
     }
+}
+
+/// A JSONL file read as far as its first bad line ([`JsonlLog::parse_prefix`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JsonlPrefix {
+    /// The header.
+    pub header: SessionHeader,
+    /// Every event before the first bad line, each well-formed.
+    pub events: Vec<Event>,
+    /// The first bad line's error, if there is one (reading stopped there).
+    pub error: Option<LoadError>,
+    /// A torn last line, dropped (only when there is no error).
+    pub torn_tail: Option<TornTail>,
+    /// The last line parsed whole but had no `\n`.
+    pub missing_newline: bool,
 }
 
 /// Reads the header line (without its `\n`).
@@ -314,7 +391,10 @@ impl JsonlDecoder {
         for part in decoded {
             // Every line before this part was one event.
             if let Some(error) = part.error {
-                return Err(error.shifted(self.lines));
+                let error = error.shifted(self.lines);
+                // Kept for [`JsonlLog::parse_prefix`]: every event before the bad line.
+                self.events.extend(part.events);
+                return Err(error);
             }
             self.lines += part.events.len() as u64;
             if self.events.is_empty() {

@@ -84,19 +84,14 @@ impl Fact {
         let data = event.data();
         let fact = match event.event_type() {
             EventType::TurnStart | EventType::TurnEnd => {
-                serde_json::from_str::<lite::Turn>(data).map(|d| match event.event_type() {
-                    EventType::TurnStart => Fact::TurnStart { turn: d.turn },
-                    _ => Fact::TurnEnd { turn: d.turn },
+                lite::turn(data).map(|turn| match event.event_type() {
+                    EventType::TurnStart => Fact::TurnStart { turn },
+                    _ => Fact::TurnEnd { turn },
                 })
             }
-            EventType::StepStart => serde_json::from_str::<lite::Step>(data)
-                .map(|d| Fact::StepStart { turn: d.turn, step: d.step }),
-            EventType::StepEnd => {
-                serde_json::from_str::<lite::Step>(data).map(|d| Fact::StepEnd { turn: d.turn, step: d.step })
-            }
-            EventType::AssistantChunk => {
-                serde_json::from_str::<lite::Step>(data).map(|d| Fact::Chunk { turn: d.turn, step: d.step })
-            }
+            EventType::StepStart => lite::step(data).map(|(turn, step)| Fact::StepStart { turn, step }),
+            EventType::StepEnd => lite::step(data).map(|(turn, step)| Fact::StepEnd { turn, step }),
+            EventType::AssistantChunk => lite::step(data).map(|(turn, step)| Fact::Chunk { turn, step }),
             EventType::AssistantMessage => serde_json::from_str::<lite::WithMessage<'_>>(data)
                 .map(|d| Fact::Assistant { turn: d.turn, step: d.step, calls: d.message.tool_call_ids() }),
             EventType::ToolCall => serde_json::from_str::<lite::Call<'_>>(data).map(|d| Fact::ToolCall {
@@ -628,6 +623,62 @@ mod lite {
         pub(super) step: u64,
     }
 
+    /// `data.turn`: read straight off the front when the payload starts
+    /// `{"turn":N` as serde writes it, else parsed ([`Turn`]).
+    pub(super) fn turn(data: &str) -> Result<u64, serde_json::Error> {
+        match front(data) {
+            Some((turn, _)) => Ok(turn),
+            None => serde_json::from_str::<Turn>(data).map(|d| d.turn),
+        }
+    }
+
+    /// `data.turn` and `data.step`: read straight off the front when the
+    /// payload starts `{"turn":N,"step":M` as serde writes it (chunks, 80%
+    /// of a log, then skip their text unread), else parsed ([`Step`]).
+    pub(super) fn step(data: &str) -> Result<(u64, u64), serde_json::Error> {
+        match front(data) {
+            Some((turn, Some(step))) => Ok((turn, step)),
+            _ => serde_json::from_str::<Step>(data).map(|d| (d.turn, d.step)),
+        }
+    }
+
+    /// `{"turn":N` and, if it follows, `,"step":M`, each number a plain
+    /// JSON integer that fits a u64 and ends at `,` or `}`; `None` for any
+    /// other start. The payload of an [`Event`](palimpsest_core_session::Event)
+    /// is valid JSON with no key twice (checked when it was built), so
+    /// these are the values serde would read.
+    pub(super) fn front(data: &str) -> Option<(u64, Option<u64>)> {
+        let rest = data.as_bytes().strip_prefix(br#"{"turn":"#)?;
+        let (turn, rest) = integer(rest)?;
+        match rest.first()? {
+            b'}' => Some((turn, None)),
+            b',' => match rest.strip_prefix(br#","step":"#) {
+                None => Some((turn, None)),
+                Some(rest) => {
+                    let (step, rest) = integer(rest)?;
+                    matches!(rest.first()?, b',' | b'}').then_some((turn, Some(step)))
+                }
+            },
+            _ => None,
+        }
+    }
+
+    /// A JSON integer at the start of `bytes` (no sign, fraction or
+    /// exponent: those end it early and make the caller give up), and the
+    /// bytes after it.
+    fn integer(bytes: &[u8]) -> Option<(u64, &[u8])> {
+        let len = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+        let digits = &bytes[..len];
+        if digits.is_empty() || (digits.len() > 1 && digits[0] == b'0') {
+            return None;
+        }
+        let mut n: u64 = 0;
+        for &d in digits {
+            n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+        }
+        Some((n, &bytes[len..]))
+    }
+
     #[derive(Deserialize)]
     pub(super) struct Call<'a> {
         pub(super) turn: u64,
@@ -691,6 +742,49 @@ mod lite {
                 .and_then(|b| b.tool_call_id.as_deref())
                 .unwrap_or_default()
                 .to_owned()
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The front reader agrees with serde wherever it answers, and
+        /// gives up (so serde decides) on every other shape.
+        #[test]
+        fn the_front_reader_reads_what_serde_reads_or_nothing() {
+            let cases = [
+                (r#"{"turn":1}"#, Some((1, None))),
+                (r#"{"turn":0,"step":0}"#, Some((0, Some(0)))),
+                (
+                    r#"{"turn":12,"step":3,"chunk":{"type":"text-delta","index":0,"text":"x"}}"#,
+                    Some((12, Some(3))),
+                ),
+                (r#"{"turn":18446744073709551615,"step":1}"#, Some((u64::MAX, Some(1)))),
+                (r#"{"turn":2,"message":{"step":9}}"#, Some((2, None))),
+                (r#"{"turn":2,"stepx":4,"step":5}"#, Some((2, None))),
+                (r#"{"turn":18446744073709551616,"step":1}"#, None),
+                (r#"{"turn":1.5,"step":1}"#, None),
+                (r#"{"turn":1e2,"step":1}"#, None),
+                (r#"{"turn":-1,"step":1}"#, None),
+                (r#"{"turn":01,"step":1}"#, None),
+                (r#"{"turn":1,"step":2.0}"#, None),
+                (r#"{ "turn":1,"step":2}"#, None),
+                (r#"{"step":2,"turn":1}"#, None),
+                (r#"{"turn":"1"}"#, None),
+            ];
+            for (data, expected) in cases {
+                assert_eq!(front(data), expected, "{data}");
+                let by_serde = serde_json::from_str::<Step>(data).ok().map(|d| (d.turn, d.step));
+                let by_front = match front(data) {
+                    Some((turn, Some(step))) => Some((turn, step)),
+                    _ => by_serde,
+                };
+                assert_eq!(step(data).ok(), by_front, "{data}");
+                assert_eq!(step(data).ok(), by_serde, "{data}");
+                let turn_by_serde = serde_json::from_str::<Turn>(data).ok().map(|d| d.turn);
+                assert_eq!(turn(data).ok(), turn_by_serde, "{data}");
+            }
         }
     }
 }

@@ -20,7 +20,7 @@
 //! prints (contract section 7): see [`Report`]'s `Serialize`.
 
 use palimpsest_core_session::explain::Shadowing;
-use palimpsest_core_session::jsonl::{JsonlReader, ReadOptions, TornTail};
+use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions, TornTail};
 use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -213,23 +213,30 @@ impl Report {
 
     /// [`Report::check_jsonl`] with the reader's `options` (its line caps).
     pub fn check_jsonl_with(bytes: &[u8], options: ReadOptions) -> Report {
-        let mut reader = match JsonlReader::new(bytes, options) {
-            Ok(reader) => reader,
+        // Lines decode on every core (they are independent); the rules that
+        // relate events then run in order over the decoded prefix. The
+        // first violation is the first of a rule's (on an event of the
+        // prefix) and the decoder's (on the line after it), as when each
+        // line is decoded and checked in turn.
+        let prefix = match JsonlLog::parse_prefix(bytes, options) {
+            Ok(prefix) => prefix,
             Err(error) => return Report::unread(Finding::from_load(&error, 1)),
         };
-        let mut checker = Checker::new(Session::create(reader.header().clone()));
+        let mut checker = Checker::new(Session::create(prefix.header));
+        // Every line after the header is an event: event `i` is on line `i + 2`.
+        let after = prefix.events.len() as u64 + 2;
         let mut fatal = None;
-        while let Some(item) = reader.next() {
-            let line = reader.line();
-            let result =
-                item.map_err(|e| Finding::from_load(&e, line)).and_then(|e| checker.push(e, Some(line)));
-            if let Err(finding) = result {
+        for (i, event) in prefix.events.into_iter().enumerate() {
+            if let Err(finding) = checker.push(event, Some(i as u64 + 2)) {
                 fatal = Some(finding);
                 break;
             }
         }
+        if fatal.is_none() {
+            fatal = prefix.error.map(|e| Finding::from_load(&e, after));
+        }
         let (torn_tail, missing_newline) = match fatal {
-            None => (reader.torn_tail(), reader.missing_newline()),
+            None => (prefix.torn_tail, prefix.missing_newline),
             Some(_) => (None, false),
         };
         let mut report = checker.finish(fatal);
