@@ -4,9 +4,10 @@
 //! one array per column for a batch insert, and the NUL that `text` cannot
 //! hold.
 
-use palimpsest_core_session::{Event, EventType, LoadError, SessionHeader};
+use palimpsest_core_session::{Event, LoadError, SessionHeader};
 pub(crate) use palimpsest_persistence::rows::{
-    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow, RowReader,
+    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow,
+    RowReader, RowRef,
 };
 
 /// The event columns of one row, for an `INSERT ... SELECT FROM unnest(...)`:
@@ -58,11 +59,16 @@ pub(crate) fn header_storable(header: &SessionHeader) -> Result<(), String> {
 /// surface_op` (the schema check made sure of their types): `log-corrupt`
 /// at `line` for a value that cannot be read.
 pub(crate) fn read_row(row: &postgres::Row, line: Option<u64>) -> Result<EventRow, LoadError> {
+    read_row_ref(row, line).map(|r| r.to_row())
+}
+
+/// [`read_row`] without copying: the texts borrowed from `row`.
+pub(crate) fn read_row_ref(row: &postgres::Row, line: Option<u64>) -> Result<RowRef<'_>, LoadError> {
     let corrupt = |e: postgres::Error| LoadError::LogCorrupt { line, detail: e.to_string() };
-    Ok(EventRow {
+    Ok(RowRef {
         seq: row.try_get(0).map_err(corrupt)?,
         time: row.try_get(1).map_err(corrupt)?,
-        event_type: EventType::parse(row.try_get(2).map_err(corrupt)?),
+        event_type: row.try_get(2).map_err(corrupt)?,
         data: row.try_get(3).map_err(corrupt)?,
         source_event_seqs: row.try_get(4).map_err(corrupt)?,
         surface_op: row.try_get(5).map_err(corrupt)?,

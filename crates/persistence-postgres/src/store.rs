@@ -29,6 +29,23 @@ use crate::url::redact_url;
 /// must fit a B-tree page (about 2.7 kB) whatever its content.
 pub(crate) const MAX_ID_BYTES: usize = 1024;
 
+/// The fewest events of a batch whose search rows are built on another
+/// thread while the server inserts the events: below this, a thread costs
+/// more than it hides.
+const INDEX_ASIDE_MIN_EVENTS: usize = 256;
+
+/// The `search` rows of `events`: the seqs and terms of those that have one.
+fn search_rows(events: &[Event]) -> (Vec<i64>, Vec<Option<String>>) {
+    let (mut seqs, mut terms) = (Vec::new(), Vec::new());
+    for e in events {
+        if let Some(row) = search::index_row(e) {
+            seqs.push(codec::to_sql_int(e.seq()));
+            terms.push(row);
+        }
+    }
+    (seqs, terms)
+}
+
 /// The statements, with the schema name spelled into each.
 #[derive(Debug)]
 struct Sql {
@@ -910,15 +927,29 @@ impl PgStore {
             (&c.source_event_seqs, Type::TEXT_ARRAY),
             (&c.surface_op, Type::TEXT_ARRAY),
         ];
-        client.query_typed(&self.sql.insert_events, &params)?;
-        // The full-text rows of the messages, in the same transaction.
-        let (mut seqs, mut terms) = (Vec::new(), Vec::new());
-        for e in events {
-            if let Some(row) = search::index_row(e) {
-                seqs.push(codec::to_sql_int(e.seq()));
-                terms.push(row);
-            }
-        }
+        // The full-text rows of the messages go in the same transaction.
+        // Tokenizing a large batch takes a while (~2 us per event of the
+        // benchmark's workload), so it runs on another thread while the
+        // server inserts the events, instead of before or after.
+        let (inserted, (seqs, terms)) = if events.len() >= INDEX_ASIDE_MIN_EVENTS {
+            std::thread::scope(|scope| {
+                let aside = std::thread::Builder::new()
+                    .name("palimpsest-pg-index".into())
+                    .spawn_scoped(scope, || search_rows(events));
+                let inserted = client.query_typed(&self.sql.insert_events, &params);
+                let rows = match aside {
+                    Ok(aside) => aside.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot start a thread; tokenizing after the insert");
+                        search_rows(events)
+                    }
+                };
+                (inserted, rows)
+            })
+        } else {
+            (client.query_typed(&self.sql.insert_events, &params), search_rows(events))
+        };
+        inserted?;
         if !seqs.is_empty() {
             let params: [(&(dyn ToSql + Sync), Type); 3] =
                 [(&session_id, Type::TEXT), (&seqs, Type::INT8_ARRAY), (&terms, Type::TEXT_ARRAY)];
@@ -1036,7 +1067,7 @@ impl PgStore {
             codec::decode_threads(self.options.decode_threads),
             |push| {
                 while let Some(row) = rows.next()? {
-                    if !rows_read.take(codec::read_row(&row, None), push) {
+                    if !rows_read.take(codec::read_row_ref(&row, None), push) {
                         break;
                     }
                 }

@@ -3,9 +3,10 @@
 //! with every SQL backend, in [`palimpsest_persistence::rows`]; what is
 //! here reads SQLite's dynamically typed values.
 
-use palimpsest_core_session::{EventType, LoadError};
+use palimpsest_core_session::LoadError;
 pub(crate) use palimpsest_persistence::rows::{
-    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow, RowReader,
+    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow,
+    RowReader, RowRef,
 };
 use rusqlite::types::ValueRef;
 
@@ -78,14 +79,20 @@ pub(crate) fn optional_int(
 /// Reads the columns of `SELECT seq, time, type, data, source_event_seqs,
 /// surface_op`: `log-corrupt` at `line` for a column of the wrong type.
 pub(crate) fn read_row(row: &rusqlite::Row<'_>, line: Option<u64>) -> Result<EventRow, LoadError> {
-    let event_type = EventType::parse(required_text(value(row, 2, "type", line)?, "type", line)?);
-    Ok(EventRow {
+    read_row_ref(row, line).map(|r| r.to_row())
+}
+
+/// [`read_row`] without copying: the texts borrowed from `row`.
+pub(crate) fn read_row_ref<'a>(
+    row: &'a rusqlite::Row<'_>,
+    line: Option<u64>,
+) -> Result<RowRef<'a>, LoadError> {
+    Ok(RowRef {
         seq: required_int(value(row, 0, "seq", line)?, "seq", line)?,
         time: required_int(value(row, 1, "time", line)?, "time", line)?,
-        event_type,
-        data: required_text(value(row, 3, "data", line)?, "data", line)?.to_owned(),
-        source_event_seqs: text(value(row, 4, "source_event_seqs", line)?, "source_event_seqs", line)?
-            .map(str::to_owned),
-        surface_op: text(value(row, 5, "surface_op", line)?, "surface_op", line)?.map(str::to_owned),
+        event_type: required_text(value(row, 2, "type", line)?, "type", line)?,
+        data: required_text(value(row, 3, "data", line)?, "data", line)?,
+        source_event_seqs: text(value(row, 4, "source_event_seqs", line)?, "source_event_seqs", line)?,
+        surface_op: text(value(row, 5, "surface_op", line)?, "surface_op", line)?,
     })
 }

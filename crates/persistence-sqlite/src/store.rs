@@ -425,7 +425,7 @@ impl SqliteStore {
             codec::decode_threads(self.options.decode_threads),
             |push| {
                 while let Some(row) = rows.next()? {
-                    if !rows_read.take(codec::read_row(row, None), push) {
+                    if !rows_read.take(codec::read_row_ref(row, None), push) {
                         break;
                     }
                 }

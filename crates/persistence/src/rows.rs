@@ -133,8 +133,121 @@ impl EventRow {
     }
 }
 
+/// One event row's columns as the client yields them, borrowed: what a
+/// store's `read` closure hands to [`decode_into`], which copies the texts
+/// into a reused batch buffer (no allocation per row on the reading
+/// thread) and makes each event's own strings on the decoding thread.
+#[derive(Debug, Clone, Copy)]
+pub struct RowRef<'a> {
+    /// Column `seq`, as [`to_sql_int`] wrote it.
+    pub seq: i64,
+    /// Column `time`, as [`to_sql_int`] wrote it.
+    pub time: i64,
+    /// Column `type`.
+    pub event_type: &'a str,
+    /// Column `data`: the payload's JSON text, byte for byte.
+    pub data: &'a str,
+    /// Column `source_event_seqs`, or NULL when absent.
+    pub source_event_seqs: Option<&'a str>,
+    /// Column `surface_op`, or NULL when absent.
+    pub surface_op: Option<&'a str>,
+}
+
+impl RowRef<'_> {
+    /// The row with its texts copied.
+    pub fn to_row(&self) -> EventRow {
+        EventRow {
+            seq: self.seq,
+            time: self.time,
+            event_type: EventType::parse(self.event_type),
+            data: self.data.to_owned(),
+            source_event_seqs: self.source_event_seqs.map(str::to_owned),
+            surface_op: self.surface_op.map(str::to_owned),
+        }
+    }
+}
+
+impl EventRow {
+    /// The row's columns, borrowed.
+    pub fn as_ref(&self) -> RowRef<'_> {
+        RowRef {
+            seq: self.seq,
+            time: self.time,
+            event_type: self.event_type.as_str(),
+            data: &self.data,
+            source_event_seqs: self.source_event_seqs.as_deref(),
+            surface_op: self.surface_op.as_deref(),
+        }
+    }
+}
+
 /// Rows per batch handed to the decoding thread.
 const BATCH_ROWS: usize = 1024;
+
+/// A batch of rows for the decoding thread: every text of the batch in one
+/// buffer, each row's texts as ranges of it. Batches go back to the
+/// reading thread once decoded, so the reader copies columns into memory
+/// it has already touched instead of allocating fresh strings per row.
+#[derive(Debug, Default)]
+struct Batch {
+    text: String,
+    rows: Vec<BatchRow>,
+}
+
+/// One row of a [`Batch`]: its integers, and where its texts lie in the
+/// batch's buffer (`(start, end)`; `None` for NULL).
+#[derive(Debug)]
+struct BatchRow {
+    seq: i64,
+    time: i64,
+    event_type: (usize, usize),
+    data: (usize, usize),
+    source_event_seqs: Option<(usize, usize)>,
+    surface_op: Option<(usize, usize)>,
+}
+
+impl Batch {
+    fn push(&mut self, row: RowRef<'_>) {
+        let mut put = |t: &str| {
+            let start = self.text.len();
+            self.text.push_str(t);
+            (start, self.text.len())
+        };
+        let event_type = put(row.event_type);
+        let data = put(row.data);
+        let source_event_seqs = row.source_event_seqs.map(&mut put);
+        let surface_op = row.surface_op.map(&mut put);
+        self.rows.push(BatchRow {
+            seq: row.seq,
+            time: row.time,
+            event_type,
+            data,
+            source_event_seqs,
+            surface_op,
+        });
+    }
+
+    fn clear(&mut self) {
+        self.text.clear();
+        self.rows.clear();
+    }
+
+    /// The rows, each with its texts copied out of the buffer.
+    fn rows(&self) -> impl Iterator<Item = EventRow> + '_ {
+        let text = |(start, end): (usize, usize)| self.text.get(start..end).unwrap_or_default();
+        self.rows.iter().map(move |r| {
+            RowRef {
+                seq: r.seq,
+                time: r.time,
+                event_type: text(r.event_type),
+                data: text(r.data),
+                source_event_seqs: r.source_event_seqs.map(text),
+                surface_op: r.surface_op.map(text),
+            }
+            .to_row()
+        })
+    }
+}
 
 /// What a store's `read` closure for [`decode_into`] does with each row
 /// its client yields: push the row's columns on, or stop at the first row
@@ -166,7 +279,11 @@ pub struct RowReader {
 impl RowReader {
     /// Takes the next row, its columns read (or not): `false` when the
     /// read must stop, because they could not be read or `push` refused.
-    pub fn take(&mut self, row: Result<EventRow, LoadError>, push: &mut dyn FnMut(EventRow) -> bool) -> bool {
+    pub fn take(
+        &mut self,
+        row: Result<RowRef<'_>, LoadError>,
+        push: &mut dyn FnMut(RowRef<'_>) -> bool,
+    ) -> bool {
         match row {
             Ok(row) => {
                 self.index += 1;
@@ -194,7 +311,7 @@ impl RowReader {
 /// error with its position.
 pub fn decode_while_reading<E>(
     threads: usize,
-    read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+    read: impl FnOnce(&mut dyn FnMut(RowRef<'_>) -> bool) -> Result<(), E>,
 ) -> Result<Result<Vec<Event>, (u64, LoadError)>, E> {
     let mut events = Vec::new();
     let decoded = decode_into(threads, read, &mut |event| {
@@ -222,7 +339,7 @@ pub fn decode_while_reading<E>(
 /// then seen every event before it.
 pub fn decode_into<E>(
     threads: usize,
-    read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+    read: impl FnOnce(&mut dyn FnMut(RowRef<'_>) -> bool) -> Result<(), E>,
     consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
 ) -> Result<Result<(), (u64, LoadError)>, E> {
     /// Decodes rows in order, from position `*next` on, into `consume`.
@@ -244,11 +361,11 @@ pub fn decode_into<E>(
     }
     /// Decodes each row as it is read.
     fn inline<E>(
-        read: impl FnOnce(&mut dyn FnMut(EventRow) -> bool) -> Result<(), E>,
+        read: impl FnOnce(&mut dyn FnMut(RowRef<'_>) -> bool) -> Result<(), E>,
         consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
     ) -> Result<Result<(), (u64, LoadError)>, E> {
         let (mut next, mut failed) = (0, None);
-        read(&mut |row| match decode_onto(&mut next, [row], consume) {
+        read(&mut |row| match decode_onto(&mut next, [row.to_row()], consume) {
             Ok(more) => more,
             Err(e) => {
                 failed = Some(e);
@@ -264,15 +381,21 @@ pub fn decode_into<E>(
     // The decoder takes `consume` through this lock; if it cannot be
     // started, the lock is free and this thread decodes instead.
     let consume_cell = std::sync::Mutex::new(consume);
+    // Decoded batches come back to be filled again.
+    let (back_tx, back_rx) = mpsc::channel::<Batch>();
     std::thread::scope(|scope| {
-        let (tx, rx) = mpsc::sync_channel::<Vec<EventRow>>(4);
+        let (tx, rx) = mpsc::sync_channel::<Batch>(4);
         let decoder =
             std::thread::Builder::new().name("palimpsest-row-decode".into()).spawn_scoped(scope, || {
                 let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
                 let mut next = 0;
-                for batch in rx {
-                    match decode_onto(&mut next, batch, &mut **consume) {
-                        Ok(true) => {}
+                for mut batch in rx {
+                    match decode_onto(&mut next, batch.rows(), &mut **consume) {
+                        Ok(true) => {
+                            batch.clear();
+                            // The reader may have finished: then it is dropped.
+                            let _ = back_tx.send(batch);
+                        }
                         Ok(false) => {
                             stopped.store(true, Ordering::Relaxed);
                             return Ok(());
@@ -293,18 +416,19 @@ pub fn decode_into<E>(
                 return inline(read, &mut **consume);
             }
         };
-        let mut batch = Vec::with_capacity(BATCH_ROWS);
+        let mut batch = Batch::default();
         let read = read(&mut |row| {
             batch.push(row);
-            if batch.len() == BATCH_ROWS {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+            if batch.rows.len() == BATCH_ROWS {
+                let empty = back_rx.try_recv().unwrap_or_default();
+                let full = std::mem::replace(&mut batch, empty);
                 // A refused send means the decoder stopped: at a bad row,
                 // or because `consume` broke.
                 return tx.send(full).is_ok() && !stopped.load(Ordering::Relaxed);
             }
             true
         });
-        if read.is_ok() && !batch.is_empty() {
+        if read.is_ok() && !batch.rows.is_empty() {
             // As above: if refused, the decoder already stopped.
             let _ = tx.send(batch);
         }
@@ -399,9 +523,9 @@ mod tests {
     /// Decodes `rows` as a load does, on `threads` threads; the error's
     /// position only.
     fn decoded(rows: &[EventRow], threads: usize) -> Result<Vec<Event>, u64> {
-        let read = |push: &mut dyn FnMut(EventRow) -> bool| -> Result<(), ()> {
-            for row in rows.iter().cloned() {
-                if !push(row) {
+        let read = |push: &mut dyn FnMut(RowRef<'_>) -> bool| -> Result<(), ()> {
+            for row in rows {
+                if !push(row.as_ref()) {
                     break;
                 }
             }
@@ -447,11 +571,42 @@ mod tests {
     }
 
     #[test]
+    fn batches_reused_across_rows_of_every_shape_give_each_row_its_own_texts() {
+        // Rows of different lengths, with and without the optional
+        // columns, over many batches: a reused batch buffer must never
+        // let one row's text leak into another's.
+        let rows: Vec<EventRow> = (0..(BATCH_ROWS * 7 + 3) as i64)
+            .map(|seq| {
+                if seq % 3 == 0 {
+                    let mut r = row(MSG, Some("[]"), Some("\"append\""));
+                    r.seq = seq;
+                    r
+                } else {
+                    EventRow {
+                        seq,
+                        time: seq * 7,
+                        event_type: EventType::parse("x/p"),
+                        data: format!("{{\"pad\":\"{}\"}}", "y".repeat((seq % 50) as usize)),
+                        source_event_seqs: None,
+                        surface_op: None,
+                    }
+                }
+            })
+            .collect();
+        let inline = decoded(&rows, 1).expect("valid rows");
+        assert_eq!(decoded(&rows, 2), Ok(inline.clone()));
+        for (event, row) in inline.iter().zip(&rows) {
+            assert_eq!((event.data(), event.time()), (row.data.as_str(), from_sql_int(row.time)));
+            assert_eq!(event.surface_op().is_some(), row.surface_op.is_some());
+        }
+    }
+
+    #[test]
     fn a_read_error_is_returned_after_the_decoders_stop() {
         let rows = [row(MSG, None, Some("\"append\""))];
         for threads in [1, 3] {
-            let read = |push: &mut dyn FnMut(EventRow) -> bool| {
-                push(rows[0].clone());
+            let read = |push: &mut dyn FnMut(RowRef<'_>) -> bool| {
+                push(rows[0].as_ref());
                 Err("disk gone")
             };
             assert_eq!(decode_while_reading(threads, read).map(drop), Err("disk gone"));
