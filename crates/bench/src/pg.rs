@@ -216,8 +216,8 @@ pub(crate) fn bare_write(
                 time.push(e.time() as i64);
                 kind.push(e.event_type().as_str());
                 data.push(e.data());
-                sources.push(e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default()));
-                ops.push(e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default()));
+                sources.push(e.source_event_seqs().map(palimpsest_persistence::rows::sources_json));
+                ops.push(e.surface_op().map(palimpsest_persistence::rows::surface_op_json));
             }
             let params: [(&(dyn ToSql + Sync), Type); 7] = [
                 (&header.id, Type::TEXT),

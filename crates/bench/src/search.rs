@@ -125,7 +125,8 @@ pub(crate) fn run(w: &Workload, sessions: usize) -> Result<Vec<Row>, String> {
                 files
                     .iter()
                     .filter(|f| {
-                        let text = std::fs::read_to_string(f).unwrap_or_default();
+                        let text = std::fs::read_to_string(f)
+                            .expect("the baseline reads the files the section just wrote");
                         words.iter().all(|w| text.contains(w))
                     })
                     .count()
@@ -247,8 +248,8 @@ fn bare_sqlite(path: &std::path::Path, corpus: &[(SessionHeader, Vec<Event>)]) -
                 )
                 .map_err(err)?;
             for e in events {
-                let sources = e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default());
-                let op = e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default());
+                let sources = e.source_event_seqs().map(palimpsest_persistence::rows::sources_json);
+                let op = e.surface_op().map(palimpsest_persistence::rows::surface_op_json);
                 stmt.execute(rusqlite::params![
                     header.id,
                     e.seq() as i64,

@@ -133,7 +133,7 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
         runs,
         || (),
         |()| {
-            let bytes = std::fs::read(&file).unwrap_or_default();
+            let bytes = std::fs::read(&file).expect("the baseline reads the file the section just wrote");
             bytes
                 .split(|&b| b == b'\n')
                 .filter(|l| !l.is_empty())
@@ -184,8 +184,8 @@ fn bare_insert(
             "INSERT INTO events (session_id, seq, time, type, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         for e in batch {
-            let sources = e.source_event_seqs().map(|s| serde_json::to_string(s).unwrap_or_default());
-            let op = e.surface_op().map(|o| serde_json::to_string(&o).unwrap_or_default());
+            let sources = e.source_event_seqs().map(palimpsest_persistence::rows::sources_json);
+            let op = e.surface_op().map(palimpsest_persistence::rows::surface_op_json);
             stmt.execute(rusqlite::params![
                 w.header.id,
                 e.seq() as i64,
