@@ -13,10 +13,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use palimpsest_core_session::jsonl::ReadOptions;
 use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::{SessionStore, SessionSummary, StoreError, StoredSession};
+use palimpsest_persistence::{Hold, SessionStore, SessionSummary, StoreError, StoredSession};
 use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, SessionFile};
 
 /// One JSONL session file as a store.
@@ -92,6 +93,18 @@ impl SessionStore for FileStore {
 
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
         self.with_file(session_id, |file| file.append(events))
+    }
+
+    /// Locks the file now, as a JSONL store's hold does: until released or
+    /// the process ends, with no expiry.
+    fn hold(&self, session_id: &str, holder: &str, _ttl: Duration) -> Result<Option<Hold>, StoreError> {
+        self.with_file(session_id, |_| Ok(()))?;
+        Ok(Some(Hold::new(session_id, holder, 0, None)))
+    }
+
+    fn release(&self, _hold: &Hold) -> Result<(), StoreError> {
+        *self.held() = None;
+        Ok(())
     }
 
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {

@@ -284,17 +284,18 @@ impl Store {
             }),
             // Held while written: a worker running the session is not
             // written behind its back (`locked` naming it instead).
-            (Store::Postgres(s, _), _) => {
-                let ttl = std::time::Duration::from_secs(30);
+            (_, Some(s)) => {
+                let ttl = crate::open_store::hold_ttl();
                 s.hold(id, &crate::open_store::holder_name(), ttl).and_then(|hold| {
                     let written = s.append(id, events).and_then(|()| s.sync(id));
-                    if let Err(e) = s.release(&hold) {
-                        tracing::debug!(session_id = id, error = %e, "could not release the hold; it expires");
+                    if let Some(hold) = hold {
+                        if let Err(e) = s.release(&hold) {
+                            tracing::debug!(session_id = id, error = %e, "could not release the hold; it expires");
+                        }
                     }
                     written
                 })
             }
-            (_, Some(s)) => s.append(id, events).and_then(|()| s.sync(id)),
             (_, None) => Err(StoreError::NotFound { session_id: id.to_owned() }),
         };
         result.map_err(|e| {

@@ -323,7 +323,7 @@ fn a_zero_length_db_is_refused_by_every_reading_command_and_stays_empty() {
             run.stderr,
             "error[schema-mismatch]: x.db: found x.db, an empty file (0 bytes): there is no store to read, \
              and reading never initialises one, expected a Palimpsest SQLite store \
-             (application_id 0x50414C49 (\"PALI\"), user_version 3)\n",
+             (application_id 0x50414C49 (\"PALI\"), user_version 4)\n",
             "{args:?}"
         );
         assert_eq!(snapshot(&store), std::collections::BTreeMap::from([("x.db".to_owned(), Vec::new())]));

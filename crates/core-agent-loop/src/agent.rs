@@ -41,7 +41,7 @@ use palimpsest_core_session::payload::{
     TurnStart, Usage, UserMessage,
 };
 use palimpsest_core_session::{repair, Event, EventType, Session, SurfaceIntent};
-use palimpsest_persistence::DurableSession;
+use palimpsest_persistence::{DurableSession, Hold, KeptHold};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -120,6 +120,9 @@ pub struct AgentLoop {
     turn_open: bool,
     /// Every tool-call id the session has used: a new call never reuses one.
     call_ids: CallIds,
+    /// The store's hold on the session, kept (and renewed) while the loop
+    /// lives: see [`AgentLoopBuilder::hold`](crate::AgentLoopBuilder::hold).
+    hold: Option<KeptHold>,
 }
 
 impl std::fmt::Debug for AgentLoop {
@@ -281,7 +284,11 @@ async fn next_item(stream: &mut ChunkStream<'_>) -> Option<Result<StreamItem, Pr
 impl AgentLoop {
     /// The loop over `core`'s session, picking up where its log ends: the
     /// last turn's number, whether that turn is open, the call ids used.
-    pub(crate) fn from_parts(core: LoopCore, plugins: Vec<Box<dyn Plugin>>) -> AgentLoop {
+    pub(crate) fn from_parts(
+        core: LoopCore,
+        plugins: Vec<Box<dyn Plugin>>,
+        hold: Option<KeptHold>,
+    ) -> AgentLoop {
         let events = core.session.session().events();
         let last_turn = events
             .iter()
@@ -302,6 +309,7 @@ impl AgentLoop {
             last_turn,
             turn_open,
             call_ids,
+            hold,
         }
     }
 
@@ -407,9 +415,17 @@ impl AgentLoop {
         self.core.session.flush().map_err(|e| self.core.error(e))
     }
 
-    /// Consumes the loop, returning the durable session.
+    /// Consumes the loop, returning the durable session. The loop's hold
+    /// on it, if any, is released.
     pub fn into_session(self) -> DurableSession {
         self.core.session
+    }
+
+    /// The store's hold on the session, as granted when the loop created or
+    /// opened it (see [`AgentLoopBuilder::hold`](crate::AgentLoopBuilder::hold));
+    /// `None` when none was asked for or the store grants none.
+    pub fn hold(&self) -> Option<&Hold> {
+        self.hold.as_ref().and_then(KeptHold::hold)
     }
 
     /// If the log ends inside a turn, appends the repair closers (contract

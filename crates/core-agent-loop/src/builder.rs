@@ -4,10 +4,11 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use palimpsest_core_session::payload::Settings;
 use palimpsest_core_session::SessionHeader;
-use palimpsest_persistence::{DurableSession, LoadReport, SessionStore};
+use palimpsest_persistence::{DurableSession, KeptHold, LoadReport, SessionStore};
 
 use crate::agent::AgentLoop;
 use crate::clock::{Clock, IdGenerator, SystemClock, UniqueIds};
@@ -39,7 +40,12 @@ pub struct AgentLoopBuilder {
     config: AgentConfig,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
+    hold: Option<(String, Duration)>,
 }
+
+/// How long a hold lasts unless renewed, when [`AgentLoopBuilder::hold`]
+/// is given none: the loop renews it every third of that.
+pub const DEFAULT_HOLD_TTL: Duration = Duration::from_secs(30);
 
 impl AgentLoopBuilder {
     /// Sets the tool registry.
@@ -95,6 +101,45 @@ impl AgentLoopBuilder {
         self
     }
 
+    /// Holds the session for `holder` while the loop lives, so that no other
+    /// writer (another process, another machine) appends to it: the loop
+    /// takes the store's hold ([`SessionStore::hold`]) when it creates or
+    /// opens the session (before loading, since opening may append repair
+    /// closers), renews it every third of `ttl` in the background, and
+    /// releases it when dropped. Opening a session another worker holds
+    /// fails with `locked`, naming the holder and when its hold expires.
+    /// On a store that grants no holds (the in-memory one) this does
+    /// nothing. `holder` should name the worker, e.g. `host:pid`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use palimpsest_core_agent_loop::{AgentLoop, ScriptedProvider, DEFAULT_HOLD_TTL};
+    /// use palimpsest_persistence::{MemoryStore, SessionStore};
+    ///
+    /// let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+    /// let agent = AgentLoop::builder(Arc::new(ScriptedProvider::new(vec![])))
+    ///     .hold("worker-a", DEFAULT_HOLD_TTL)
+    ///     .create(store, "s1")?;
+    /// assert!(agent.hold().is_none(), "the in-memory store grants no hold");
+    /// # Ok::<(), palimpsest_core_agent_loop::LoopError>(())
+    /// ```
+    pub fn hold(mut self, holder: impl Into<String>, ttl: Duration) -> AgentLoopBuilder {
+        self.hold = Some((holder.into(), ttl));
+        self
+    }
+
+    /// Takes the hold [`hold`](Self::hold) asked for, if any.
+    fn take_hold(
+        &self,
+        store: &Arc<dyn SessionStore>,
+        session_id: &str,
+    ) -> Result<Option<KeptHold>, LoopError> {
+        let Some((holder, ttl)) = &self.hold else { return Ok(None) };
+        KeptHold::take(Arc::clone(store), session_id, holder, *ttl)
+            .map(Some)
+            .map_err(|e| LoopError::Session { session_id: session_id.to_owned(), source: Box::new(e.into()) })
+    }
+
     /// Creates a new session `session_id` in `store`, created now.
     pub fn create(
         self,
@@ -112,13 +157,16 @@ impl AgentLoopBuilder {
         header: SessionHeader,
     ) -> Result<AgentLoop, LoopError> {
         let id = header.id.clone();
-        let mut session = DurableSession::create(store, header, self.config.durability)
-            .map_err(|source| LoopError::Session { session_id: id, source: Box::new(source) })?;
+        let mut session = DurableSession::create(Arc::clone(&store), header, self.config.durability)
+            .map_err(|source| LoopError::Session { session_id: id.clone(), source: Box::new(source) })?;
         if let Some(guard) = dev_guard(self.config.dev_mode) {
             session.set_guard(Some(guard));
         }
+        // Taken once the session exists (a hold names a stored session);
+        // nobody else knows the new id yet.
+        let hold = self.take_hold(&store, &id)?;
         let settings = self.settings.clone();
-        let mut agent = self.build(session);
+        let mut agent = self.build(session, hold);
         if let Some(settings) = settings {
             agent.set_settings(settings)?;
         }
@@ -134,13 +182,15 @@ impl AgentLoopBuilder {
         store: Arc<dyn SessionStore>,
         session_id: &str,
     ) -> Result<(AgentLoop, OpenReport), LoopError> {
+        // Held before it is read: opening may append repair closers.
+        let hold = self.take_hold(&store, session_id)?;
         let guard = dev_guard(self.config.dev_mode);
         let (session, load) =
             DurableSession::open_guarded(store, session_id, self.config.durability, guard).map_err(
                 |source| LoopError::Session { session_id: session_id.to_owned(), source: Box::new(source) },
             )?;
         let settings = self.settings.clone();
-        let mut agent = self.build(session);
+        let mut agent = self.build(session, hold);
         let repaired = agent.repair_open_turn()?;
         if let Some(settings) = settings {
             agent.set_settings(settings)?;
@@ -151,13 +201,15 @@ impl AgentLoopBuilder {
     /// Wraps a session opened elsewhere (its log is taken as already
     /// checked), repairing an open last turn like [`open`](Self::open). In
     /// dev mode the invariants guard replaces any guard it had. Its clock
-    /// becomes the loop's ([`clock`](Self::clock)).
+    /// becomes the loop's ([`clock`](Self::clock)). A [`hold`](Self::hold)
+    /// is taken before the repair.
     pub fn attach(self, mut session: DurableSession) -> Result<(AgentLoop, OpenReport), LoopError> {
         if let Some(guard) = dev_guard(self.config.dev_mode) {
             session.set_guard(Some(guard));
         }
+        let hold = self.take_hold(session.store(), session.session().id())?;
         let settings = self.settings.clone();
-        let mut agent = self.build(session);
+        let mut agent = self.build(session, hold);
         let repaired = agent.repair_open_turn()?;
         if let Some(settings) = settings {
             agent.set_settings(settings)?;
@@ -168,7 +220,7 @@ impl AgentLoopBuilder {
     /// The loop over `session`, which takes the loop's clock: its own
     /// `*_now` appends (after [`AgentLoop::into_session`], say) are stamped
     /// by the clock that stamped the loop's.
-    fn build(self, mut session: DurableSession) -> AgentLoop {
+    fn build(self, mut session: DurableSession, hold: Option<KeptHold>) -> AgentLoop {
         session.set_clock(Arc::clone(&self.clock));
         let core = LoopCore {
             session,
@@ -178,7 +230,7 @@ impl AgentLoopBuilder {
             clock: self.clock,
             ids: self.ids,
         };
-        AgentLoop::from_parts(core, self.plugins)
+        AgentLoop::from_parts(core, self.plugins, hold)
     }
 }
 
@@ -205,6 +257,7 @@ impl AgentLoop {
             config: AgentConfig::default(),
             clock: Arc::new(SystemClock),
             ids: Arc::new(UniqueIds::default()),
+            hold: None,
         }
     }
 }

@@ -161,7 +161,7 @@ mod state;
 mod tool;
 
 pub use agent::{AgentLoop, HooksRun, TurnInput, TurnOutcome, PROVIDER_CALL_ID};
-pub use builder::{AgentLoopBuilder, OpenReport};
+pub use builder::{AgentLoopBuilder, OpenReport, DEFAULT_HOLD_TTL};
 pub use caps::{
     StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_RESULT_BYTES,
 };

@@ -5,9 +5,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::{SessionStore, SessionSummary, StoreError, StoredSession};
+use palimpsest_persistence::{Hold, SessionStore, SessionSummary, StoreError, StoredSession};
 
 use palimpsest_core_session::jsonl::ReadOptions;
 
@@ -205,6 +206,24 @@ impl SessionStore for JsonlStore {
             file.fault = Some(crate::fault::Fault::Write { after: 10 });
         }
         file.append(events).map_err(|e| with_id(e, session_id))
+    }
+
+    /// Locks the session file now (as the first append would), for as long
+    /// as this store keeps it: until [`release`](SessionStore::release),
+    /// [`close`](JsonlStore::close), a delete, or the store's drop; the
+    /// operating system drops the lock when the process ends. So the hold
+    /// never expires (`expires_at` is `None`, `ttl` is unused) and its
+    /// token is 0: a writer without the lock cannot write the file at all.
+    /// `locked` while another store, in this process or another, holds it.
+    fn hold(&self, session_id: &str, holder: &str, _ttl: Duration) -> Result<Option<Hold>, StoreError> {
+        self.handle(session_id)?;
+        Ok(Some(Hold::new(session_id, holder, 0, None)))
+    }
+
+    /// Unlocks the session file (as [`close`](JsonlStore::close)).
+    fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        self.close(hold.session_id());
+        Ok(())
     }
 
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {

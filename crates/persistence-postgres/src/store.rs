@@ -19,11 +19,12 @@ use postgres::{Client, Config};
 
 use crate::codec::{self, Columns};
 use crate::error::{invalid_input, is_lost, pg_err};
-use crate::hold::{self, Hold, HoldRow};
+use crate::hold::{self, Hold};
 use crate::options::PgOptions;
 use crate::schema::{self, quote_ident};
 use crate::search;
 use crate::url::redact_url;
+use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
 
 /// The longest session id the store takes, in bytes: a primary key entry
 /// must fit a B-tree page (about 2.7 kB) whatever its content.
@@ -479,16 +480,9 @@ impl PgStore {
                 store.write_tx(client, |client| {
                     exists_or_not_found(client, &store.sql.session_exists, session_id)?;
                     let (row, now_us) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
-                    let token = match &row {
-                        Some(r) if r.live && ours == Some(r.token) => r.token,
-                        Some(r) if r.live && r.holder != holder => {
-                            return Err(TxError::Refused(StoreError::Locked {
-                                what: format!("session {session_id:?} (hold of {})", r.describe()),
-                            }))
-                        }
-                        Some(r) => (r.token + 1).max(codec::from_sql_int(now_us.max(0))),
-                        None => codec::from_sql_int(now_us.max(0)),
-                    };
+                    let floor = codec::from_sql_int(now_us.max(0));
+                    let token =
+                        grant(session_id, holder, row.as_ref(), ours, floor).map_err(TxError::Refused)?;
                     let expires_at: SystemTime = client
                         .query_typed_one(
                             &store.sql.upsert_hold,
@@ -500,16 +494,11 @@ impl PgStore {
                             ],
                         )?
                         .try_get(0)?;
-                    Ok(Hold {
-                        session_id: session_id.to_owned(),
-                        holder: holder.to_owned(),
-                        token,
-                        expires_at,
-                    })
+                    Ok(Hold::new(session_id, holder, token, Some(expires_at)))
                 })
             })?;
-            inner.holds.insert(session_id.to_owned(), hold.token);
-            tracing::debug!(session_id, holder, token = hold.token, "took hold");
+            inner.holds.insert(session_id.to_owned(), hold.token());
+            tracing::debug!(session_id, holder, token = hold.token(), "took hold");
             Ok(hold)
         })
     }
@@ -530,26 +519,26 @@ impl PgStore {
     pub fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
         off_the_runtime(|| {
             let mut inner = self.lock();
-            let session_id = hold.session_id.as_str();
+            let session_id = hold.session_id();
             let renewed = self.with_retry(&mut inner, "renewing a hold", |store, client| {
                 store.write_tx(client, |client| {
                     exists_or_not_found(client, &store.sql.session_exists, session_id)?;
                     let (row, _) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
-                    check_fence(session_id, Some(hold.token), row.as_ref())?;
+                    check_fence(session_id, Some(hold.token()), row.as_ref())?;
                     let expires_at: SystemTime = client
                         .query_typed_one(
                             &store.sql.renew_hold,
                             &[
                                 (&session_id, Type::TEXT),
-                                (&codec::to_sql_int(hold.token), Type::INT8),
+                                (&codec::to_sql_int(hold.token()), Type::INT8),
                                 (&hold::ttl_seconds(ttl), Type::FLOAT8),
                             ],
                         )?
                         .try_get(0)?;
-                    Ok(Hold { expires_at, ..hold.clone() })
+                    Ok(hold.renewed(expires_at))
                 })
             })?;
-            inner.holds.insert(session_id.to_owned(), hold.token);
+            inner.holds.insert(session_id.to_owned(), hold.token());
             Ok(renewed)
         })
     }
@@ -561,20 +550,20 @@ impl PgStore {
     pub fn release(&self, hold: &Hold) -> Result<(), StoreError> {
         off_the_runtime(|| {
             let mut inner = self.lock();
-            let session_id = hold.session_id.as_str();
+            let session_id = hold.session_id();
             self.with_retry(&mut inner, "releasing a hold", |store, client| {
                 store.write_tx(client, |client| {
                     client.query_typed(
                         &store.sql.release_hold,
-                        &[(&session_id, Type::TEXT), (&codec::to_sql_int(hold.token), Type::INT8)],
+                        &[(&session_id, Type::TEXT), (&codec::to_sql_int(hold.token()), Type::INT8)],
                     )?;
                     Ok(())
                 })
             })?;
-            if inner.holds.get(session_id) == Some(&hold.token) {
+            if inner.holds.get(session_id) == Some(&hold.token()) {
                 inner.holds.remove(session_id);
             }
-            tracing::debug!(session_id, token = hold.token, "released hold");
+            tracing::debug!(session_id, token = hold.token(), "released hold");
             Ok(())
         })
     }
@@ -1226,10 +1215,10 @@ fn exists_or_not_found(client: &mut Client, sql: &str, session_id: &str) -> Resu
 
 /// Reads the hold columns `holder, token, expires_at, live, left_s`
 /// starting at `first` (all NULL: no hold row).
-fn hold_from_row(row: &postgres::Row, first: usize) -> Result<Option<HoldRow>, postgres::Error> {
+fn hold_from_row(row: &postgres::Row, first: usize) -> Result<Option<HoldRecord>, postgres::Error> {
     let holder: Option<String> = row.try_get(first)?;
     let Some(holder) = holder else { return Ok(None) };
-    Ok(Some(HoldRow {
+    Ok(Some(HoldRecord {
         holder,
         token: codec::from_sql_int(row.try_get(first + 1)?),
         expires_at: row.try_get(first + 2)?,
@@ -1243,32 +1232,9 @@ fn read_hold_for_update(
     client: &mut Client,
     sql: &str,
     session_id: &str,
-) -> Result<(Option<HoldRow>, i64), TxError> {
+) -> Result<(Option<HoldRecord>, i64), TxError> {
     let row = client.query_typed_one(sql, &[(&session_id, Type::TEXT)])?;
     Ok((hold_from_row(&row, 0)?, row.try_get(5)?))
-}
-
-/// The fence: may a store holding `ours` (or no hold) write a session
-/// whose hold row is `row`? Its own token, or no live hold of anyone's.
-fn check_fence(session_id: &str, ours: Option<u64>, row: Option<&HoldRow>) -> Result<(), StoreError> {
-    match (ours, row) {
-        (Some(t), Some(r)) if r.token == t => Ok(()),
-        (Some(t), Some(r)) => Err(StoreError::Locked {
-            what: format!(
-                "session {session_id:?} (this store's hold, token {t}, was taken over: hold of {})",
-                r.describe()
-            ),
-        }),
-        (Some(t), None) => Err(StoreError::Locked {
-            what: format!(
-                "session {session_id:?} (this store's hold, token {t}, is gone: the session was deleted)"
-            ),
-        }),
-        (None, Some(r)) if r.live => {
-            Err(StoreError::Locked { what: format!("session {session_id:?} (hold of {})", r.describe()) })
-        }
-        (None, _) => Ok(()),
-    }
 }
 
 /// Reads the header columns `created_at, cwd, parent_session, seed_length`,
@@ -1489,5 +1455,19 @@ impl SessionStore for PgStore {
             tracing::trace!(session_id, "synced (nothing to do: commits are durable)");
             Ok(())
         })
+    }
+
+    /// [`PgStore::hold`]: a lease fenced by its token; always granted
+    /// (`Some`) or refused.
+    fn hold(&self, session_id: &str, holder: &str, ttl: Duration) -> Result<Option<Hold>, StoreError> {
+        PgStore::hold(self, session_id, holder, ttl).map(Some)
+    }
+
+    fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
+        PgStore::renew(self, hold, ttl)
+    }
+
+    fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        PgStore::release(self, hold)
     }
 }

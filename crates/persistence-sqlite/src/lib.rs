@@ -11,6 +11,7 @@
 mod audit;
 mod codec;
 mod file;
+mod holds;
 mod options;
 mod read_only;
 mod schema;

@@ -12,10 +12,12 @@ use crate::sqlerr::sql_err;
 /// The schema version this build reads and writes, kept in `PRAGMA user_version`.
 ///
 /// Version 1 was the schema without the `source_event_seqs` and `surface_op`
-/// columns; version 2 the schema without the `search` full-text index. A
+/// columns; version 2 the schema without the `search` full-text index;
+/// version 3 the schema without the `holds` table (one writer per
+/// session, [`SessionStore::hold`](palimpsest_persistence::SessionStore::hold)). A
 /// database of any other version, older or newer, is refused with
 /// `schema-mismatch`; nothing is migrated while the format is pre-release.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The statement that creates the full-text index (an FTS5 table), as
 /// SQLite keeps it in `sqlite_schema`: one row per message event with text,
@@ -54,6 +56,14 @@ CREATE TABLE events (
     source_event_seqs TEXT,
     surface_op        TEXT,
     PRIMARY KEY (session_id, seq)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE holds (
+    session_id TEXT    NOT NULL PRIMARY KEY,
+    holder     TEXT    NOT NULL,
+    token      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    pid        INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
 
 CREATE VIRTUAL TABLE search USING fts5(session_id UNINDEXED, seq UNINDEXED, text, tokenize = 'unicode61 remove_diacritics 0', detail = none);
@@ -113,8 +123,20 @@ struct Table {
     columns: Vec<Column>,
 }
 
-fn expected_tables() -> [Table; 2] {
+fn expected_tables() -> [Table; 3] {
     [
+        Table {
+            name: "holds",
+            strict: true,
+            without_rowid: true,
+            columns: vec![
+                Column::expected("session_id", "TEXT", true, 1),
+                Column::expected("holder", "TEXT", true, 0),
+                Column::expected("token", "INTEGER", true, 0),
+                Column::expected("expires_at", "INTEGER", true, 0),
+                Column::expected("pid", "INTEGER", true, 0),
+            ],
+        },
         Table {
             name: "events",
             strict: true,

@@ -1,21 +1,24 @@
 //! [`SqliteStore`]: the [`SessionStore`] over one SQLite database file.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use palimpsest_core_session::search::{index_text, searchable_text};
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
+use palimpsest_persistence::hold::{check_fence, grant};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
-    check_continues, check_header, CollectSink, LoadReport, LoadSink, SearchHit, SearchQuery, SessionStore,
-    SessionSummary, StoreError, StoredSession,
+    check_continues, check_header, CollectSink, Hold, LoadReport, LoadSink, SearchHit, SearchQuery,
+    SessionStore, SessionSummary, StoreError, StoredSession,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::audit::{self, StoreViolation};
 use crate::codec;
 use crate::file::{self, Purpose};
+use crate::holds;
 use crate::options::{SqliteOptions, Synchronous};
 use crate::read_only::{self, FileStamp, ReadMode, Reader};
 use crate::schema;
@@ -68,6 +71,9 @@ const LIST_SESSIONS: &str =
 #[derive(Debug)]
 pub struct SqliteStore {
     inner: Mutex<Inner>,
+    /// The tokens of the holds this store took, by session id: its appends
+    /// and deletes of those sessions are fenced by them.
+    holds: Mutex<HashMap<String, u64>>,
     path: Option<PathBuf>,
     location: String,
     options: SqliteOptions,
@@ -178,6 +184,7 @@ impl SqliteStore {
         }
         tracing::debug!(location = %location, created, synchronous = ?options.synchronous, "opened SQLite store");
         Ok(SqliteStore {
+            holds: Mutex::default(),
             inner: Mutex::new(Inner { conn, poisoned: None, reader: None }),
             path,
             location,
@@ -217,6 +224,7 @@ impl SqliteStore {
         let Reader { conn, mode, stamp } = read_only::connect(path, &location, options.busy_timeout)?;
         tracing::debug!(location = %location, mode = ?mode, "opened SQLite store read-only");
         Ok(SqliteStore {
+            holds: Mutex::default(),
             inner: Mutex::new(Inner {
                 conn,
                 poisoned: None,
@@ -326,6 +334,19 @@ impl SqliteStore {
                 Err(sql_err(e, &self.location, what))
             }
         }
+    }
+
+    /// The token of this store's hold on `session_id`, if it took one.
+    fn our_token(&self, session_id: &str) -> Option<u64> {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner()).get(session_id).copied()
+    }
+
+    /// Refuses a write of `session_id` that its hold does not allow (see
+    /// [`check_fence`]), inside the write's transaction.
+    fn fence(&self, tx: &Transaction<'_>, session_id: &str) -> Result<(), WriteError> {
+        let record = holds::read(tx, session_id, holds::now_ms())?;
+        check_fence(session_id, self.our_token(session_id), record.as_ref())?;
+        Ok(())
     }
 
     fn read_only_error(&self, what: &str) -> StoreError {
@@ -655,6 +676,7 @@ impl SessionStore for SqliteStore {
         self.write("appending", |tx| {
             let len = stored_len(tx, session_id, &self.location)?
                 .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+            self.fence(tx, session_id)?;
             check_continues(session_id, len, events)?;
             insert_events(tx, session_id, events)?;
             Ok(())
@@ -738,14 +760,17 @@ impl SessionStore for SqliteStore {
 
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
         self.write("deleting a session", |tx| {
+            self.fence(tx, session_id)?;
             let removed = tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute([session_id])?;
             if removed == 0 {
                 return Err(WriteError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }));
             }
             tx.prepare_cached("DELETE FROM events WHERE session_id = ?1")?.execute([session_id])?;
             tx.prepare_cached("DELETE FROM search WHERE session_id = ?1")?.execute([session_id])?;
+            holds::delete(tx, session_id)?;
             Ok(())
         })?;
+        self.holds.lock().unwrap_or_else(|p| p.into_inner()).remove(session_id);
         tracing::debug!(session_id, "deleted session");
         Ok(())
     }
@@ -829,5 +854,63 @@ impl SessionStore for SqliteStore {
                 Err(sql_err(e, &self.location, "syncing (checkpointing the WAL)"))
             }
         }
+    }
+
+    /// A lease in the `holds` table, fenced by its token, with expiry by
+    /// this machine's clock (see the crate docs): what keeps two processes
+    /// from writing one session. Written in a `BEGIN IMMEDIATE`
+    /// transaction, so two processes asking at once are served one after
+    /// the other. An in-memory database grants none (`Ok(None)`).
+    fn hold(&self, session_id: &str, holder: &str, ttl: Duration) -> Result<Option<Hold>, StoreError> {
+        if self.path.is_none() {
+            // An in-memory database: this store alone reaches it.
+            return Ok(None);
+        }
+        let ours = self.our_token(session_id);
+        let hold = self.write("taking a hold", |tx| {
+            if stored_len(tx, session_id, &self.location)?.is_none() {
+                return Err(WriteError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }));
+            }
+            let now = holds::now_ms();
+            let record = holds::read(tx, session_id, now)?;
+            // Milliseconds since the epoch: a token outlives a deleted and
+            // recreated session's hold row.
+            let token = grant(session_id, holder, record.as_ref(), ours, now)?;
+            let expires = holds::expiry(now, ttl);
+            holds::upsert(tx, session_id, holder, token, expires)?;
+            Ok(Hold::new(session_id, holder, token, Some(holds::time_of(expires))))
+        })?;
+        self.holds.lock().unwrap_or_else(|p| p.into_inner()).insert(session_id.to_owned(), hold.token());
+        tracing::debug!(session_id, holder, token = hold.token(), "took hold");
+        Ok(Some(hold))
+    }
+
+    fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
+        let session_id = hold.session_id();
+        self.write("renewing a hold", |tx| {
+            if stored_len(tx, session_id, &self.location)?.is_none() {
+                return Err(WriteError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }));
+            }
+            let now = holds::now_ms();
+            let record = holds::read(tx, session_id, now)?;
+            check_fence(session_id, Some(hold.token()), record.as_ref())?;
+            let expires = holds::expiry(now, ttl);
+            holds::set_expiry(tx, session_id, hold.token(), expires)?;
+            Ok(hold.renewed(holds::time_of(expires)))
+        })
+    }
+
+    fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        let session_id = hold.session_id();
+        self.write("releasing a hold", |tx| {
+            holds::set_expiry(tx, session_id, hold.token(), holds::now_ms())?;
+            Ok(())
+        })?;
+        let mut ours = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        if ours.get(session_id) == Some(&hold.token()) {
+            ours.remove(session_id);
+        }
+        tracing::debug!(session_id, token = hold.token(), "released hold");
+        Ok(())
     }
 }

@@ -26,6 +26,7 @@
 mod clock;
 mod durable;
 mod error;
+pub mod hold;
 mod memory;
 pub mod rows;
 pub mod search;
@@ -38,6 +39,7 @@ pub mod testkit;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use durable::{load_session, Durability, DurableError, DurableSession, Opened};
 pub use error::StoreError;
+pub use hold::{Hold, KeptHold};
 pub use memory::MemoryStore;
 pub use search::{QueryError, SearchHit, SearchQuery, SEARCH_QUERY_EMPTY};
 pub use store::{

@@ -3,11 +3,13 @@
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use palimpsest_core_session::jsonl::TornTail;
 use palimpsest_core_session::{Event, SessionHeader};
 
 use crate::error::StoreError;
+use crate::hold::Hold;
 use crate::search::{self, SearchHit, SearchQuery};
 use crate::summary::{SessionSummary, SummarySink};
 
@@ -130,6 +132,47 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// Makes every append so far durable (fsync or equivalent).
     fn sync(&self, session_id: &str) -> Result<(), StoreError>;
 
+    /// Takes this store's hold on a session for `holder`, so that no other
+    /// writer appends to it (see [`crate::hold`] for how each backend keeps
+    /// writers apart). `locked`, naming the holder and when its hold
+    /// expires, while another store holds the session; `not-found` for a
+    /// session that does not exist. From then on this store's appends to
+    /// the session are fenced by the hold: refused with `locked`, nothing
+    /// written, once another holder has taken it over. A hold of the same
+    /// holder name is taken again (a restarted worker fences out its
+    /// earlier self); this store's own live hold is renewed.
+    ///
+    /// A hold that expires ([`Hold::expires_at`]) lasts `ttl` unless
+    /// renewed; [`KeptHold`](crate::KeptHold) renews it in the background.
+    ///
+    /// The default grants nothing and refuses nothing (`Ok(None)`): right
+    /// for a store whose sessions one process alone reaches, as the
+    /// in-memory one. A backend that other processes or machines can write
+    /// overrides it, with [`renew`](SessionStore::renew) and
+    /// [`release`](SessionStore::release); the contract kit checks them.
+    fn hold(&self, session_id: &str, holder: &str, ttl: Duration) -> Result<Option<Hold>, StoreError> {
+        let _ = (session_id, holder, ttl);
+        Ok(None)
+    }
+
+    /// Extends `hold` to `ttl` from now, keeping its token. `locked`
+    /// (naming the new holder) once another holder took it over,
+    /// `not-found` once the session is gone. A hold with no expiry is
+    /// returned as it is.
+    fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
+        let _ = ttl;
+        Ok(hold.clone())
+    }
+
+    /// Gives `hold` up: another holder may take the session at once, and
+    /// this store's appends are no longer fenced by it. Releasing a hold
+    /// that was taken over, or whose session is gone, changes nothing and
+    /// is not an error.
+    fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        let _ = hold;
+        Ok(())
+    }
+
     /// The messages of every session that hold every term of `query`, in
     /// the search order (the session with the latest activity first, then
     /// by seq), at most [`SearchQuery::limit`] of them. See
@@ -240,6 +283,15 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
     fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
         (**self).search(query)
+    }
+    fn hold(&self, session_id: &str, holder: &str, ttl: Duration) -> Result<Option<Hold>, StoreError> {
+        (**self).hold(session_id, holder, ttl)
+    }
+    fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
+        (**self).renew(hold, ttl)
+    }
+    fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        (**self).release(hold)
     }
 }
 

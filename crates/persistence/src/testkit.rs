@@ -27,7 +27,9 @@
 //! (`conflict`, nothing written); unknown ids are `not-found`; a second
 //! create is `already-exists`; list, delete, reopen after drop, independence
 //! of sessions, unusual session ids (`invalid-id` or a working session, never
-//! a mix-up), a second handle on the same location, torn tails (for backends
+//! a mix-up), a second handle on the same location, holds (one writer per
+//! session: a second holder and its appends refused, takeover of an expired
+//! lease and the fence against its first holder), torn tails (for backends
 //! that have them) and [`DurableSession`] over the store. Search
 //! ([`SessionStore::search`]): message words found, chunks not, any case,
 //! every term, shadowed messages too, the order and the limit, the empty
@@ -45,8 +47,10 @@ use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceO
 
 use crate::{Durability, DurableSession, LoadSink, MemoryStore, SessionStore, SessionSummary, StoreError};
 
+mod holds;
 mod rng;
 mod search;
+pub use holds::{an_expired_hold_is_taken_over_and_its_holder_fenced_out, holds_keep_a_second_writer_out};
 pub use rng::SplitMix64;
 pub use search::{
     search_agrees_with_the_reference_scan, search_finds_message_words_not_chunks,
@@ -196,6 +200,11 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("sessions_are_independent", sessions_are_independent),
     ("unusual_ids_work_or_are_refused_cleanly", unusual_ids_work_or_are_refused_cleanly),
     ("second_handle_never_breaks_the_log", second_handle_never_breaks_the_log),
+    ("holds_keep_a_second_writer_out", holds_keep_a_second_writer_out),
+    (
+        "an_expired_hold_is_taken_over_and_its_holder_fenced_out",
+        an_expired_hold_is_taken_over_and_its_holder_fenced_out,
+    ),
     (
         "torn_tail_is_dropped_reported_and_cut_off_if_supported",
         torn_tail_is_dropped_reported_and_cut_off_if_supported,
@@ -230,6 +239,8 @@ pub const CHECKS: &[(&str, Check)] = &[
 /// let skipped: Vec<&str> = run_all(MemoryFactory::default).iter().map(|(name, _)| *name).collect();
 /// assert_eq!(skipped, [
 ///     "io_errors_never_store_a_batch_in_part_or_twice",
+///     "holds_keep_a_second_writer_out",
+///     "an_expired_hold_is_taken_over_and_its_holder_fenced_out",
 ///     "torn_tail_is_dropped_reported_and_cut_off_if_supported",
 ///     "unterminated_whole_last_record_is_kept_if_supported",
 /// ]);
@@ -294,6 +305,8 @@ macro_rules! store_contract_tests {
             sessions_are_independent,
             unusual_ids_work_or_are_refused_cleanly,
             second_handle_never_breaks_the_log,
+            holds_keep_a_second_writer_out,
+            an_expired_hold_is_taken_over_and_its_holder_fenced_out,
             torn_tail_is_dropped_reported_and_cut_off_if_supported,
             unterminated_whole_last_record_is_kept_if_supported,
             durable_open_revalidates_the_stored_log,

@@ -5,12 +5,14 @@
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palimpsest_core_session::jsonl::{header_line, write_events, JsonlLog};
 use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
 use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault, CHECKS};
 use palimpsest_persistence::{
-    check_continues, LoadReport, SearchHit, SearchQuery, SessionStore, StoreError, StoredSession,
+    check_continues, Hold, LoadReport, SearchHit, SearchQuery, SessionStore, StoreError, StoredSession,
 };
 
 /// What the store gets wrong.
@@ -53,12 +55,35 @@ enum Fault {
     SearchIndexesChunks,
     /// `search` orders sessions by id, not by last activity.
     SearchOrdersById,
+    /// Grants holds but lets any store append to a held session.
+    HoldsDoNotFence,
+    /// A takeover keeps the expired hold's token, so its first holder's
+    /// appends still pass the fence.
+    TakeoverKeepsTheToken,
 }
 
 #[derive(Debug, Default)]
 struct Files {
     live: BTreeMap<String, Vec<u8>>,
     deleted: BTreeMap<String, Vec<u8>>,
+    /// Each session's hold: holder, token, expiry (a lease, as the SQL
+    /// stores keep it, by this process's clock).
+    holds: BTreeMap<String, (String, u64, SystemTime)>,
+}
+
+fn record(held: &(String, u64, SystemTime)) -> HoldRecord {
+    let now = SystemTime::now();
+    let left = match held.2.duration_since(now) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    };
+    HoldRecord {
+        holder: held.0.clone(),
+        token: held.1,
+        expires_at: held.2,
+        live: held.2 > now,
+        seconds_left: left,
+    }
 }
 
 #[derive(Debug)]
@@ -69,6 +94,8 @@ struct BytesStore {
     write_fault: WriteFault,
     /// Set by an I/O error: writes are refused until reopened.
     poisoned: std::sync::atomic::AtomicBool,
+    /// The tokens of the holds this store took.
+    ours: Mutex<BTreeMap<String, u64>>,
 }
 
 fn corrupt(e: palimpsest_core_session::LoadError) -> StoreError {
@@ -78,6 +105,17 @@ fn corrupt(e: palimpsest_core_session::LoadError) -> StoreError {
 impl BytesStore {
     fn files(&self) -> MutexGuard<'_, Files> {
         self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ours(&self, id: &str) -> Option<u64> {
+        self.ours.lock().unwrap_or_else(|p| p.into_inner()).get(id).copied()
+    }
+
+    fn fence(&self, files: &Files, id: &str) -> Result<(), StoreError> {
+        if self.fault == Fault::HoldsDoNotFence {
+            return Ok(());
+        }
+        check_fence(id, self.ours(id), files.holds.get(&self.key(id)).map(record).as_ref())
     }
 
     fn key(&self, id: &str) -> String {
@@ -170,6 +208,7 @@ impl SessionStore for BytesStore {
             return Err(injected);
         }
         let mut files = self.files();
+        self.fence(&files, session_id)?;
         let not_found = || StoreError::NotFound { session_id: session_id.to_owned() };
         let bytes = files.live.get_mut(&self.key(session_id)).ok_or_else(not_found)?;
         let log = JsonlLog::parse(bytes).map_err(corrupt)?;
@@ -221,11 +260,52 @@ impl SessionStore for BytesStore {
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
         let key = self.key(session_id);
         let mut files = self.files();
+        self.fence(&files, session_id)?;
         let bytes = files
             .live
             .remove(&key)
             .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
-        files.deleted.insert(key, bytes);
+        files.deleted.insert(key.clone(), bytes);
+        files.holds.remove(&key);
+        Ok(())
+    }
+
+    fn hold(&self, session_id: &str, holder: &str, ttl: Duration) -> Result<Option<Hold>, StoreError> {
+        let key = self.key(session_id);
+        let mut files = self.files();
+        if !files.live.contains_key(&key) {
+            return Err(StoreError::NotFound { session_id: session_id.to_owned() });
+        }
+        let current = files.holds.get(&key).map(record);
+        let floor = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        let mut token = grant(session_id, holder, current.as_ref(), self.ours(session_id), floor)?;
+        if let (Fault::TakeoverKeepsTheToken, Some(c)) = (self.fault, &current) {
+            token = c.token;
+        }
+        let expires = SystemTime::now() + ttl;
+        files.holds.insert(key, (holder.to_owned(), token, expires));
+        self.ours.lock().unwrap_or_else(|p| p.into_inner()).insert(session_id.to_owned(), token);
+        Ok(Some(Hold::new(session_id, holder, token, Some(expires))))
+    }
+
+    fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
+        let key = self.key(hold.session_id());
+        let mut files = self.files();
+        check_fence(hold.session_id(), Some(hold.token()), files.holds.get(&key).map(record).as_ref())?;
+        let expires = SystemTime::now() + ttl;
+        if let Some(held) = files.holds.get_mut(&key) {
+            held.2 = expires;
+        }
+        Ok(hold.renewed(expires))
+    }
+
+    fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        let key = self.key(hold.session_id());
+        let mut files = self.files();
+        if let Some(held) = files.holds.get_mut(&key).filter(|h| h.1 == hold.token()) {
+            held.2 = SystemTime::now();
+        }
+        self.ours.lock().unwrap_or_else(|p| p.into_inner()).remove(hold.session_id());
         Ok(())
     }
 
@@ -299,6 +379,7 @@ impl StoreFactory for Factory {
             files,
             write_fault: self.write_fault.clone(),
             poisoned: Default::default(),
+            ours: Mutex::default(),
         })
     }
 
@@ -332,7 +413,7 @@ fn fails(check_name: &str, fault: Fault) -> bool {
 #[test]
 fn a_correct_byte_store_passes_every_check_including_torn_tails() {
     let skipped = testkit::run_all(|| factory(Fault::None));
-    assert_eq!(skipped, [], "a store with torn tails and fault injection runs every check");
+    assert_eq!(skipped, [], "a store with torn tails, fault injection and holds runs every check");
 }
 
 #[test]
@@ -373,6 +454,9 @@ fn each_fault_is_caught_by_its_check() {
         (Fault::SearchIndexesChunks, "search_agrees_with_the_reference_scan"),
         (Fault::SearchOrdersById, "search_orders_by_last_activity_then_seq_and_limits"),
         (Fault::SearchOrdersById, "search_agrees_with_the_reference_scan"),
+        (Fault::HoldsDoNotFence, "holds_keep_a_second_writer_out"),
+        (Fault::HoldsDoNotFence, "an_expired_hold_is_taken_over_and_its_holder_fenced_out"),
+        (Fault::TakeoverKeepsTheToken, "an_expired_hold_is_taken_over_and_its_holder_fenced_out"),
     ];
     let missed: Vec<String> = cases
         .iter()

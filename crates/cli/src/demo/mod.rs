@@ -178,7 +178,9 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         (Arc::new(SystemClock), Arc::new(UniqueIds::default()))
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let builder = builder(workspace.path(), clock.clone(), ids, tx, options.pace)?;
+    // No other worker writes the session while the demo runs.
+    let builder = builder(workspace.path(), clock.clone(), ids, tx, options.pace)?
+        .hold(crate::open_store::holder_name(), crate::open_store::hold_ttl());
 
     writeln!(out, "Palimpsest demo: a scripted agent with real tools, writing a durable session log.")?;
     writeln!(out, "store:     {shown} ({})", opened.kind())?;
@@ -187,19 +189,14 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         "workspace: {} (a throwaway sandbox)",
         if options.deterministic { "<temp>".into() } else { workspace.path().display().to_string() }
     )?;
-    // Kept until the demo ends: no other worker writes the session meanwhile.
-    let _hold;
     let (mut agent, first_turn) = match &resume_id {
         None => {
             let id =
                 if options.deterministic { "demo".to_owned() } else { format!("demo-{}", clock.now_ms()) };
             let agent = builder.create(store.clone(), id.clone()).context("creating the demo session")?;
-            _hold = opened.hold(&id)?;
             (agent, 0)
         }
         Some(id) => {
-            // Held before it is opened: opening may append repair events.
-            _hold = opened.hold(id)?;
             let (agent, report) =
                 builder.open(store.clone(), id).with_context(|| format!("resuming session {id:?}"))?;
             let done = completed_turns(agent.session());

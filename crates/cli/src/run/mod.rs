@@ -470,13 +470,12 @@ async fn run_async(
     let maker = Maker { provider, config, tools, context_budget: resolved.context_budget, echo: tx };
     let (builder, compaction) = maker.builder(settings);
 
-    // Kept until the run ends: no other worker writes the session meanwhile.
-    let _hold;
+    // No other worker writes the session while the run lasts.
+    let builder = builder.hold(crate::open_store::holder_name(), crate::open_store::hold_ttl());
     let agent = match &args.session {
         None => {
             let id = new_session_id();
             let agent = builder.create(Arc::clone(&store), id.clone()).map_err(|e| loop_error(e, &shown))?;
-            _hold = opened.hold(&id)?;
             let again = match opened.location {
                 Location::JsonlFile(_) => format!("`palimpsest run --store {}`", output::shell_word(&shown)),
                 _ => format!("--session {id}"),
@@ -488,8 +487,6 @@ async fn run_async(
             agent
         }
         Some(id) => {
-            // Held before it is opened: opening may append repair events.
-            _hold = opened.hold(id)?;
             let (agent, report) = builder.open(Arc::clone(&store), id).map_err(|e| loop_error(e, &shown))?;
             let turns = agent.last_turn();
             output::note(&format!(

@@ -7,6 +7,7 @@ mod coalescing;
 mod common;
 mod concurrency;
 mod failures;
+mod holds;
 mod misbehave;
 mod plugins;
 mod resume;

@@ -77,6 +77,8 @@ pg_contract_tests!(
     sessions_are_independent,
     unusual_ids_work_or_are_refused_cleanly,
     second_handle_never_breaks_the_log,
+    holds_keep_a_second_writer_out,
+    an_expired_hold_is_taken_over_and_its_holder_fenced_out,
     torn_tail_is_dropped_reported_and_cut_off_if_supported,
     unterminated_whole_last_record_is_kept_if_supported,
     durable_open_revalidates_the_stored_log,

@@ -5,6 +5,7 @@ mod basics;
 mod common;
 mod contract;
 #[cfg(unix)]
+mod holds;
 mod io_errors;
 mod processes;
 mod read_only;

@@ -89,7 +89,7 @@ fn a_zero_length_file_is_refused_and_stays_empty() {
         ),
         "{found}"
     );
-    assert_eq!(expected, "a Palimpsest SQLite store (application_id 0x50414C49 (\"PALI\"), user_version 3)");
+    assert_eq!(expected, "a Palimpsest SQLite store (application_id 0x50414C49 (\"PALI\"), user_version 4)");
     assert_eq!(snapshot(dir.path()), BTreeMap::from([("store.db".to_owned(), Vec::new())]));
 }
 

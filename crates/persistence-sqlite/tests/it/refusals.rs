@@ -23,9 +23,21 @@ CREATE TABLE events (
 ) STRICT, WITHOUT ROWID;
 ";
 
-/// The schema of version 2: the tables of today without the full-text index.
+/// Today's `holds` table, as [`SCHEMA_SQL`] creates it.
+fn holds_table() -> &'static str {
+    let start = SCHEMA_SQL.find("CREATE TABLE holds").expect("SCHEMA_SQL creates holds");
+    let end = start + SCHEMA_SQL[start..].find(';').expect("a statement ends") + 1;
+    &SCHEMA_SQL[start..end]
+}
+
+/// The schema of version 3: the tables of today without `holds`.
+fn schema_v3() -> String {
+    SCHEMA_SQL.replace(holds_table(), "")
+}
+
+/// The schema of version 2: version 3 without the full-text index.
 fn schema_v2() -> String {
-    SCHEMA_SQL.split("CREATE VIRTUAL TABLE").next().unwrap_or_default().to_owned()
+    schema_v3().split("CREATE VIRTUAL TABLE").next().unwrap_or_default().to_owned()
 }
 
 /// Makes a database at `path` with raw SQL, then the two ids.
@@ -61,10 +73,10 @@ fn a_version_1_store_is_refused_naming_both_versions() {
     assert_eq!(err.code(), "schema-mismatch");
     let (found, expected) = mismatch(&err);
     assert_eq!(found, "user_version 1");
-    assert_eq!(expected, "user_version 3 (stores of other schema versions are not migrated)");
+    assert_eq!(expected, "user_version 4 (stores of other schema versions are not migrated)");
     assert_eq!(
         err.to_string(),
-        "schema-mismatch: found user_version 1, expected user_version 3 \
+        "schema-mismatch: found user_version 1, expected user_version 4 \
          (stores of other schema versions are not migrated)"
     );
 }
@@ -76,9 +88,25 @@ fn a_version_2_store_without_the_search_index_is_refused_naming_both_versions() 
     let err = refused(&path);
     assert_eq!(
         err.to_string(),
-        "schema-mismatch: found user_version 2, expected user_version 3 \
+        "schema-mismatch: found user_version 2, expected user_version 4 \
          (stores of other schema versions are not migrated)"
     );
+}
+
+#[test]
+fn a_version_3_store_without_holds_is_refused_naming_both_versions() {
+    let (_dir, path) = temp_db();
+    make(&path, &schema_v3(), 3, APPLICATION_ID);
+    let err = refused(&path);
+    assert_eq!(
+        err.to_string(),
+        "schema-mismatch: found user_version 3, expected user_version 4 \
+         (stores of other schema versions are not migrated)"
+    );
+    // And today's version number on those tables: the table is missing.
+    let (_dir, path) = temp_db();
+    make(&path, &schema_v3(), SCHEMA_VERSION, APPLICATION_ID);
+    assert!(mismatch(&refused(&path)).1.contains("table holds"));
 }
 
 #[test]
@@ -89,7 +117,7 @@ fn the_right_version_without_the_search_index_or_with_another_one_is_refused() {
         mismatch(&refused(&path)),
         (
             "schema objects [table events, table sessions]",
-            "schema objects [table events, table search, table search_config, table search_content, \
+            "schema objects [table events, table holds, table search, table search_config, table search_content, \
              table search_data, table search_docsize, table search_idx, table sessions]"
         )
     );
@@ -113,7 +141,7 @@ fn a_newer_store_is_refused_naming_both_versions() {
     let (_dir, path) = temp_db();
     make(&path, SCHEMA_SQL, SCHEMA_VERSION + 1, APPLICATION_ID);
     let err = refused(&path);
-    assert_eq!(mismatch(&err).0, "user_version 4");
+    assert_eq!(mismatch(&err).0, "user_version 5");
     assert!(mismatch(&err).1.starts_with(&format!("user_version {SCHEMA_VERSION}")));
 }
 
@@ -154,7 +182,7 @@ fn the_right_version_with_a_missing_column_is_refused() {
     let (_dir, path) = temp_db();
     // Today's ids on version 1's tables: what a botched bump would leave.
     let search_index = &SCHEMA_SQL[SCHEMA_SQL.find("CREATE VIRTUAL TABLE").unwrap_or(0)..];
-    make(&path, &format!("{SCHEMA_V1}{search_index}"), SCHEMA_VERSION, APPLICATION_ID);
+    make(&path, &format!("{SCHEMA_V1}{}\n{search_index}", holds_table()), SCHEMA_VERSION, APPLICATION_ID);
     let err = refused(&path);
     assert_eq!(
         mismatch(&err),
@@ -209,7 +237,7 @@ fn extra_tables_or_indexes_are_refused() {
         SCHEMA_VERSION,
         APPLICATION_ID,
     );
-    let tables = "table events, table search, table search_config, table search_content, \
+    let tables = "table events, table holds, table search, table search_config, table search_content, \
                   table search_data, table search_docsize, table search_idx, table sessions";
     assert_eq!(
         mismatch(&refused(&path)),
@@ -234,7 +262,7 @@ fn a_text_file_is_not_a_database() {
     );
     assert_eq!(
         expected,
-        "a Palimpsest SQLite store (application_id 0x50414C49 (\"PALI\"), user_version 3) or an empty file"
+        "a Palimpsest SQLite store (application_id 0x50414C49 (\"PALI\"), user_version 4) or an empty file"
     );
     assert!(!SqliteStore::is_sqlite_file(&path));
 }

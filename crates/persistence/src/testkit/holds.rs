@@ -1,0 +1,101 @@
+//! The hold checks of the contract kit: one writer per session
+//! ([`SessionStore::hold`](crate::SessionStore::hold), [`renew`](crate::SessionStore::renew),
+//! [`release`](crate::SessionStore::release)), between two stores opened on the
+//! same location as two workers would have them.
+//!
+//! A store that grants no holds (`hold` returns `Ok(None)`) skips them; a
+//! hold with no expiry (an operating-system lock) skips the takeover check,
+//! which needs a lease to expire.
+
+use std::time::Duration;
+
+use super::{append, assert_stored, create, header, must, must_fail, ticks, Outcome, StoreFactory};
+
+const GRANTS_NO_HOLDS: &str = "the store grants no holds (`SessionStore::hold` returned `Ok(None)`)";
+const HOLDS_NEVER_EXPIRE: &str =
+    "the store's holds do not expire (an operating-system lock): no takeover to check";
+
+/// Long enough never to expire during a check.
+const LONG: Duration = Duration::from_secs(60);
+
+/// While one store holds a session, a second store's hold is refused with
+/// `locked` (naming the holder, when the hold is a lease), and so is its
+/// append, with nothing written; the holder appends. Once released, the
+/// second store takes the hold, and the first one's appends are refused in
+/// turn. A hold on a session that does not exist is `not-found`.
+pub fn holds_keep_a_second_writer_out(factory: &dyn StoreFactory) -> Outcome {
+    let h = header("kit-holds");
+    let a = factory.open();
+    let b = factory.open();
+    create(&*a, &h);
+    append(&*a, &h.id, &ticks(0..2));
+    let Some(held) = must(a.hold(&h.id, "worker-a", LONG), "the first store's hold") else {
+        return Outcome::Skipped(GRANTS_NO_HOLDS);
+    };
+    assert_eq!((held.session_id(), held.holder()), (h.id.as_str(), "worker-a"), "what the hold names");
+    must_fail(a.hold("kit-no-such-session", "worker-a", LONG), "not-found", "a hold on a missing session");
+
+    let refused =
+        must_fail(b.hold(&h.id, "worker-b", LONG), "locked", "a second store's hold on a held session");
+    if held.expires_at().is_some() {
+        assert!(refused.to_string().contains("worker-a"), "`locked` must name the holder: {refused}");
+    }
+    must_fail(b.append(&h.id, &ticks(2..3)), "locked", "a second store's append to a held session");
+    assert_stored(&*a, &h, &ticks(0..2), "after the refused append");
+    append(&*a, &h.id, &ticks(2..3));
+
+    must(a.release(&held), "releasing the hold");
+    let taken = must(b.hold(&h.id, "worker-b", LONG), "the second store's hold after the release")
+        .unwrap_or_else(|| panic!("a store that granted one hold granted none the second time"));
+    if held.expires_at().is_some() {
+        assert!(taken.token() > held.token(), "a new grant's token must be larger: {taken:?} after {held:?}");
+    }
+    must_fail(
+        a.append(&h.id, &ticks(3..4)),
+        "locked",
+        "the first store's append after the session changed hands",
+    );
+    append(&*b, &h.id, &ticks(3..4));
+    must(b.release(&taken), "releasing the second hold");
+    must(a.release(&held), "releasing a hold that was released and taken since (changes nothing)");
+    drop((a, b));
+    assert_stored(&*factory.open(), &h, &ticks(0..4), "after two holders in turn");
+    Outcome::Ran
+}
+
+/// A lease that expired unrenewed is taken over by another holder with a
+/// larger token; from then on the first holder, which was only paused,
+/// is fenced out: its appends are refused with `locked` before anything
+/// is written, and so is its renewal. A live lease is renewed with its
+/// token unchanged.
+pub fn an_expired_hold_is_taken_over_and_its_holder_fenced_out(factory: &dyn StoreFactory) -> Outcome {
+    let h = header("kit-hold-takeover");
+    let a = factory.open();
+    let b = factory.open();
+    create(&*a, &h);
+    append(&*a, &h.id, &ticks(0..1));
+    let Some(held) = must(a.hold(&h.id, "worker-a", LONG), "the first store's hold") else {
+        return Outcome::Skipped(GRANTS_NO_HOLDS);
+    };
+    if held.expires_at().is_none() {
+        must(a.release(&held), "releasing the hold");
+        return Outcome::Skipped(HOLDS_NEVER_EXPIRE);
+    }
+    let renewed = must(a.renew(&held, LONG), "renewing a live hold");
+    assert_eq!(renewed.token(), held.token(), "a renewal keeps the token");
+
+    // Shorten it, then let it run out: the first worker "pauses".
+    let short = must(a.renew(&held, Duration::from_millis(100)), "renewing for a short while");
+    std::thread::sleep(Duration::from_millis(400));
+    let taken = must(b.hold(&h.id, "worker-b", LONG), "taking over an expired hold")
+        .unwrap_or_else(|| panic!("a store that granted one hold granted none the second time"));
+    assert!(taken.token() > short.token(), "a takeover's token must be larger: {taken:?} after {short:?}");
+
+    let fenced = must_fail(a.append(&h.id, &ticks(1..2)), "locked", "the paused first holder's append");
+    assert!(fenced.to_string().contains("worker-b"), "`locked` must name the new holder: {fenced}");
+    must_fail(a.renew(&short, LONG), "locked", "the paused first holder's renewal");
+    assert_stored(&*b, &h, &ticks(0..1), "after the fenced append");
+    append(&*b, &h.id, &ticks(1..2));
+    must(b.release(&taken), "releasing the new hold");
+    Outcome::Ran
+}
