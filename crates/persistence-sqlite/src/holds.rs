@@ -72,7 +72,7 @@ fn process_may_be_running(pid: i64) -> bool {
         return true;
     }
     let proc = std::path::Path::new("/proc");
-    !(proc.join("self").exists() && !proc.join(pid.to_string()).exists())
+    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
 }
 
 /// Writes the session's hold row.
