@@ -8,6 +8,7 @@
 //! palimpsest-bench [--quick] [--sizes 10000,100000] [--only SECTION] [--json FILE]
 //! ```
 
+mod agent;
 mod measure;
 mod pg;
 mod report;

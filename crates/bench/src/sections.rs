@@ -19,6 +19,7 @@ pub(crate) const ALL: &[(&str, Section)] = &[
     ("postgres", crate::pg::postgres),
     ("rss", resident_memory),
     ("stream", crate::stream::stream),
+    ("loop", crate::agent::agent_loop),
     ("search", crate::search::search),
 ];
 
