@@ -323,7 +323,12 @@ impl SessionFile {
     pub fn append(&mut self, events: &[Event]) -> Result<(), StoreError> {
         self.check_writable()?;
         // Another writer that ignored the lock changed the file: read it again.
-        let len = self.file.metadata().map_err(|e| io_err(format!("stat {}", shown(&self.path)), e))?.len();
+        // The file's length, asked as a seek to its end: one `lseek`, a
+        // fraction of the `statx` that `metadata()` costs on every append
+        // (the file is opened for appending, so where its offset points
+        // changes nothing a write does; reads seek to the start first).
+        let len =
+            self.file.seek(SeekFrom::End(0)).map_err(|e| io_err(format!("seek {}", shown(&self.path)), e))?;
         if self.tail.as_ref().is_some_and(|t| t.file_len != len) {
             tracing::warn!(path = %self.path.display(), "session file changed under its lock; reading it again");
             self.tail = None;

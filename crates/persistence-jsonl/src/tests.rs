@@ -108,3 +108,20 @@ fn close_releases_the_lock() {
     assert_eq!(code(b.append("s", &ticks(0..1))), "ok");
     assert_eq!(code(a.append("s", &ticks(1..2))), "locked");
 }
+
+#[test]
+fn a_line_written_behind_the_lock_is_seen_before_the_next_append() {
+    use std::io::Write as _;
+    let dir = tempdir();
+    let path = dir.path().join("s.jsonl");
+    let mut file = SessionFile::create(&path, &SessionHeader::new("s", 0)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(file.append(&ticks(0..2))), "ok");
+    // A writer that ignores the lock appends the next event itself.
+    let mut rogue = std::fs::OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
+    rogue.write_all(format!("{}\n", tick(2).to_json()).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    drop(rogue);
+    // The writer reads the file again: seq 2 is taken, 3 is next.
+    assert_eq!(code(file.append(&ticks(2..3))), "conflict");
+    assert_eq!(code(file.append(&ticks(3..4))), "ok");
+    assert_eq!(file.load().map(|s| s.events).ok(), Some(ticks(0..4)));
+}
