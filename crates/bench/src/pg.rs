@@ -115,8 +115,13 @@ impl Drop for Scratch {
 pub(crate) struct BareSql {
     insert_session: String,
     insert_events: String,
+    /// The store's statement for the `search` rows of a batch.
+    insert_search: String,
     select_header: String,
     events: String,
+    /// The events select as binary `COPY`, split where the session id
+    /// goes (as a literal: `COPY` takes no parameters).
+    copy_events: (String, String),
 }
 
 impl BareSql {
@@ -132,12 +137,24 @@ impl BareSql {
                  SELECT $1, u.* FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], \
                  $6::text[], $7::text[]) AS u"
             ),
+            insert_search: format!(
+                "INSERT INTO {s}.search (session_id, seq, terms) \
+                 SELECT $1, u.seq, array_to_tsvector(string_to_array(u.terms, ' ')) \
+                 FROM unnest($2::bigint[], $3::text[]) AS u(seq, terms)"
+            ),
             select_header: format!(
                 "SELECT created_at, cwd, parent_session, seed_length FROM {s}.sessions WHERE id = $1"
             ),
             events: format!(
                 "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
                  WHERE session_id = $1 ORDER BY seq"
+            ),
+            copy_events: (
+                format!(
+                    "COPY (SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                     WHERE session_id = "
+                ),
+                " ORDER BY seq) TO STDOUT (FORMAT binary)".to_owned(),
             ),
         }
     }
@@ -149,31 +166,60 @@ impl BareSql {
 /// median, or the first error.
 pub(crate) fn paired<A, B>(
     runs: usize,
-    mut setup: impl FnMut() -> Result<(), String>,
+    setup: impl FnMut() -> Result<(), String>,
     mut ours: impl FnMut() -> Result<A, String>,
     mut base: impl FnMut() -> Result<B, String>,
 ) -> Result<(Duration, Duration), String> {
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let [a, b] = in_turns(runs, setup, [&mut || timed(&mut ours), &mut || timed(&mut base)])?;
+    Ok((a, b))
+}
+
+/// [`paired`] with two baselines: every side runs once per round, the
+/// first side of each round turning (ours, then the first baseline, then
+/// the second, first).
+pub(crate) fn three_way<A, B, C>(
+    runs: usize,
+    setup: impl FnMut() -> Result<(), String>,
+    mut ours: impl FnMut() -> Result<A, String>,
+    mut base: impl FnMut() -> Result<B, String>,
+    mut other: impl FnMut() -> Result<C, String>,
+) -> Result<(Duration, Duration, Duration), String> {
+    let [a, b, c] = in_turns(
+        runs,
+        setup,
+        [&mut || timed(&mut ours), &mut || timed(&mut base), &mut || timed(&mut other)],
+    )?;
+    Ok((a, b, c))
+}
+
+/// How long `f` took; its result is dropped after the clock stopped.
+fn timed<T>(f: &mut impl FnMut() -> Result<T, String>) -> Result<Duration, String> {
+    let start = Instant::now();
+    let out = f()?;
+    let took = start.elapsed();
+    drop(std::hint::black_box(out));
+    Ok(took)
+}
+
+/// Runs every side `runs` times in rounds, each round starting one side
+/// later than the last, each run after `setup` (not timed); the medians.
+fn in_turns<const N: usize>(
+    runs: usize,
+    mut setup: impl FnMut() -> Result<(), String>,
+    sides: [&mut dyn FnMut() -> Result<Duration, String>; N],
+) -> Result<[Duration; N], String> {
+    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::new());
     for i in 0..runs.max(1) {
-        for side in [i % 2, 1 - i % 2] {
+        for k in 0..N {
+            let side = (i + k) % N;
             setup()?;
-            let start = Instant::now();
-            if side == 0 {
-                let out = ours()?;
-                a.push(start.elapsed());
-                drop(std::hint::black_box(out));
-            } else {
-                let out = base()?;
-                b.push(start.elapsed());
-                drop(std::hint::black_box(out));
-            }
+            times[side].push(sides[side]()?);
         }
     }
-    let median = |mut v: Vec<Duration>| {
+    Ok(times.map(|mut v| {
         v.sort_unstable();
         v[v.len() / 2]
-    };
-    Ok((median(a), median(b)))
+    }))
 }
 
 /// One transaction of the baseline: the session row first, or not, then
@@ -191,47 +237,112 @@ pub(crate) fn bare_write(
     for &(with_header, events) in txs {
         client.batch_execute("BEGIN").map_err(err)?;
         if with_header {
-            client
-                .query_typed(
-                    &sql.insert_session,
-                    &[
-                        (&header.id, Type::TEXT),
-                        (&(header.created_at as i64), Type::INT8),
-                        (&header.cwd, Type::TEXT),
-                        (&header.parent_session, Type::TEXT),
-                        (&header.seed_length.map(|v| v as i64), Type::INT8),
-                    ],
-                )
-                .map_err(err)?;
+            bare_session_row(client, sql, header)?;
         }
-        if !events.is_empty() {
-            let mut seq = Vec::with_capacity(events.len());
-            let mut time = Vec::with_capacity(events.len());
-            let mut kind = Vec::with_capacity(events.len());
-            let mut data = Vec::with_capacity(events.len());
-            let mut sources = Vec::with_capacity(events.len());
-            let mut ops = Vec::with_capacity(events.len());
-            for e in events {
-                seq.push(e.seq() as i64);
-                time.push(e.time() as i64);
-                kind.push(e.event_type().as_str());
-                data.push(e.data());
-                sources.push(e.source_event_seqs().map(palimpsest_persistence::rows::sources_json));
-                ops.push(e.surface_op().map(palimpsest_persistence::rows::surface_op_json));
-            }
-            let params: [(&(dyn ToSql + Sync), Type); 7] = [
-                (&header.id, Type::TEXT),
-                (&seq, Type::INT8_ARRAY),
-                (&time, Type::INT8_ARRAY),
-                (&kind, Type::TEXT_ARRAY),
-                (&data, Type::TEXT_ARRAY),
-                (&sources, Type::TEXT_ARRAY),
-                (&ops, Type::TEXT_ARRAY),
-            ];
-            client.query_typed(&sql.insert_events, &params).map_err(err)?;
-        }
+        bare_events(client, sql, &header.id, events)?;
         client.batch_execute("COMMIT").map_err(err)?;
     }
+    Ok(())
+}
+
+/// The `search` rows of a batch, as the store sends them: the seqs of the
+/// message events with text, and each one's distinct tokens, space-separated.
+pub(crate) type SearchRows = (Vec<i64>, Vec<Option<String>>);
+
+/// The search rows of `events`, built as the store builds them (the
+/// reference tokenizer, terms clipped to `MAX_TERM_BYTES`, NULL past
+/// 512 KiB of terms).
+pub(crate) fn search_rows(events: &[Event]) -> SearchRows {
+    use palimpsest_core_session::search::{index_text, searchable_text};
+    let clip = |t: &str| -> String {
+        let mut end = t.len().min(palimpsest_persistence_postgres::MAX_TERM_BYTES);
+        while !t.is_char_boundary(end) {
+            end -= 1;
+        }
+        t[..end].to_owned()
+    };
+    let (mut seqs, mut terms) = (Vec::new(), Vec::new());
+    for e in events {
+        let Some(text) = searchable_text(e) else { continue };
+        let tokens = index_text(&text);
+        if tokens.is_empty() {
+            continue;
+        }
+        seqs.push(e.seq() as i64);
+        terms.push(
+            (tokens.len() <= 512 << 10).then(|| tokens.split(' ').map(clip).collect::<Vec<_>>().join(" ")),
+        );
+    }
+    (seqs, terms)
+}
+
+/// The second write baseline: one transaction holding everything the
+/// store's `create_with_events` sends, the session row, the events and
+/// their `search` rows, with the same statements. The search rows are
+/// tokenized before the clock starts (`rows`): only sending them is timed.
+pub(crate) fn bare_write_indexed(
+    client: &mut Client,
+    sql: &BareSql,
+    header: &SessionHeader,
+    events: &[Event],
+    rows: &SearchRows,
+) -> Result<(), String> {
+    client.batch_execute("BEGIN").map_err(err)?;
+    bare_session_row(client, sql, header)?;
+    bare_events(client, sql, &header.id, events)?;
+    if !rows.0.is_empty() {
+        let params: [(&(dyn ToSql + Sync), Type); 3] =
+            [(&header.id, Type::TEXT), (&rows.0, Type::INT8_ARRAY), (&rows.1, Type::TEXT_ARRAY)];
+        client.query_typed(&sql.insert_search, &params).map_err(err)?;
+    }
+    client.batch_execute("COMMIT").map_err(err)
+}
+
+fn bare_session_row(client: &mut Client, sql: &BareSql, header: &SessionHeader) -> Result<(), String> {
+    client
+        .query_typed(
+            &sql.insert_session,
+            &[
+                (&header.id, Type::TEXT),
+                (&(header.created_at as i64), Type::INT8),
+                (&header.cwd, Type::TEXT),
+                (&header.parent_session, Type::TEXT),
+                (&header.seed_length.map(|v| v as i64), Type::INT8),
+            ],
+        )
+        .map_err(err)?;
+    Ok(())
+}
+
+/// One `unnest` insert of `events`, columns built as the store builds them.
+fn bare_events(client: &mut Client, sql: &BareSql, id: &str, events: &[Event]) -> Result<(), String> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let mut seq = Vec::with_capacity(events.len());
+    let mut time = Vec::with_capacity(events.len());
+    let mut kind = Vec::with_capacity(events.len());
+    let mut data = Vec::with_capacity(events.len());
+    let mut sources = Vec::with_capacity(events.len());
+    let mut ops = Vec::with_capacity(events.len());
+    for e in events {
+        seq.push(e.seq() as i64);
+        time.push(e.time() as i64);
+        kind.push(e.event_type().as_str());
+        data.push(e.data());
+        sources.push(e.source_event_seqs().map(palimpsest_persistence::rows::sources_json));
+        ops.push(e.surface_op().map(palimpsest_persistence::rows::surface_op_json));
+    }
+    let params: [(&(dyn ToSql + Sync), Type); 7] = [
+        (&id, Type::TEXT),
+        (&seq, Type::INT8_ARRAY),
+        (&time, Type::INT8_ARRAY),
+        (&kind, Type::TEXT_ARRAY),
+        (&data, Type::TEXT_ARRAY),
+        (&sources, Type::TEXT_ARRAY),
+        (&ops, Type::TEXT_ARRAY),
+    ];
+    client.query_typed(&sql.insert_events, &params).map_err(err)?;
     Ok(())
 }
 
@@ -263,6 +374,66 @@ fn bare_select(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, St
     Ok(n)
 }
 
+/// The second load baseline: the header row, then the event rows as
+/// binary `COPY` (what the store reads since the fourth run), each column
+/// read into an owned value, nothing checked.
+fn bare_copy(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, String> {
+    use std::io::Read as _;
+    let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
+    let header = header.ok_or_else(|| format!("no session {id:?}"))?;
+    std::hint::black_box((
+        header.try_get::<_, i64>(0).map_err(err)?,
+        header.try_get::<_, Option<String>>(1).map_err(err)?,
+        header.try_get::<_, Option<String>>(2).map_err(err)?,
+        header.try_get::<_, Option<i64>>(3).map_err(err)?,
+    ));
+    let literal = format!("E'{}'", id.replace('\\', "\\\\").replace('\'', "''"));
+    let copy = format!("{}{literal}{}", sql.copy_events.0, sql.copy_events.1);
+    // All of it first, then the columns out of the one buffer: the least
+    // a client can do with the stream.
+    let mut bytes = Vec::new();
+    client.copy_out(copy.as_str()).map_err(err)?.read_to_end(&mut bytes).map_err(err)?;
+    let short = || "binary COPY: too short".to_owned();
+    let take = |at: &mut usize, len: usize| -> Result<&[u8], String> {
+        let b = bytes.get(*at..*at + len).ok_or_else(short)?;
+        *at += len;
+        Ok(b)
+    };
+    let mut at = 15;
+    let extension = take(&mut at, 4)?;
+    at += u32::from_be_bytes([extension[0], extension[1], extension[2], extension[3]]) as usize;
+    let mut n = 0;
+    loop {
+        let fields = take(&mut at, 2)?;
+        if i16::from_be_bytes([fields[0], fields[1]]) < 0 {
+            break;
+        }
+        let mut field = || -> Result<Option<&[u8]>, String> {
+            let len = take(&mut at, 4)?;
+            let Ok(len) = usize::try_from(i32::from_be_bytes([len[0], len[1], len[2], len[3]])) else {
+                return Ok(None);
+            };
+            take(&mut at, len).map(Some)
+        };
+        let int = |f: Option<&[u8]>| -> Result<i64, String> {
+            let f = f.ok_or("a NULL bigint")?;
+            Ok(i64::from_be_bytes(f.try_into().map_err(|_| "not a bigint")?))
+        };
+        let text =
+            |f: Option<&[u8]>| f.map(|b| std::str::from_utf8(b).map(str::to_owned).map_err(err)).transpose();
+        std::hint::black_box((
+            int(field()?)?,
+            int(field()?)?,
+            text(field()?)?,
+            text(field()?)?,
+            text(field()?)?,
+            text(field()?)?,
+        ));
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// The section, processes included.
 pub(crate) fn postgres(w: &Workload) -> Result<Vec<Row>, String> {
     run(w, true)
@@ -287,7 +458,9 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
 
     // Writes. The store is connected once, outside the timings, like the
     // bare client; the tables are emptied before each run.
-    let (one_batch, bare_one) = paired(
+    let indexed = search_rows(&w.events);
+    let mut bare_too = bare_connect(&url)?;
+    let (one_batch, bare_one, bare_one_indexed) = three_way(
         runs,
         || scratch.truncate(),
         || {
@@ -295,6 +468,7 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
             store.sync(&header.id).map_err(err)
         },
         || bare_write(&mut bare, &sql, header, &[(true, &w.events)]),
+        || bare_write_indexed(&mut bare_too, &sql, header, &w.events, &indexed),
     )?;
     let turn_txs: Vec<BareTx<'_>> =
         std::iter::once((true, &[][..])).chain(turns.iter().map(|t| (false, *t))).collect();
@@ -316,11 +490,12 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
     // Load, and resume (connect, open, load), of the whole workload.
     scratch.truncate()?;
     store.create_with_events(header, &w.events).map_err(err)?;
-    let (load, select) = paired(
+    let (load, select, copied) = three_way(
         runs,
         || Ok(()),
         || load_validate(&store, &header.id),
         || bare_select(&mut bare, &sql, &header.id),
+        || bare_copy(&mut bare_too, &sql, &header.id),
     )?;
     // The same, without the surface rules: where the time goes.
     let (load_only, select_again) = paired(
@@ -358,6 +533,17 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
             per_sec(w.n, bare_one),
         ),
         with_baseline(
+            row(
+                "postgres",
+                "write, one batch + sync (create_with_events)",
+                w,
+                per_sec(w.n, one_batch),
+                "ev/s",
+            ),
+            "bare postgres: same rows and their search rows (tokenized untimed), one transaction",
+            per_sec(w.n, bare_one_indexed),
+        ),
+        with_baseline(
             row("postgres", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
             "bare postgres: same rows, a transaction per turn",
             per_sec(w.n, bare_turns),
@@ -371,6 +557,11 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
             row("postgres", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
             "bare postgres select of the same rows",
             per_sec(w.n, select),
+        ),
+        with_baseline(
+            row("postgres", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
+            "bare postgres binary COPY of the same rows",
+            per_sec(w.n, copied),
         ),
         with_baseline(
             row(

@@ -107,6 +107,14 @@ pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// `text` as a SQL string literal, for the one statement that cannot take
+/// a parameter (`COPY`): `E'...'` with `\\` and `'` doubled, which reads
+/// the same whatever `standard_conforming_strings` is. `text` holds no NUL
+/// (session ids are checked before anything is sent).
+pub(crate) fn quote_literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
 /// One expected column: name, `format_type` spelling, NOT NULL.
 type Col = (&'static str, &'static str, bool);
 

@@ -13,15 +13,15 @@ use palimpsest_persistence::{
 };
 use postgres::config::SslMode;
 use postgres::error::SqlState;
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, Config};
 
 use crate::codec::{self, Columns};
+use crate::copy;
 use crate::error::{invalid_input, is_lost, pg_err};
 use crate::hold::{self, Hold};
 use crate::options::PgOptions;
-use crate::schema::{self, quote_ident};
+use crate::schema::{self, quote_ident, quote_literal};
 use crate::search;
 use crate::url::redact_url;
 use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
@@ -58,7 +58,9 @@ struct Sql {
     check: String,
     insert_events: String,
     max_seq: String,
-    events: String,
+    /// `COPY (` the events select `) TO STDOUT (FORMAT binary)`, split
+    /// where the session id goes, as a literal: `COPY` takes no parameters.
+    copy_events: (String, String),
     events_between: String,
     delete_session: String,
     delete_events: String,
@@ -109,9 +111,12 @@ impl Sql {
                  $6::text[], $7::text[]) AS u"
             ),
             max_seq: format!("SELECT max(seq) FROM {s}.events WHERE session_id = $1"),
-            events: format!(
-                "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
-                 WHERE session_id = $1 ORDER BY seq"
+            copy_events: (
+                format!(
+                    "COPY (SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                     WHERE session_id = "
+                ),
+                " ORDER BY seq) TO STDOUT (FORMAT binary)".to_owned(),
             ),
             events_between: format!(
                 "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
@@ -1049,21 +1054,18 @@ impl PgStore {
         if sink.header(header).is_break() {
             return Ok(());
         }
-        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&session_id, Type::TEXT)];
-        let mut rows = client.query_typed_raw(&self.sql.events, params)?;
+        // The rows as binary COPY: no result row to build per event, the
+        // columns handed on borrowed from the client's buffer.
+        let (before, after) = &self.sql.copy_events;
+        let copy = format!("{before}{}{after}", quote_literal(session_id));
+        let mut rows = client.copy_out(copy.as_str())?;
         let mut rows_read = codec::RowReader::default();
         let decoded = codec::decode_into(
             codec::decode_threads(self.options.decode_threads),
-            |push| {
-                while let Some(row) = rows.next()? {
-                    if !rows_read.take(codec::read_row_ref(&row, None), push) {
-                        break;
-                    }
-                }
-                Ok::<(), postgres::Error>(())
-            },
+            |push| copy::read_rows(&mut rows, |row| rows_read.take(row, push)),
             &mut |event| sink.event(event),
-        )?;
+        )
+        .map_err(|e| self.copy_error(e, session_id))?;
         drop(rows);
         rows_read
             .finish(decoded)
@@ -1103,6 +1105,23 @@ impl PgStore {
             })?;
         }
         Ok(())
+    }
+
+    /// A failed COPY read: the client's error as it is (so that a lost
+    /// connection is seen as one), else `io`.
+    fn copy_error(&self, e: std::io::Error, session_id: &str) -> TxError {
+        let kind = e.kind();
+        let source: Box<dyn std::error::Error + Send + Sync> = match e.into_inner() {
+            Some(inner) => match inner.downcast::<postgres::Error>() {
+                Ok(pg) => return TxError::Pg(*pg),
+                Err(other) => Box::new(std::io::Error::new(kind, other)),
+            },
+            None => Box::new(std::io::Error::from(kind)),
+        };
+        TxError::Refused(StoreError::Io {
+            context: format!("{}: loading session {session_id:?}: reading the event rows", self.location),
+            source,
+        })
     }
 
     fn corrupt(&self, session_id: &str, index: Option<u64>, cause: LoadError) -> StoreError {

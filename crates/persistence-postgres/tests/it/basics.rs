@@ -453,3 +453,24 @@ fn huge_messages_and_huge_words_are_still_found_exactly() {
     assert_eq!(seqs(&[&"x".repeat(2999)]), Vec::<u64>::new(), "a prefix of a long word is not the word");
     assert_eq!(seqs(&[&"x".repeat(3001)]), Vec::<u64>::new());
 }
+
+/// The load reads its rows with `COPY`, which takes the session id as a
+/// literal, not a parameter: ids with quotes, backslashes and escapes must
+/// load their own session and nothing else.
+#[test]
+fn ids_that_need_quoting_load_their_own_rows() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.store();
+    let ids = ["it's", "back\\slash", "\\'", "' OR true --", "E'x'", "é\\n\"", "a'); DROP TABLE events; --"];
+    for (i, id) in ids.iter().enumerate() {
+        store.create(&SessionHeader::new(*id, 1)).unwrap_or_else(|e| panic!("create {id:?}: {e}"));
+        store
+            .append(id, &ticks(0, i as u64 + 1, &format!("t{i}")))
+            .unwrap_or_else(|e| panic!("append {id:?}: {e}"));
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let loaded = store.load(id).unwrap_or_else(|e| panic!("load {id:?}: {e}"));
+        assert_eq!(loaded.events, ticks(0, i as u64 + 1, &format!("t{i}")), "{id:?}");
+    }
+    assert_eq!(code(store.load("it")), Err("not-found"));
+}
