@@ -172,11 +172,11 @@ fn newest_first(a: &Row, b: &Row) -> std::cmp::Ordering {
 /// JSON it is the row's `error`).
 pub(crate) fn sessions(store: &Path, tree: bool, as_json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let store = Store::open_existing(store, crate::store_arg::Access::Read)?;
-    let headers = store.list()?;
+    let summaries = store.summaries()?;
     let mut exit = Exit::Success;
-    let mut rows: Vec<Row> = Vec::with_capacity(headers.len());
-    for header in headers {
-        let stats = match store.summary(&header.id) {
+    let mut rows: Vec<Row> = Vec::with_capacity(summaries.len());
+    for (header, summary) in summaries {
+        let stats = match summary {
             Ok(summary) => Ok(Stats::of(&summary)),
             Err(e) => {
                 if !as_json {

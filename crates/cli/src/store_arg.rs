@@ -233,15 +233,30 @@ impl Store {
         }
     }
 
-    /// What `sessions` shows of session `id`
-    /// ([`SessionStore::summary`]: a few records, not the log); for a bare
-    /// file, its head and tail.
-    pub(crate) fn summary(&self, id: &str) -> Result<SessionSummary, CliError> {
-        let origin = self.origin(id);
+    /// What `sessions` shows of every session, in `list`'s order
+    /// ([`SessionStore::summaries`]: one read for the whole store where the
+    /// backend can); a session whose summary cannot be read holds its
+    /// error. For a bare file, its head and tail.
+    pub(crate) fn summaries(
+        &self,
+    ) -> Result<Vec<(SessionHeader, Result<SessionSummary, CliError>)>, CliError> {
         match (self, self.backend()) {
-            (Store::File(p), _) => self.read_file_summary(p),
-            (_, Some(s)) => s.summary(id).map_err(|e| self.load_error(&e, id, &origin)),
-            (_, None) => Err(self.not_found(id)),
+            (Store::File(p), _) => {
+                let summary = self.read_file_summary(p)?;
+                Ok(vec![(summary.header.clone(), Ok(summary))])
+            }
+            (_, Some(s)) => {
+                let all = s.summaries().map_err(|e| from_store(&e, &self.shown()))?;
+                Ok(all
+                    .into_iter()
+                    .map(|(header, summary)| {
+                        let summary =
+                            summary.map_err(|e| self.load_error(&e, &header.id, &self.origin(&header.id)));
+                        (header, summary)
+                    })
+                    .collect())
+            }
+            (_, None) => Ok(Vec::new()),
         }
     }
 

@@ -78,6 +78,9 @@ struct Sql {
     /// A summary's rows: the last event, the last turn bracket and the first
     /// prompt, each tagged (0, 1, 2) in a last column.
     summary: String,
+    /// The same rows for each of the sessions whose ids are `$1`, the
+    /// session id in an eighth column.
+    summaries: String,
 }
 
 impl Sql {
@@ -169,6 +172,15 @@ impl Sql {
                  WHERE session_id = $1 AND type IN ('turn/start', 'turn/end') ORDER BY seq DESC LIMIT 1) \
                  UNION ALL (SELECT seq, time, type, data, source_event_seqs, surface_op, 2 FROM {s}.events \
                  WHERE session_id = $1 AND type = 'user/message' ORDER BY seq LIMIT 1)"
+            ),
+            summaries: format!(
+                "SELECT u.*, ids.id FROM unnest($1::text[]) AS ids(id) CROSS JOIN LATERAL (\
+                 (SELECT seq, time, type, data, source_event_seqs, surface_op, 0 FROM {s}.events \
+                 WHERE session_id = ids.id ORDER BY seq DESC LIMIT 1) \
+                 UNION ALL (SELECT seq, time, type, data, source_event_seqs, surface_op, 1 FROM {s}.events \
+                 WHERE session_id = ids.id AND type IN ('turn/start', 'turn/end') ORDER BY seq DESC LIMIT 1) \
+                 UNION ALL (SELECT seq, time, type, data, source_event_seqs, surface_op, 2 FROM {s}.events \
+                 WHERE session_id = ids.id AND type = 'user/message' ORDER BY seq LIMIT 1)) AS u"
             ),
         }
     }
@@ -1274,6 +1286,9 @@ fn header_from_row(id: &str, row: &postgres::Row, first: usize) -> Result<Sessio
     Ok(header)
 }
 
+/// Sessions per statement of [`PgStore::summaries`](SessionStore::summaries).
+const SUMMARY_BATCH: usize = 1000;
+
 impl SessionStore for PgStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
         off_the_runtime(|| {
@@ -1389,6 +1404,63 @@ impl SessionStore for PgStore {
                     }
                 }
                 Ok(summary)
+            })
+        })
+    }
+
+    /// One read-only snapshot: the headers, then the summary rows of
+    /// [`SUMMARY_BATCH`] sessions per statement (each statement names its
+    /// session ids, as the search's does), so a store of 10,000 sessions
+    /// is listed in a dozen round trips rather than 20,000.
+    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+        off_the_runtime(|| {
+            self.read("summarizing every session", |client| {
+                // A batch of a thousand look-ups is estimated costly enough
+                // for the server to JIT-compile it (about 0.2 s a statement
+                // here, for 15 ms of work): no JIT in this transaction.
+                client.batch_execute("SET LOCAL jit = off")?;
+                let rows = client.query_typed(&self.sql.list, &[])?;
+                let mut headers = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let id: String = row.try_get(0)?;
+                    let header = header_from_row(&id, row, 1).map_err(|e| self.corrupt(&id, None, e))?;
+                    headers.push(header);
+                }
+                drop(rows);
+                let mut found: std::collections::HashMap<String, Result<SessionSummary, StoreError>> =
+                    headers.iter().map(|h| (h.id.clone(), Ok(SessionSummary::empty(h.clone())))).collect();
+                for batch in headers.chunks(SUMMARY_BATCH) {
+                    let ids: Vec<&str> = batch.iter().map(|h| h.id.as_str()).collect();
+                    for row in &client.query_typed(&self.sql.summaries, &[(&ids, Type::TEXT_ARRAY)])? {
+                        let id: String = row.try_get(7)?;
+                        let Some(Ok(summary)) = found.get_mut(&id) else { continue };
+                        let index = codec::from_sql_int(row.try_get::<_, i64>(0)?);
+                        let event = match codec::read_row(row, None).and_then(|r| r.decode(index)) {
+                            Ok(event) => event,
+                            Err(e) => {
+                                let error = self.corrupt(&id, Some(index), e);
+                                found.insert(id, Err(error));
+                                continue;
+                            }
+                        };
+                        match row.try_get::<_, i32>(6)? {
+                            0 => {
+                                summary.events = event.seq() + 1;
+                                summary.last_activity = Some(event.time());
+                            }
+                            1 => summary.last_turn = Some(event),
+                            _ => summary.first_prompt = Some(event),
+                        }
+                    }
+                }
+                Ok(headers
+                    .into_iter()
+                    .map(|h| {
+                        let summary =
+                            found.remove(&h.id).unwrap_or_else(|| Ok(SessionSummary::empty(h.clone())));
+                        (h, summary)
+                    })
+                    .collect())
             })
         })
     }

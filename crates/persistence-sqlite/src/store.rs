@@ -54,6 +54,30 @@ const LAST_TURN: &str = "SELECT seq, time, type, data, source_event_seqs, surfac
     FROM events WHERE session_id = ?1 AND type IN ('turn/start', 'turn/end') ORDER BY seq DESC LIMIT 1";
 const FIRST_PROMPT: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
     FROM events WHERE session_id = ?1 AND type = 'user/message' ORDER BY seq LIMIT 1";
+/// What `summaries` reads of every session at once, as [`LAST_EVENT`],
+/// [`LAST_TURN`] and [`FIRST_PROMPT`] read it of one: per session, one
+/// look-up on the primary key's order for the seq, then the row at that
+/// seq, in one statement. (Materialized: left to itself SQLite scans
+/// `events` and runs the look-up once per row.) The session id is the
+/// last column.
+macro_rules! every_session {
+    ($seq:literal) => {
+        concat!(
+            "WITH x AS MATERIALIZED (SELECT id, (",
+            $seq,
+            ") AS m FROM sessions) SELECT e.seq, e.time, e.type, e.data, e.source_event_seqs, \
+             e.surface_op, e.session_id FROM x JOIN events e ON e.session_id = x.id AND e.seq = x.m"
+        )
+    };
+}
+const ALL_LAST_EVENTS: &str = every_session!("SELECT max(seq) FROM events WHERE session_id = sessions.id");
+const ALL_LAST_TURNS: &str = every_session!(
+    "SELECT seq FROM events WHERE session_id = sessions.id AND type IN ('turn/start', 'turn/end') \
+     ORDER BY seq DESC LIMIT 1"
+);
+const ALL_FIRST_PROMPTS: &str = every_session!(
+    "SELECT seq FROM events WHERE session_id = sessions.id AND type = 'user/message' ORDER BY seq LIMIT 1"
+);
 const LIST_SESSIONS: &str =
     "SELECT id, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY id";
 
@@ -334,6 +358,22 @@ impl SqliteStore {
                 Err(sql_err(e, &self.location, what))
             }
         }
+    }
+
+    /// Every header, sorted by id, in the caller's read transaction.
+    fn list_in(&self, tx: &Transaction<'_>) -> Result<Vec<SessionHeader>, ReadError> {
+        let mut stmt = tx.prepare_cached(LIST_SESSIONS)?;
+        let mut rows = stmt.query([])?;
+        let mut headers = Vec::new();
+        while let Some(row) = rows.next()? {
+            let id = codec::value(row, 0, "id", None)
+                .and_then(|v| codec::required_text(v, "id", None))
+                .map_err(|e| ReadError::Store(self.corrupt("?", None, e)))?;
+            let header =
+                header_from_row(id, row, 1).map_err(|e| ReadError::Store(self.corrupt(id, None, e)))?;
+            headers.push(header);
+        }
+        Ok(headers)
     }
 
     /// The token of this store's hold on `session_id`, if it took one.
@@ -710,20 +750,7 @@ impl SessionStore for SqliteStore {
     }
 
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
-        self.read("listing sessions", |tx| {
-            let mut stmt = tx.prepare_cached(LIST_SESSIONS)?;
-            let mut rows = stmt.query([])?;
-            let mut headers = Vec::new();
-            while let Some(row) = rows.next()? {
-                let id = codec::value(row, 0, "id", None)
-                    .and_then(|v| codec::required_text(v, "id", None))
-                    .map_err(|e| ReadError::Store(self.corrupt("?", None, e)))?;
-                let header =
-                    header_from_row(id, row, 1).map_err(|e| ReadError::Store(self.corrupt(id, None, e)))?;
-                headers.push(header);
-            }
-            Ok(headers)
-        })
+        self.read("listing sessions", |tx| self.list_in(tx))
     }
 
     /// Three indexed look-ups in one read transaction (the last event, the
@@ -755,6 +782,57 @@ impl SessionStore for SqliteStore {
             summary.last_turn = one(LAST_TURN)?;
             summary.first_prompt = one(FIRST_PROMPT)?;
             Ok(summary)
+        })
+    }
+
+    /// One read transaction and four statements whatever the number of
+    /// sessions: the headers, then every session's last event, last turn
+    /// bracket and first prompt (each one look-up on the primary key's
+    /// order per session). Only those rows are read and checked; a row
+    /// that does not decode is its session's error.
+    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+        self.read("summarizing every session", |tx| {
+            let headers = self.list_in(tx)?;
+            let mut found: HashMap<String, Result<SessionSummary, StoreError>> =
+                headers.iter().map(|h| (h.id.clone(), Ok(SessionSummary::empty(h.clone())))).collect();
+            for (sql, kind) in [(ALL_LAST_EVENTS, 0), (ALL_LAST_TURNS, 1), (ALL_FIRST_PROMPTS, 2)] {
+                let mut stmt = tx.prepare_cached(sql)?;
+                let mut rows = stmt.query([])?;
+                while let Some(row) = rows.next()? {
+                    let id: String = row.get(6)?;
+                    let Some(Ok(summary)) = found.get_mut(&id) else { continue };
+                    let seq = match row.get::<_, i64>(0) {
+                        Ok(seq) => codec::from_sql_int(seq),
+                        Err(e) => {
+                            found.insert(id, Err(sql_err(e, &self.location, "summarizing a session")));
+                            continue;
+                        }
+                    };
+                    let event = match codec::read_row(row, None).and_then(|r| r.decode(seq)) {
+                        Ok(event) => event,
+                        Err(e) => {
+                            let error = self.corrupt(&id, Some(seq), e);
+                            found.insert(id, Err(error));
+                            continue;
+                        }
+                    };
+                    match kind {
+                        0 => {
+                            summary.events = event.seq() + 1;
+                            summary.last_activity = Some(event.time());
+                        }
+                        1 => summary.last_turn = Some(event),
+                        _ => summary.first_prompt = Some(event),
+                    }
+                }
+            }
+            Ok(headers
+                .into_iter()
+                .map(|h| {
+                    let summary = found.remove(&h.id).unwrap_or_else(|| Ok(SessionSummary::empty(h.clone())));
+                    (h, summary)
+                })
+                .collect())
         })
     }
 

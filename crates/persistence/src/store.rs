@@ -126,6 +126,27 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         sink.finish().ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })
     }
 
+    /// Every session's summary, in [`list`](SessionStore::list)'s order:
+    /// what a listing of the whole store shows. A session whose summary
+    /// cannot be read holds its error and the others are still returned;
+    /// the outer error is the listing's own.
+    ///
+    /// The default lists the sessions, then asks [`summary`](SessionStore::summary)
+    /// of each: one read per session. A backend that can answer for every
+    /// session at once overrides it (the SQL stores: one read transaction,
+    /// a handful of statements whatever the number of sessions), and must
+    /// return the same summaries (the contract kit checks it).
+    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .map(|header| {
+                let summary = self.summary(&header.id);
+                (header, summary)
+            })
+            .collect())
+    }
+
     /// Deletes a session. `not-found` if there is none.
     fn delete(&self, session_id: &str) -> Result<(), StoreError>;
 
@@ -274,6 +295,9 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
     fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
         (**self).summary(session_id)
+    }
+    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+        (**self).summaries()
     }
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
         (**self).delete(session_id)

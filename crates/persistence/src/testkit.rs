@@ -1185,7 +1185,8 @@ pub fn load_into_hands_over_what_load_returns(factory: &dyn StoreFactory) -> Out
 /// no turns and no prompt; the sample; a long tail after the last turn
 /// bracket; a first prompt only after thousands of events; after an
 /// append; from a store opened afresh; after a torn tail (where the backend
-/// has them). An unknown id is `not-found`.
+/// has them). An unknown id is `not-found`. [`SessionStore::summaries`]
+/// returns the same summaries for every session, in `list`'s order.
 pub fn summary_agrees_with_the_loaded_log(factory: &dyn StoreFactory) -> Outcome {
     let prompt = |seq: u64| {
         at(
@@ -1242,6 +1243,17 @@ pub fn summary_agrees_with_the_loaded_log(factory: &dyn StoreFactory) -> Outcome
     assert_eq!(late.first_prompt.as_ref().map(Event::seq), Some(2000), "a late first prompt");
     assert_eq!(agrees(&*store, "kit-sum-empty", "reopened"), SessionSummary::empty(header("kit-sum-empty")));
     must_fail(store.summary("kit-sum-no-such"), "not-found", "the summary of an unknown id");
+    // Every session at once: the same summaries, in list's order.
+    let all = must(store.summaries(), "summaries");
+    let listed: Vec<String> = must(store.list(), "list").into_iter().map(|h| h.id).collect();
+    let ids: Vec<String> = all.iter().map(|(h, _)| h.id.clone()).collect();
+    assert_eq!(ids, listed, "summaries() lists the sessions in list()'s order");
+    for (h, summary) in all {
+        let summary = must(summary, &format!("summaries(): {}", h.id));
+        assert_eq!(summary.header, h, "summaries(): the header of {}", h.id);
+        let one = must(store.summary(&h.id), "summary");
+        assert_eq!(summary, one, "summaries() and summary() differ for {}", h.id);
+    }
     drop(store);
     if factory.append_raw_tail("kit-sum-long", br#"{"seq":3038,"time":1,"ty"#) {
         let store = factory.open();
