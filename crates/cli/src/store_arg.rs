@@ -79,6 +79,9 @@ pub(crate) enum Access {
     Write,
 }
 
+/// A session's header with its summary, or why it could not be read.
+pub(crate) type SummaryOf = (SessionHeader, Result<SessionSummary, CliError>);
+
 impl Store {
     /// Opens an existing STORE, for reading only or also for writing.
     pub(crate) fn open_existing(path: &Path, access: Access) -> Result<Store, CliError> {
@@ -237,9 +240,7 @@ impl Store {
     /// ([`SessionStore::summaries`]: one read for the whole store where the
     /// backend can); a session whose summary cannot be read holds its
     /// error. For a bare file, its head and tail.
-    pub(crate) fn summaries(
-        &self,
-    ) -> Result<Vec<(SessionHeader, Result<SessionSummary, CliError>)>, CliError> {
+    pub(crate) fn summaries(&self) -> Result<Vec<SummaryOf>, CliError> {
         match (self, self.backend()) {
             (Store::File(p), _) => {
                 let summary = self.read_file_summary(p)?;

@@ -1412,7 +1412,7 @@ impl SessionStore for PgStore {
     /// [`SUMMARY_BATCH`] sessions per statement (each statement names its
     /// session ids, as the search's does), so a store of 10,000 sessions
     /// is listed in a dozen round trips rather than 20,000.
-    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+    fn summaries(&self) -> Result<palimpsest_persistence::Summaries, StoreError> {
         off_the_runtime(|| {
             self.read("summarizing every session", |client| {
                 // A batch of a thousand look-ups is estimated costly enough

@@ -790,7 +790,7 @@ impl SessionStore for SqliteStore {
     /// bracket and first prompt (each one look-up on the primary key's
     /// order per session). Only those rows are read and checked; a row
     /// that does not decode is its session's error.
-    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+    fn summaries(&self) -> Result<palimpsest_persistence::Summaries, StoreError> {
         self.read("summarizing every session", |tx| {
             let headers = self.list_in(tx)?;
             let mut found: HashMap<String, Result<SessionSummary, StoreError>> =

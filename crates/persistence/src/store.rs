@@ -33,6 +33,10 @@ pub struct StoredSession {
     pub report: LoadReport,
 }
 
+/// What [`SessionStore::summaries`] returns: every session's header with
+/// its summary, or the error that kept its summary from being read.
+pub type Summaries = Vec<(SessionHeader, Result<SessionSummary, StoreError>)>;
+
 /// A place where session logs live.
 ///
 /// A backend stores headers and events faithfully and keeps each session's
@@ -136,7 +140,7 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// session at once overrides it (the SQL stores: one read transaction,
     /// a handful of statements whatever the number of sessions), and must
     /// return the same summaries (the contract kit checks it).
-    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+    fn summaries(&self) -> Result<Summaries, StoreError> {
         Ok(self
             .list()?
             .into_iter()
@@ -296,7 +300,7 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
         (**self).summary(session_id)
     }
-    fn summaries(&self) -> Result<Vec<(SessionHeader, Result<SessionSummary, StoreError>)>, StoreError> {
+    fn summaries(&self) -> Result<Summaries, StoreError> {
         (**self).summaries()
     }
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
