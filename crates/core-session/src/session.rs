@@ -590,13 +590,13 @@ impl Session {
         // join the surface); before it, the checkpoint's fold answers.
         let from = self.events.resident_from();
         let tail = self.events.since(from);
-        let at =
-            tail.iter().rposition(|e| matches!(e.event_type(), EventType::TurnStart | EventType::TurnEnd));
-        let mut turns = match at {
-            Some(_) => TurnState::default(),
-            None => return self.base.as_ref().map_or((0, false), |b| b.turns.last_turn),
+        let last = tail.iter().rfind(|e| matches!(e.event_type(), EventType::TurnStart | EventType::TurnEnd));
+        let Some(last) = last else {
+            return self.base.as_ref().map_or((0, false), |b| b.turns.last_turn);
         };
-        turns.fold_all(&tail[at.unwrap_or(0)..]);
+        // Folding that one event parses only it, and sets `last_turn`.
+        let mut turns = TurnState::default();
+        turns.fold(last);
         turns.last_turn
     }
 
