@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 
 use crate::event::{Event, EventType};
 use crate::payload::{Message, Settings};
+use crate::resident::find;
 
 /// One message of the derived history, with its provenance.
 #[derive(Debug, Clone)]
@@ -35,13 +36,16 @@ struct MessageOnly<'a> {
 /// An `assistant/message` with empty content maps to nothing (it only carries
 /// usage). O(surface length).
 ///
+/// `events` is the log, or any slice of its events sorted by seq that holds
+/// the surface's (a resumed session's resident events).
+///
 /// Every event on a surface was checked when it was appended, so its message
 /// parses; an event that somehow does not is reported through `tracing` and
 /// left out.
 pub fn derive_messages<'a>(events: &'a [Event], surface: &[u64]) -> Vec<DerivedMessage<'a>> {
     let mut out = Vec::with_capacity(surface.len());
     for &seq in surface {
-        let Some(event) = usize::try_from(seq).ok().and_then(|i| events.get(i)) else {
+        let Some(event) = find(events, seq) else {
             tracing::error!(seq, "surface entry is not in the log");
             continue;
         };
@@ -125,10 +129,11 @@ struct SettingsOnly<'a> {
 /// The settings of the `session/settings` event at `settings_seq` (the one
 /// in effect), raw and typed; `(None, {})` when there is none. Every such
 /// event was checked when it was appended, so it parses; one that somehow
-/// does not is reported through `tracing` and read as `{}`.
+/// does not is reported through `tracing` and read as `{}`. `events` is the
+/// log, or any slice of its events sorted by seq that holds that event.
 pub fn effective_settings(events: &[Event], settings_seq: Option<u64>) -> (Option<&RawValue>, Settings) {
     let Some(seq) = settings_seq else { return (None, Settings::default()) };
-    let event = usize::try_from(seq).ok().and_then(|i| events.get(i));
+    let event = find(events, seq);
     let parsed = event.filter(|e| *e.event_type() == EventType::SessionSettings).map(|e| {
         e.data_as::<SettingsOnly<'_>>()
             .and_then(|d| serde_json::from_str::<Settings>(d.settings.get()).map(|typed| (d.settings, typed)))

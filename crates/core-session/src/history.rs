@@ -25,6 +25,7 @@ use serde_json::value::RawValue;
 
 use crate::event::{Event, EventType};
 use crate::payload::Message;
+use crate::resident::find;
 use crate::surface::SurfaceStep;
 
 /// One message of a [`History`], with its provenance. The owned twin of
@@ -187,7 +188,7 @@ struct MessageOnly<'a> {
 /// The message the surface entry `seq` derives, if any (the rules of
 /// [`derive_messages`](crate::derive::derive_messages)).
 fn slot(events: &[Event], seq: u64) -> Option<Arc<HistoryMessage>> {
-    let Some(event) = usize::try_from(seq).ok().and_then(|i| events.get(i)) else {
+    let Some(event) = find(events, seq) else {
         tracing::error!(seq, "surface entry is not in the log");
         return None;
     };

@@ -31,6 +31,7 @@
 //! | forking at an event, explaining an event | [`fork`], [`explain`] |
 //! | what full-text search finds, and the snippet it shows | [`search`] |
 //! | 6 header and JSONL files | [`header`], [`jsonl`] |
+//! | resuming from a checkpoint in O(surface + tail) (RFC 0002) | [`checkpoint`], [`ResidentLog`] |
 //! | the size of an event and of a header, for every reader and writer | [`limits`] |
 //!
 //! # Example
@@ -51,6 +52,7 @@
 //! # Ok::<(), palimpsest_core_session::LoadError>(())
 //! ```
 
+pub mod checkpoint;
 pub mod derive;
 mod error;
 pub mod event;
@@ -62,6 +64,7 @@ pub mod jsonl;
 pub mod limits;
 pub mod payload;
 pub mod repair;
+mod resident;
 pub mod rewrite;
 pub mod search;
 mod session;
@@ -71,12 +74,14 @@ mod tagged;
 pub mod time;
 mod unique_keys;
 
+pub use checkpoint::{Checkpoint, CheckpointError, ResumeError, StepState, TurnState, CHECKPOINT_VERSION};
 pub use derive::{DerivedMessage, DerivedRequest};
 pub use error::{AppendError, LoadError};
 pub use event::{Event, EventType, SurfaceIntent, SurfaceOp};
 pub use header::{SessionHeader, SESSION_FORMAT_VERSION};
 pub use history::{History, HistoryMessage};
 pub use limits::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
+pub use resident::ResidentLog;
 pub use session::{AppendGuard, BatchError, GuardViolation, Session, SessionView};
 pub use surface::{SurfaceManager, SurfaceStep};
 

@@ -21,6 +21,7 @@ use std::collections::HashSet;
 use crate::error::AppendError;
 use crate::event::{Event, EventType, SurfaceOp};
 use crate::payload::ToolResult;
+use crate::resident::find;
 
 /// What an event will do to the surface, as checked by [`SurfaceManager::plan`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,12 @@ impl SurfaceManager {
         Ok(m)
     }
 
+    /// A surface of `seqs` over a log of `synced` events, as a checkpoint
+    /// recorded it.
+    pub(crate) fn restore(seqs: Vec<u64>, synced: u64) -> SurfaceManager {
+        SurfaceManager { seqs, synced }
+    }
+
     /// The surface, in the order the model sees it.
     pub fn seqs(&self) -> &[u64] {
         &self.seqs
@@ -93,7 +100,9 @@ impl SurfaceManager {
 
     /// Checks how `candidate` would change the surface, without changing it.
     ///
-    /// `log` is the committed log (`candidate` not yet in it). Checks rule 9
+    /// `log` is the committed log (`candidate` not yet in it), or, for a
+    /// session resumed from a checkpoint, its resident events sorted by seq
+    /// (they include every surface event, the only ones read). Checks rule 9
     /// (contiguity) and rules 6–8 (replace ranges, their provenance, and
     /// tool-result replaces).
     pub fn plan(&self, log: &[Event], candidate: &Event) -> Result<SurfaceStep, AppendError> {
@@ -188,7 +197,7 @@ fn check_tool_result_replace(log: &[Event], candidate: &Event, shadowed: &[u64])
             shadowed.len()
         ));
     };
-    let Some(target_event) = usize::try_from(*target).ok().and_then(|i| log.get(i)) else {
+    let Some(target_event) = find(log, *target) else {
         return invalid(format!("replaced seq {target} is not in the log"));
     };
     if *target_event.event_type() != EventType::ToolResult {

@@ -21,12 +21,14 @@
 //! reads each event it cites (O(cited)); a replace costs O(range) to check
 //! and O(surface) to commit, like the replace itself in the `SurfaceManager`.
 //! [`Checker::rebuild`] scans the log's types, parses the events of the last
-//! turn, and parses the surface entries.
+//! turn, and parses the surface entries; [`Checker::restore`] (a session
+//! resumed from a checkpoint) takes the brackets from the checkpoint and
+//! parses the surface entries.
 
 use std::collections::{HashMap, HashSet};
 
 use palimpsest_core_session::repair::TOOL_NOT_STARTED;
-use palimpsest_core_session::{Event, EventType, SessionView, SurfaceOp};
+use palimpsest_core_session::{Event, EventType, SessionView, SurfaceOp, TurnState};
 
 use crate::codes::*;
 use crate::Violation;
@@ -170,6 +172,25 @@ struct Brackets {
 }
 
 impl Brackets {
+    /// The brackets a fold of the whole log reaches, as core-session's own
+    /// fold of the same log recorded them in a checkpoint ([`TurnState`]:
+    /// the same rules, field for field).
+    fn from_turns(turns: &TurnState) -> Brackets {
+        let open_step = turns.open_step.as_ref().map(|o| OpenStep {
+            turn: o.turn,
+            step: o.step,
+            tool_calls: o.tool_calls.iter().cloned().collect(),
+            requests: o.requests.iter().cloned().collect(),
+            chunks: o.chunks.clone(),
+        });
+        Brackets {
+            open_turn: turns.open_turn,
+            last_turn: turns.started,
+            open_step,
+            last_step: turns.last_step,
+        }
+    }
+
     fn check(&self, view: SessionView<'_>, event: &Event, fact: &Fact, out: &mut Vec<Violation>) {
         let seq = event.seq();
         let mut push = |code: &'static str, message: String| out.push(Violation { code, seq, message });
@@ -601,6 +622,13 @@ impl Checker {
             brackets.commit(event.seq(), &Fact::of(event));
         }
         Checker { brackets, tools: SurfaceTools::from_surface(view) }
+    }
+
+    /// The state for `view`, a session resumed from a checkpoint that does
+    /// not hold its log: the brackets from `turns` (the fold of the whole
+    /// log), the tool exchanges from the surface, whose events it holds.
+    pub(crate) fn restore(view: SessionView<'_>, turns: &TurnState) -> Checker {
+        Checker { brackets: Brackets::from_turns(turns), tools: SurfaceTools::from_surface(view) }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use palimpsest_core_session::{AppendGuard, Event, GuardViolation, SessionView};
+use palimpsest_core_session::{AppendGuard, Event, GuardViolation, SessionView, TurnState};
 
 use crate::checker::{Checker, Fact};
 use crate::Violation;
@@ -15,7 +15,11 @@ use crate::Violation;
 /// [`check`](AppendGuard::check) reads the state and changes nothing;
 /// [`committed`](AppendGuard::committed) folds the new event in
 /// (O(1) apart from parsing it, O(surface) for a replace);
-/// [`rebuild`](AppendGuard::rebuild) starts over from a whole session.
+/// [`rebuild`](AppendGuard::rebuild) starts over from a whole session, and
+/// [`restore`](AppendGuard::restore) from a session resumed from a
+/// checkpoint (the brackets from the checkpoint, the tool exchanges from
+/// the surface), so a resumed session in dev mode enforces every invariant
+/// as the whole log does.
 /// A vetoed append reaches the caller as
 /// `AppendError::Vetoed { code, .. }` with one of [`CODES`](crate::CODES).
 ///
@@ -100,6 +104,11 @@ impl AppendGuard for InvariantGuard {
 
     fn rebuild(&mut self, session: SessionView<'_>) {
         self.state = Checker::rebuild(session);
+        *self.checked.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn restore(&mut self, session: SessionView<'_>, turns: &TurnState) {
+        self.state = Checker::restore(session, turns);
         *self.checked.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }

@@ -2,6 +2,7 @@
 
 mod minimal;
 mod realistic;
+mod resume;
 mod session;
 mod support;
 

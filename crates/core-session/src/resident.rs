@@ -1,0 +1,278 @@
+//! [`ResidentLog`]: the events a [`Session`](crate::Session) holds in
+//! memory, which are the whole log for a session loaded whole and a sparse
+//! subset of it for a session resumed from a [`Checkpoint`](crate::Checkpoint).
+//!
+//! What an append reads (RFC 0002, "What an append actually reads") is the
+//! log's length, the surface's events, the `session/settings` event in
+//! effect, and (for the invariants) the events since the checkpoint. So a
+//! resumed session keeps exactly those **resident** events:
+//!
+//! - every event at or after [`ResidentLog::resident_from`] (the tail
+//!   appended since the checkpoint);
+//! - before it, only the events on the surface and the settings event in
+//!   effect. A surface event that a replace shadows leaves memory, and so
+//!   does a settings event that a newer one replaces.
+//!
+//! A log loaded whole has `resident_from() == 0`: every event is resident,
+//! the log is dense (`resident()[i].seq() == i`) and
+//! [`ResidentLog::is_complete`] is true.
+//!
+//! # Lookup
+//!
+//! [`ResidentLog::get`] is O(1) on a dense log and on the tail (both fast
+//! paths index the vector by seq, from the front or from the back), and a
+//! binary search by seq otherwise (the surface events before the tail).
+
+use std::collections::HashSet;
+
+use crate::event::Event;
+
+/// The resident events of a log, sorted by seq, and the log's length.
+///
+/// ```
+/// use palimpsest_core_session::{payload::TurnStart, Session, SessionHeader};
+///
+/// let mut s = Session::create(SessionHeader::new("r", 0));
+/// s.append_log(1, TurnStart { turn: 1 })?;
+/// let log = s.resident_log();
+/// assert_eq!(log.len(), 1);
+/// assert!(log.is_complete());
+/// assert_eq!(log.get(0).map(|e| e.seq()), Some(0));
+/// assert!(log.get(1).is_none());
+/// # Ok::<(), palimpsest_core_session::AppendError>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ResidentLog {
+    /// Resident events, strictly ascending by seq.
+    events: Vec<Event>,
+    /// The log's length: the seq the next event must have.
+    len: u64,
+    /// Every event with a seq at or after this one is resident.
+    from: u64,
+}
+
+impl ResidentLog {
+    /// An empty (and complete) log.
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// let log = ResidentLog::new();
+    /// assert!(log.is_empty() && log.is_complete());
+    /// ```
+    pub fn new() -> ResidentLog {
+        ResidentLog::default()
+    }
+
+    /// A sparse log of length `len` holding `events` (strictly ascending
+    /// seqs, each below `len`); every later event joins it.
+    pub(crate) fn sparse(events: Vec<Event>, len: u64) -> ResidentLog {
+        ResidentLog { events, len, from: len }
+    }
+
+    /// The log's length (the number of events in the log, resident or not):
+    /// the seq the next event must have.
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// assert_eq!(ResidentLog::new().len(), 0);
+    /// ```
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the log has no events.
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// assert!(ResidentLog::new().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every event with a seq at or after this one is resident (0 for a log
+    /// held whole; the checkpoint's length for a resumed one).
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// assert_eq!(ResidentLog::new().resident_from(), 0);
+    /// ```
+    pub fn resident_from(&self) -> u64 {
+        self.from
+    }
+
+    /// Whether every event of the log is resident: then
+    /// [`resident`](ResidentLog::resident) is the whole log, in seq order,
+    /// with `resident()[i].seq() == i`.
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// assert!(ResidentLog::new().is_complete());
+    /// ```
+    pub fn is_complete(&self) -> bool {
+        self.from == 0
+    }
+
+    /// The resident events, sorted by seq (the whole log when
+    /// [`is_complete`](ResidentLog::is_complete)).
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// assert!(ResidentLog::new().resident().is_empty());
+    /// ```
+    pub fn resident(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// The resident events with a seq at or after `seq`, sorted by seq.
+    /// From a seq at or after [`resident_from`](ResidentLog::resident_from)
+    /// this is every event of the log from `seq` on.
+    ///
+    /// ```
+    /// use palimpsest_core_session::{payload::TurnStart, Session, SessionHeader};
+    ///
+    /// let mut s = Session::create(SessionHeader::new("r", 0));
+    /// s.append_log(1, TurnStart { turn: 1 })?;
+    /// assert_eq!(s.resident_log().since(0).len(), 1);
+    /// assert!(s.resident_log().since(1).is_empty());
+    /// # Ok::<(), palimpsest_core_session::AppendError>(())
+    /// ```
+    pub fn since(&self, seq: u64) -> &[Event] {
+        let at = self.events.partition_point(|e| e.seq() < seq);
+        &self.events[at..]
+    }
+
+    /// The event with this seq, if it is in the log and resident.
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// assert!(ResidentLog::new().get(0).is_none());
+    /// ```
+    pub fn get(&self, seq: u64) -> Option<&Event> {
+        if seq >= self.len {
+            return None;
+        }
+        find(&self.events, seq)
+    }
+
+    /// The last event of the log, if it is resident (it always is on a
+    /// complete log, and after the first append to a resumed one).
+    ///
+    /// ```
+    /// use palimpsest_core_session::ResidentLog;
+    ///
+    /// assert!(ResidentLog::new().last().is_none());
+    /// ```
+    pub fn last(&self) -> Option<&Event> {
+        self.len.checked_sub(1).and_then(|seq| self.get(seq))
+    }
+
+    /// Appends `event`, whose seq must be [`len`](ResidentLog::len) (the
+    /// session checked it).
+    pub(crate) fn push(&mut self, event: Event) {
+        self.len = event.seq() + 1;
+        self.events.push(event);
+    }
+
+    /// Takes back every event from seq `len` on (a rolled-back batch, all
+    /// of whose events are resident: nothing is trimmed during a batch).
+    pub(crate) fn truncate(&mut self, len: u64) {
+        let keep = self.events.partition_point(|e| e.seq() < len);
+        self.events.truncate(keep);
+        self.len = len.min(self.len);
+    }
+
+    /// Drops the resident events before [`resident_from`] that are neither
+    /// on `surface` nor the settings event `settings_seq`. Nothing to do
+    /// for a complete log. O(resident + surface).
+    ///
+    /// [`resident_from`]: ResidentLog::resident_from
+    pub(crate) fn trim(&mut self, surface: &[u64], settings_seq: Option<u64>) {
+        if self.from == 0 {
+            return;
+        }
+        let before = self.events.partition_point(|e| e.seq() < self.from);
+        if before == 0 {
+            return;
+        }
+        let keep: HashSet<u64> = surface.iter().copied().filter(|&s| s < self.from).collect();
+        let mut i = 0usize;
+        self.events.retain(|e| {
+            i += 1;
+            i > before || keep.contains(&e.seq()) || Some(e.seq()) == settings_seq
+        });
+    }
+
+    /// Consumes the log, returning its resident events.
+    pub(crate) fn into_events(self) -> Vec<Event> {
+        self.events
+    }
+}
+
+/// The event with this seq in `events`, a slice sorted by seq: O(1) when
+/// the slice is dense from 0 (a whole log) or when `seq` lies in a dense
+/// run at its end (a resumed session's tail), a binary search otherwise.
+pub(crate) fn find(events: &[Event], seq: u64) -> Option<&Event> {
+    // From the front: a whole log.
+    if let Some(e) = usize::try_from(seq).ok().and_then(|i| events.get(i)) {
+        if e.seq() == seq {
+            return Some(e);
+        }
+    }
+    // From the back: the tail after a checkpoint.
+    let last = events.last()?;
+    let back = usize::try_from(last.seq().checked_sub(seq)?).ok()?;
+    if let Some(e) = events.len().checked_sub(1 + back).and_then(|i| events.get(i)) {
+        if e.seq() == seq {
+            return Some(e);
+        }
+    }
+    events.binary_search_by_key(&seq, Event::seq).ok().map(|i| &events[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::TurnStart;
+
+    fn ev(seq: u64) -> Event {
+        Event::log(seq, 0, TurnStart { turn: 1 }).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn find_reads_dense_sparse_and_tail_alike() {
+        let seqs = [2u64, 5, 9, 10, 11, 12];
+        let events: Vec<Event> = seqs.iter().map(|&s| ev(s)).collect();
+        for seq in 0..15 {
+            let found = find(&events, seq).map(Event::seq);
+            assert_eq!(found, seqs.contains(&seq).then_some(seq), "seq {seq}");
+        }
+        let dense: Vec<Event> = (0..6).map(ev).collect();
+        for seq in 0..8 {
+            assert_eq!(find(&dense, seq).map(Event::seq), (seq < 6).then_some(seq));
+        }
+        assert!(find(&[], 0).is_none());
+    }
+
+    #[test]
+    fn trim_keeps_the_tail_the_surface_and_the_settings() {
+        let mut log = ResidentLog::sparse(vec![ev(1), ev(3), ev(4)], 6);
+        log.push(ev(6));
+        log.trim(&[3, 6], Some(4));
+        let kept: Vec<u64> = log.resident().iter().map(Event::seq).collect();
+        assert_eq!(kept, [3, 4, 6]);
+        log.trim(&[6], None);
+        let kept: Vec<u64> = log.resident().iter().map(Event::seq).collect();
+        assert_eq!(kept, [6]);
+        assert_eq!(log.len(), 7);
+        log.truncate(6);
+        assert_eq!((log.len(), log.resident().len()), (6, 0));
+    }
+}

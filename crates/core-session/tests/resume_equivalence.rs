@@ -1,0 +1,170 @@
+//! RFC 0002's equivalence property: a session resumed from a checkpoint and
+//! the events after it behaves exactly like the same log loaded whole.
+//!
+//! Random logs (turns, steps, chunks, assistant messages requesting tool
+//! calls, tool calls and results, user and context messages, settings,
+//! plugin events, compaction replaces and tool-result prunes, with noise in
+//! the numbers and the ranges) are appended to a whole session; the
+//! accepted events are the log. A checkpoint is taken of a random prefix
+//! (and sometimes, again, of the session resumed from it), read back from
+//! its JSON, and resumed with the rest of the log as its tail. Then random
+//! appends, valid and not, some as batches whose write fails, go to both
+//! sessions: they must be accepted or refused alike, with the same code,
+//! and leave the same surface, messages, request, settings, turn state and
+//! checkpoint; the resumed session must hold exactly the surface's events,
+//! the settings event and the events after its checkpoint.
+
+use palimpsest_core_session::{Checkpoint, Event, Session, SessionHeader};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+#[path = "support/resume_ops.rs"]
+mod resume_ops;
+
+use resume_ops::message;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_resumed_session_behaves_as_the_whole_log(case in resume_ops::case()) {
+        resume_ops::check_case(case, || None)?;
+    }
+}
+
+#[test]
+fn a_resumed_session_holds_its_surface_and_tail_not_its_log() {
+    // 20 turns of 500 chunks each, compacted after every turn: the log has
+    // over 10,000 events, the surface one summary and the last turn's input.
+    let header = SessionHeader::new("big", 0);
+    let mut s = Session::create(header.clone());
+    let add = |s: &mut Session, e: Value| {
+        let e = Event::from_json(&e.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        s.append(e).unwrap_or_else(|e| panic!("{e}"));
+    };
+    let settings =
+        json!({"seq": 0, "time": 0, "type": "session/settings", "data": {"settings": {"model": "m"}}});
+    add(&mut s, settings);
+    for turn in 1..=20u64 {
+        let seq = s.next_seq();
+        add(&mut s, json!({"seq": seq, "time": seq, "type": "turn/start", "data": {"turn": turn}}));
+        let user = json!({"message": message(format!("u{turn}"), "user", json!([{"type": "text", "text": "q"}]), json!({"kind": "user"}))});
+        add(
+            &mut s,
+            json!({"seq": seq + 1, "time": seq, "type": "user/message", "data": user, "surfaceOp": "append"}),
+        );
+        add(
+            &mut s,
+            json!({"seq": seq + 2, "time": seq, "type": "step/start", "data": {"turn": turn, "step": 1}}),
+        );
+        for i in 0..500 {
+            let chunk =
+                json!({"turn": turn, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "x"}});
+            add(&mut s, json!({"seq": seq + 3 + i, "time": seq, "type": "assistant/chunk", "data": chunk}));
+        }
+        let next = s.next_seq();
+        let answer = json!({"turn": turn, "step": 1, "message": message(format!("a{turn}"), "assistant", json!([{"type": "text", "text": "a"}]), json!({"kind": "model", "provider": "p", "model": "m"}))});
+        add(
+            &mut s,
+            json!({"seq": next, "time": next, "type": "assistant/message", "data": answer, "surfaceOp": "append", "sourceEventSeqs": (seq + 3..next).collect::<Vec<_>>()}),
+        );
+        add(
+            &mut s,
+            json!({"seq": next + 1, "time": next, "type": "step/end", "data": {"turn": turn, "step": 1}}),
+        );
+        add(
+            &mut s,
+            json!({"seq": next + 2, "time": next, "type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+        );
+        let surface = s.surface().to_vec();
+        let (first, last) = (surface[0], surface[surface.len() - 1]);
+        let summary = json!({"message": message(format!("s{turn}"), "user", json!([{"type": "text", "text": "summary"}]), json!({"kind": "plugin", "plugin": "compaction"}))});
+        let at = s.next_seq();
+        add(
+            &mut s,
+            json!({"seq": at, "time": at, "type": "user/message", "data": summary, "surfaceOp": {"op": "replace", "start": first, "end": last}, "sourceEventSeqs": surface}),
+        );
+    }
+    let log = s.events().to_vec();
+    assert!(log.len() > 10_000);
+    let cut = log.len() - 5;
+    let prefix = Session::from_log(header.clone(), log[..cut].to_vec()).unwrap_or_else(|e| panic!("{e}"));
+    let checkpoint = prefix.checkpoint();
+    assert_eq!(
+        checkpoint.events().len(),
+        prefix.surface().len() + 1,
+        "the surface's events and the settings event"
+    );
+    let resumed = Session::resume(header, checkpoint, log[cut..].to_vec()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(resumed.next_seq(), log.len() as u64);
+    assert_eq!(resumed.surface(), s.surface());
+    assert!(
+        resumed.resident().len() <= resumed.surface().len() + 1 + 5,
+        "{} events resident for a surface of {} and a tail of 5",
+        resumed.resident().len(),
+        resumed.surface().len()
+    );
+    assert!(!resumed.is_complete());
+    assert!(resumed.complete_events().is_none());
+    assert_eq!(resumed.derive_request().to_json(), s.derive_request().to_json());
+}
+
+#[test]
+fn a_damaged_checkpoint_is_a_typed_error() {
+    let header = SessionHeader::new("d", 0);
+    let mut s = Session::create(header.clone());
+    let settings =
+        json!({"seq": 0, "time": 1, "type": "session/settings", "data": {"settings": {"model": "m"}}});
+    s.append(Event::from_json(&settings.to_string()).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let user = json!({"seq": 1, "time": 2, "type": "user/message", "data": {"message": message("u1".into(), "user", json!([{"type": "text", "text": "hi"}]), json!({"kind": "user"}))}, "surfaceOp": "append"});
+    s.append(Event::from_json(&user.to_string()).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = s.checkpoint().to_json();
+    let good: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    type Damage = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Damage)> = vec![
+        ("checkpoint-version-unsupported", Box::new(|v| v["checkpoint"] = json!(2))),
+        ("checkpoint-malformed", Box::new(|v| v["logLen"] = json!(-1))),
+        ("checkpoint-malformed", Box::new(|v| v["surprise"] = json!(1))),
+        ("checkpoint-malformed", Box::new(|v| v["events"][0]["seq"] = json!("zero"))),
+        (
+            "checkpoint-malformed",
+            Box::new(|v| {
+                v.as_object_mut().map(|o| o.remove("surface"));
+            }),
+        ),
+        ("checkpoint-inconsistent", Box::new(|v| v["surface"] = json!([1, 1]))),
+        ("checkpoint-inconsistent", Box::new(|v| v["surface"] = json!([0]))),
+        ("checkpoint-inconsistent", Box::new(|v| v["surface"] = json!([]))),
+        ("checkpoint-inconsistent", Box::new(|v| v["settingsSeq"] = json!(1))),
+        ("checkpoint-inconsistent", Box::new(|v| v["logLen"] = json!(1))),
+        ("checkpoint-inconsistent", Box::new(|v| v["tailHash"] = json!("md5:00"))),
+        (
+            "checkpoint-inconsistent",
+            Box::new(|v| {
+                v.as_object_mut().map(|o| o.remove("tailHash"));
+            }),
+        ),
+        ("checkpoint-inconsistent", Box::new(|v| v["events"] = json!([v["events"][1], v["events"][0]]))),
+    ];
+    for (expected, damage) in cases {
+        let mut v = good.clone();
+        damage(&mut v);
+        let err = Checkpoint::from_json(&v.to_string()).expect_err(&v.to_string());
+        assert_eq!(err.code(), expected, "{v} gave {err}");
+    }
+    // Every cut of the text is refused, none panics.
+    for cut in 0..text.len() {
+        assert!(Checkpoint::from_json(&text[..cut]).is_err());
+    }
+    // A checkpoint of another header, or of a different last event.
+    let checkpoint = Checkpoint::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
+    let err = Session::resume(SessionHeader::new("d", 1), checkpoint.clone(), vec![]).unwrap_err();
+    assert_eq!(err.code(), "checkpoint-mismatch");
+    assert!(checkpoint.matches_last_event(&s.events()[1]));
+    assert!(!checkpoint.matches_last_event(&s.events()[0]));
+    // A tail that does not continue the log is refused as a whole load would.
+    let err = Session::resume(header, checkpoint, vec![s.events()[1].clone()]).unwrap_err();
+    assert_eq!(err.code(), "seq-not-contiguous");
+}
