@@ -266,6 +266,15 @@ impl DurableSession {
         Ok((DurableSession { session, store, durability, clock: Arc::new(SystemClock) }, report))
     }
 
+    /// Saves a checkpoint of the session in its store
+    /// ([`SessionStore::save_checkpoint`]), so that the next open reads
+    /// the surface and what follows instead of the whole log. Returns
+    /// whether the store keeps checkpoints. A failure changes nothing the
+    /// log holds: the caller may carry on (the next open reads more).
+    pub fn save_checkpoint(&self) -> Result<bool, StoreError> {
+        self.store.save_checkpoint(self.session.id(), &self.session.checkpoint())
+    }
+
     /// The in-memory session (read-only: appends go through this wrapper).
     pub fn session(&self) -> &Session {
         &self.session

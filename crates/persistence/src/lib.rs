@@ -43,7 +43,8 @@ pub use hold::{Hold, KeptHold};
 pub use memory::MemoryStore;
 pub use search::{QueryError, SearchHit, SearchQuery, SEARCH_QUERY_EMPTY};
 pub use store::{
-    check_continues, check_header, CollectSink, LoadReport, LoadSink, SessionStore, StoredSession, Summaries,
+    check_continues, check_header, CollectSink, LoadReport, LoadSink, Resumable, SessionStore, StoredSession,
+    Summaries,
 };
 pub use summary::{is_turn_bracket, SessionSummary, SummarySink};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palimpsest_core_session::jsonl::TornTail;
-use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
 
 use crate::error::StoreError;
 use crate::hold::Hold;
@@ -30,6 +30,23 @@ pub struct StoredSession {
     /// The events, in seq order, each well-formed.
     pub events: Vec<Event>,
     /// What the load found.
+    pub report: LoadReport,
+}
+
+/// What a resume reads of a stored session
+/// ([`SessionStore::load_resumable`]): its header, a checkpoint the
+/// backend found and checked against the log, and the events after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumable {
+    /// The header.
+    pub header: SessionHeader,
+    /// A checkpoint that matches the log (its session, its header, the
+    /// event it ends at), `None` when there is none or it does not match.
+    pub checkpoint: Option<Checkpoint>,
+    /// The events after the checkpoint (`checkpoint.log_len()..`), in seq
+    /// order; every event when there is no checkpoint.
+    pub tail: Vec<Event>,
+    /// What the read found.
     pub report: LoadReport,
 }
 
@@ -149,6 +166,32 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
                 (header, summary)
             })
             .collect())
+    }
+
+    /// Keeps `checkpoint` of session `session_id` beside its log, replacing
+    /// any earlier one, so that a later [`load_resumable`](SessionStore::load_resumable)
+    /// reads the surface and the events after it instead of the whole log.
+    /// A checkpoint is a derived cache, never needed for correctness:
+    /// writing it changes nothing a `load` returns. Returns whether the
+    /// backend keeps checkpoints; the default keeps none (`Ok(false)`).
+    /// Writers call it at turn boundaries and when they finish; reading
+    /// commands never do (contract section 7).
+    fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
+        let _ = (session_id, checkpoint);
+        Ok(false)
+    }
+
+    /// What resuming session `session_id` needs: its header, the saved
+    /// checkpoint if it matches the log (same session and header, and the
+    /// event it ends at is the stored one: a checkpoint from another
+    /// session, from before a fork or of a rewritten log is ignored), and
+    /// the events after it. Without a matching checkpoint, every event.
+    /// Errors are a load's for the records read.
+    ///
+    /// The default loads the whole session and finds no checkpoint.
+    fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
+        let stored = self.load(session_id)?;
+        Ok(Resumable { header: stored.header, checkpoint: None, tail: stored.events, report: stored.report })
     }
 
     /// Deletes a session. `not-found` if there is none.
@@ -302,6 +345,12 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
     fn summaries(&self) -> Result<Summaries, StoreError> {
         (**self).summaries()
+    }
+    fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
+        (**self).save_checkpoint(session_id, checkpoint)
+    }
+    fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
+        (**self).load_resumable(session_id)
     }
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
         (**self).delete(session_id)
