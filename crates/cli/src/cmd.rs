@@ -26,6 +26,21 @@ pub(crate) fn open_checked(args: &StoreArgs, access: Access) -> anyhow::Result<(
 
 /// The session of a command that needs sections 1, 2 and 6 to hold (it is
 /// refused otherwise); broken invariants are one warning, not a refusal.
+/// The session of `surface` and `derive`: from the store's checkpoint
+/// and the events after it where the store has one that matches
+/// ([`Target::resumed`](crate::store_arg::Target::resumed): the surface
+/// and the tail are read, not the whole log), else read and checked whole
+/// as every reading command does.
+fn resumed_or_checked(args: &StoreArgs) -> anyhow::Result<Session> {
+    let target = store_arg::open(args, Access::Read)?;
+    if let Some(session) = target.resumed()? {
+        return Ok(session);
+    }
+    let checked = target.check()?;
+    report_tail(&checked);
+    readable_session(checked)
+}
+
 pub(crate) fn readable_session(checked: Checked) -> anyhow::Result<Session> {
     let origin = checked.origin.clone();
     let (session, invariants) = checked.into_session()?;
@@ -113,8 +128,7 @@ pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> any
 
 /// `palimpsest surface STORE`: the surface as a JSON array of seqs.
 pub(crate) fn surface(args: &StoreArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args, Access::Read)?;
-    let session = readable_session(checked)?;
+    let session = resumed_or_checked(args)?;
     serde_json::to_writer(&mut *out, session.surface())?;
     writeln!(out)?;
     Ok(Exit::Success)
@@ -138,8 +152,7 @@ pub(crate) fn derive(
     request: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let (_, checked) = open_checked(args, Access::Read)?;
-    let session = readable_session(checked)?;
+    let session = resumed_or_checked(args)?;
     if request {
         writeln!(out, "{}", session.derive_request().to_json())?;
         return Ok(Exit::Success);
@@ -161,7 +174,15 @@ pub(crate) fn derive(
 /// (contract section 5) as a JSON array of events.
 pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let access = if write { Access::Write } else { Access::Read };
-    let (target, checked) = open_checked(args, access)?;
+    let target = store_arg::open(args, access)?;
+    // From a checkpoint, the open turn (if any) is in the events after it
+    // (checkpoints are taken at turn boundaries): its closers are the same.
+    if let Some(session) = target.resumed()? {
+        let origin = target.origin();
+        return write_closers(&target, &origin, session, write, out);
+    }
+    let checked = target.check()?;
+    report_tail(&checked);
     if !checked.is_valid() {
         report_violations(&checked);
         if write {
@@ -171,13 +192,33 @@ pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyh
     }
     let origin = checked.origin.clone();
     let (session, _) = checked.into_session()?;
-    let closers = repair_closers(session.events());
+    write_closers(&target, &origin, session, write, out)
+}
+
+/// Prints the closers of `session`'s open turn and, with `write`, appends
+/// them, then saves a checkpoint of the closed session (a writer's last
+/// act, so the next open reads its surface, not its log).
+fn write_closers(
+    target: &store_arg::Target,
+    origin: &str,
+    mut session: Session,
+    write: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
+    let closers = repair_closers(session.resident());
     if write {
         if closers.is_empty() {
             output::note(&format!("{origin}: nothing to repair; the file is unchanged"));
         } else {
             target.append(&closers)?;
             output::note(&format!("{origin}: appended {} closing events", closers.len()));
+            let closed = closers.iter().try_for_each(|e| session.append(e.clone()).map(drop));
+            match closed {
+                Ok(()) => target.save_checkpoint(&session),
+                Err(e) => {
+                    tracing::warn!(code = e.code(), error = %e, "the closers did not apply in memory; no checkpoint")
+                }
+            }
         }
     }
     output::json_lines_array(out, closers.iter().map(|e| e.to_json()))?;

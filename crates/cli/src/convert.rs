@@ -212,6 +212,9 @@ pub(crate) fn convert(
         let stored = source.load(id)?;
         let session =
             Session::from_log(stored.header, stored.events).map_err(|e| check::refused(&e, &origin))?;
+        // Taken at a turn boundary only (an open turn is repaired by its
+        // next writer, who reads it whole).
+        let checkpoint = (!session.last_turn().1).then(|| session.checkpoint());
         let (header, events) = session.into_parts();
         dest.write(&header, &events).map_err(|e| {
             let written = if done == 0 { String::new() } else { format!(" ({done} sessions were written)") };
@@ -219,6 +222,13 @@ pub(crate) fn convert(
             err.message = format!("writing session {id:?}: {}{written}", err.message);
             err
         })?;
+        if let (Dest::Store(s, _), Some(checkpoint)) = (&dest, &checkpoint) {
+            // A writer leaves a checkpoint, so the next open reads the
+            // surface, not the log; the copy stands without it.
+            if let Err(e) = s.save_checkpoint(&header.id, checkpoint) {
+                output::warning(&format!("{}: could not save a checkpoint: {e}", dst_shown));
+            }
+        }
         progress.inc(events.len() as u64);
     }
     progress.finish();

@@ -81,6 +81,7 @@ pub(crate) fn fork(
         }
         None => write_with_default_id(store, &parent, at, now, &origin)?,
     };
+    store.save_checkpoint(&child);
 
     let seed = at + 1;
     let closers = child.events().len() as u64 - seed;

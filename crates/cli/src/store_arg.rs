@@ -31,10 +31,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use palimpsest_core_session::jsonl::ReadOptions;
-use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_core_session::{AppendGuard, Event, Session, SessionHeader};
 use palimpsest_persistence::search::{session_hits, HitCollector};
 use palimpsest_persistence::{
-    SearchHit, SearchQuery, SessionStore, SessionSummary, StoreError, StoredSession,
+    LoadReport, SearchHit, SearchQuery, SessionStore, SessionSummary, StoreError, StoredSession,
 };
 use palimpsest_persistence_jsonl::name::file_name;
 use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, JsonlStore, SessionFile};
@@ -388,6 +388,23 @@ impl Store {
         }
     }
 
+    /// Saves a checkpoint of `session`, as just written, beside its log in
+    /// this store (a directory, database or server; a bare file keeps
+    /// none), at a turn boundary only. A failure is a warning: the
+    /// checkpoint is a cache, and the write it follows stands.
+    pub(crate) fn save_checkpoint(&self, session: &Session) {
+        let Some(store) = self.backend() else { return };
+        if session.last_turn().1 {
+            return;
+        }
+        if let Err(e) = store.save_checkpoint(session.id(), &session.checkpoint()) {
+            crate::output::warning(&format!(
+                "{}: could not save a checkpoint: {e}",
+                self.origin(session.id())
+            ));
+        }
+    }
+
     /// Where a new session `id` goes beside the bare file `file`.
     fn new_file_path(&self, file: &Path, id: &str) -> Result<PathBuf, CliError> {
         let name = file_name(id).map_err(|e| from_store(&e, &self.shown()))?;
@@ -518,6 +535,50 @@ impl Target {
             };
         };
         self.store.check(id)
+    }
+
+    /// The session from its store's checkpoint and the events after it
+    /// ([`SessionStore::load_resumable`]), for the commands that need only
+    /// what an append needs (`surface`, `derive`, `repair`): the surface
+    /// and the tail are read, not the log, and the tail is checked by every
+    /// rule and invariant. `None` when the store has no checkpoint that
+    /// matches the log, or the tail breaks a rule or an invariant: the
+    /// caller then reads and checks the whole log, as before, and reports
+    /// what it finds. Reading never writes a checkpoint.
+    pub(crate) fn resumed(&self) -> Result<Option<Session>, CliError> {
+        let (Some(id), Some(store)) = (&self.id, self.store.backend()) else { return Ok(None) };
+        let resumable =
+            store.load_resumable(id).map_err(|e| self.store.load_error(&e, id, &self.store.origin(id)))?;
+        let Some(checkpoint) = resumable.checkpoint else { return Ok(None) };
+        if resumable.report != LoadReport::default() {
+            // A torn tail: the whole read reports it as it always has.
+            return Ok(None);
+        }
+        let guard: Box<dyn AppendGuard> = Box::new(palimpsest_invariants::InvariantGuard::new());
+        match Session::resume_guarded(resumable.header, checkpoint, resumable.tail, Some(guard)) {
+            Ok(session) => Ok(Some(session)),
+            Err(e) => {
+                tracing::debug!(session_id = %id, code = e.code(), error = %e, "not resuming from the checkpoint; reading the whole log");
+                Ok(None)
+            }
+        }
+    }
+
+    /// How messages name the session: the file, or `STORE#ID`.
+    pub(crate) fn origin(&self) -> String {
+        match &self.id {
+            Some(id) => self.store.origin(id),
+            None => self.store.shown(),
+        }
+    }
+
+    /// Saves a checkpoint of `session` (this target's session, as written)
+    /// beside its log, where the store keeps checkpoints. A failure is a
+    /// warning: the checkpoint is a cache, and the write it follows stands.
+    pub(crate) fn save_checkpoint(&self, session: &Session) {
+        if self.id.is_some() {
+            self.store.save_checkpoint(session);
+        }
     }
 
     /// Appends `events` to the session, then syncs (see [`Store::append`]).

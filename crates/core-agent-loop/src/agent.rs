@@ -40,7 +40,7 @@ use palimpsest_core_session::payload::{
     Settings, Source, SteeringMessage, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnEndReason,
     TurnStart, Usage, UserMessage,
 };
-use palimpsest_core_session::{repair, Event, EventType, Session, SurfaceIntent};
+use palimpsest_core_session::{repair, Event, Session, SurfaceIntent};
 use palimpsest_persistence::{DurableSession, Hold, KeptHold};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -289,16 +289,15 @@ impl AgentLoop {
         plugins: Vec<Box<dyn Plugin>>,
         hold: Option<KeptHold>,
     ) -> AgentLoop {
-        let events = core.session.session().events();
-        let last_turn = events
-            .iter()
-            .filter(|e| *e.event_type() == EventType::TurnStart)
-            .filter_map(|e| e.data_as::<TurnStart>().ok())
-            .map(|t| t.turn)
-            .max()
-            .unwrap_or(0);
-        let turn_open = repair::needs_repair(events);
-        let call_ids = CallIds::from_log(events);
+        // A resumed session holds its surface and the events after its
+        // checkpoint; its turn state carries what the rest of the log said.
+        let session = core.session.session();
+        let turns = session.turn_state();
+        let last_turn = turns.started;
+        let turn_open = turns.open_turn.is_some();
+        // Every call id of the events held: on a resumed session, those of
+        // the surface and the tail (a shadowed call is in no request).
+        let call_ids = CallIds::from_log(session.resident());
         let (inject_tx, inject_rx) = mpsc::unbounded_channel();
         AgentLoop {
             core,
@@ -435,7 +434,7 @@ impl AgentLoop {
         if !self.turn_open {
             return Ok(None);
         }
-        let closers = repair::repair(self.session().events());
+        let closers = repair::repair(self.session().resident());
         let range = if closers.is_empty() { None } else { Some(self.commit_events(closers)?) };
         if let Some(r) = &range {
             tracing::info!(session_id = %self.session_id(), first_seq = r.start, last_seq = r.end - 1, "repaired an open turn");
@@ -545,6 +544,8 @@ impl AgentLoop {
         closers.log(&self.core, TurnEnd { turn, reason: reason.clone() })?;
         self.commit(closers)?;
         self.turn_open = false;
+        // The turn is durable: what the next open needs is its surface.
+        self.core.save_checkpoint();
         Ok(reason)
     }
 

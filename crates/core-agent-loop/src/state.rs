@@ -67,6 +67,20 @@ impl LoopCore {
         }
     }
 
+    /// Saves a checkpoint of the session beside its log (at a turn
+    /// boundary: see [`DurableSession::save_checkpoint`]), off the
+    /// executor like every store call. A failure is logged and changes
+    /// nothing: the checkpoint is a cache, and the next open reads more.
+    pub(crate) fn save_checkpoint(&self) {
+        let session = &self.session;
+        match off_the_executor(|| session.save_checkpoint()) {
+            Ok(saved) => tracing::trace!(session_id = %self.session_id(), saved, "checkpoint"),
+            Err(e) => {
+                tracing::warn!(session_id = %self.session_id(), code = e.code(), error = %e, "could not save a checkpoint")
+            }
+        }
+    }
+
     /// The request the model would get now: the effective settings of the
     /// log (contract section 1.3) and the derived history. A setting the
     /// log does not state falls back to the loop's own: the config's system

@@ -21,9 +21,14 @@ pub const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
 /// unanswered call of the open step, `step/end` if a step is open, and
 /// `turn/end` with reason `interrupted`. A balanced log gets nothing. Pure
 /// and deterministic.
+///
+/// `events` may be any part of the log that ends with its last event and
+/// holds the open turn from its `turn/start` on (a resumed session's
+/// [`resident`](crate::Session::resident) events, say): seqs continue
+/// from the last event's.
 pub fn repair(events: &[Event]) -> Vec<Event> {
     let Some(open) = OpenTail::find(events) else { return Vec::new() };
-    let base = events.len() as u64;
+    let base = events.last().map_or(0, |e| e.seq() + 1);
     let time = events.last().map_or(0, Event::time);
     let mut closers: Vec<Event> = Vec::new();
     let next = |closers: &Vec<Event>| base + closers.len() as u64;

@@ -271,7 +271,15 @@ impl DurableSession {
     /// the surface and what follows instead of the whole log. Returns
     /// whether the store keeps checkpoints. A failure changes nothing the
     /// log holds: the caller may carry on (the next open reads more).
+    ///
+    /// Checkpoints are taken at turn boundaries: while the log ends inside
+    /// a turn this saves nothing (`Ok(false)`), so the open turn of a
+    /// resumed session is always in the events it holds (crash repair
+    /// reads it there).
     pub fn save_checkpoint(&self) -> Result<bool, StoreError> {
+        if self.session.last_turn().1 {
+            return Ok(false);
+        }
         self.store.save_checkpoint(self.session.id(), &self.session.checkpoint())
     }
 
