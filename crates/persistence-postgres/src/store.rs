@@ -9,7 +9,7 @@ use palimpsest_core_session::{Event, LoadError, SessionHeader};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, SearchHit, SearchQuery, SessionStore,
-    SessionSummary, StoreError, StoredSession,
+    SessionSummary, StoreError, StoredSession, SummaryPart,
 };
 use postgres::config::SslMode;
 use postgres::error::SqlState;
@@ -1394,13 +1394,8 @@ impl SessionStore for PgStore {
                     let event = codec::read_row(row, None)
                         .and_then(|r| r.decode(index))
                         .map_err(|e| self.corrupt(session_id, Some(index), e))?;
-                    match row.try_get::<_, i32>(6)? {
-                        0 => {
-                            summary.events = event.seq() + 1;
-                            summary.last_activity = Some(event.time());
-                        }
-                        1 => summary.last_turn = Some(event),
-                        _ => summary.first_prompt = Some(event),
+                    if let Some(part) = SummaryPart::from_tag(row.try_get::<_, i32>(6)?.into()) {
+                        summary.record(part, event);
                     }
                 }
                 Ok(summary)
@@ -1443,13 +1438,8 @@ impl SessionStore for PgStore {
                                 continue;
                             }
                         };
-                        match row.try_get::<_, i32>(6)? {
-                            0 => {
-                                summary.events = event.seq() + 1;
-                                summary.last_activity = Some(event.time());
-                            }
-                            1 => summary.last_turn = Some(event),
-                            _ => summary.first_prompt = Some(event),
+                        if let Some(part) = SummaryPart::from_tag(row.try_get::<_, i32>(6)?.into()) {
+                            summary.record(part, event);
                         }
                     }
                 }

@@ -11,7 +11,7 @@ use palimpsest_persistence::hold::{check_fence, grant};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
     check_continues, check_header, CollectSink, Hold, LoadReport, LoadSink, SearchHit, SearchQuery,
-    SessionStore, SessionSummary, StoreError, StoredSession,
+    SessionStore, SessionSummary, StoreError, StoredSession, SummaryPart,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
@@ -795,7 +795,11 @@ impl SessionStore for SqliteStore {
             let headers = self.list_in(tx)?;
             let mut found: HashMap<String, Result<SessionSummary, StoreError>> =
                 headers.iter().map(|h| (h.id.clone(), Ok(SessionSummary::empty(h.clone())))).collect();
-            for (sql, kind) in [(ALL_LAST_EVENTS, 0), (ALL_LAST_TURNS, 1), (ALL_FIRST_PROMPTS, 2)] {
+            for (sql, part) in [
+                (ALL_LAST_EVENTS, SummaryPart::LastEvent),
+                (ALL_LAST_TURNS, SummaryPart::LastTurn),
+                (ALL_FIRST_PROMPTS, SummaryPart::FirstPrompt),
+            ] {
                 let mut stmt = tx.prepare_cached(sql)?;
                 let mut rows = stmt.query([])?;
                 while let Some(row) = rows.next()? {
@@ -816,14 +820,7 @@ impl SessionStore for SqliteStore {
                             continue;
                         }
                     };
-                    match kind {
-                        0 => {
-                            summary.events = event.seq() + 1;
-                            summary.last_activity = Some(event.time());
-                        }
-                        1 => summary.last_turn = Some(event),
-                        _ => summary.first_prompt = Some(event),
-                    }
+                    summary.record(part, event);
                 }
             }
             Ok(headers

@@ -46,7 +46,7 @@ pub use store::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, Resumable, SessionStore, StoredSession,
     Summaries,
 };
-pub use summary::{is_turn_bracket, SessionSummary, SummarySink};
+pub use summary::{is_turn_bracket, SessionSummary, SummaryPart, SummarySink};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -71,6 +71,55 @@ impl SessionSummary {
     }
 }
 
+/// One of the few records a summary is made of, as a backend that reads
+/// them directly finds them ([`SessionSummary::record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummaryPart {
+    /// The last event: the size and the last activity.
+    LastEvent,
+    /// The last `turn/start` or `turn/end`.
+    LastTurn,
+    /// The first `user/message`.
+    FirstPrompt,
+}
+
+impl SummaryPart {
+    /// The part a SQL backend tagged a summary row with: 0, 1 or 2, in the
+    /// order of the variants.
+    pub fn from_tag(tag: i64) -> Option<SummaryPart> {
+        match tag {
+            0 => Some(SummaryPart::LastEvent),
+            1 => Some(SummaryPart::LastTurn),
+            2 => Some(SummaryPart::FirstPrompt),
+            _ => None,
+        }
+    }
+}
+
+impl SessionSummary {
+    /// Takes in `event`, found as `part` of the session.
+    ///
+    /// ```
+    /// use palimpsest_core_session::{payload::TurnStart, Event, SessionHeader};
+    /// use palimpsest_persistence::{SessionSummary, SummaryPart};
+    ///
+    /// let mut summary = SessionSummary::empty(SessionHeader::new("s", 0));
+    /// summary.record(SummaryPart::LastEvent, Event::log(41, 7, TurnStart { turn: 3 })?);
+    /// assert_eq!((summary.events, summary.last_activity), (42, Some(7)));
+    /// # Ok::<(), palimpsest_core_session::AppendError>(())
+    /// ```
+    pub fn record(&mut self, part: SummaryPart, event: Event) {
+        match part {
+            SummaryPart::LastEvent => {
+                self.events = event.seq() + 1;
+                self.last_activity = Some(event.time());
+            }
+            SummaryPart::LastTurn => self.last_turn = Some(event),
+            SummaryPart::FirstPrompt => self.first_prompt = Some(event),
+        }
+    }
+}
+
 /// The `turn` of a `turn/start` or `turn/end` payload.
 fn turn_number(e: &Event) -> Option<u64> {
     match e.event_type() {
