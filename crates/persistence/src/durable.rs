@@ -89,10 +89,7 @@ fn open_session(
                 // goes first, then the guard is installed again (restored
                 // for the session as it now is).
                 session.set_guard(None);
-                match Arc::try_unwrap(shared) {
-                    Ok(cell) => session.set_guard(Some(cell.into_inner().unwrap_or_else(|p| p.into_inner()))),
-                    Err(shared) => session.set_guard(Some(Box::new(SharedGuard(shared)))),
-                }
+                session.set_guard(Some(take_back(shared)));
             }
             tracing::debug!(session_id, tail = tail_len, "resumed from a checkpoint");
             Ok((session, report))
@@ -102,12 +99,18 @@ fn open_session(
                 session_id, code = e.code(), error = %e,
                 "the checkpoint was refused; loading the whole log"
             );
-            let guard = shared.and_then(|shared| match Arc::try_unwrap(shared) {
-                Ok(cell) => Some(cell.into_inner().unwrap_or_else(|p| p.into_inner())),
-                Err(shared) => Some(Box::new(SharedGuard(shared)) as Box<dyn AppendGuard>),
-            });
+            let guard = shared.map(take_back);
             load_session(store, session_id, guard)
         }
+    }
+}
+
+/// The guard out of its shared cell, once no one else holds the cell (the
+/// session it was lent to is gone or has dropped it); still shared if not.
+fn take_back(shared: Arc<Mutex<Box<dyn AppendGuard>>>) -> Box<dyn AppendGuard> {
+    match Arc::try_unwrap(shared) {
+        Ok(cell) => cell.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Err(shared) => Box::new(SharedGuard(shared)),
     }
 }
 
