@@ -21,6 +21,22 @@ impl StoreFactory for PgFactory {
         self.fault.arm();
         true
     }
+
+    /// Cuts the stored checkpoint's JSON text in half, behind the store's
+    /// back.
+    fn damage_checkpoint(&self, session_id: &str) -> bool {
+        let changed = self
+            .schema
+            .client()
+            .execute(
+                "UPDATE checkpoints SET checkpoint = left(checkpoint, length(checkpoint) / 2) \
+                 WHERE session_id = $1",
+                &[&session_id],
+            )
+            .unwrap_or_else(|e| panic!("damage the checkpoint: {e}"));
+        assert_eq!(changed, 1, "damage_checkpoint: no checkpoint of {session_id:?}");
+        true
+    }
 }
 
 /// Runs one check in a fresh schema (skipped, saying so, without a server
