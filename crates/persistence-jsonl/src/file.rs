@@ -562,7 +562,7 @@ fn tail_of(
 
 /// Creates a hidden temporary file in `dir` (ignored by
 /// [`JsonlStore::list`](crate::JsonlStore)).
-fn create_temp(dir: &Path) -> Result<(PathBuf, File), StoreError> {
+pub(crate) fn create_temp(dir: &Path) -> Result<(PathBuf, File), StoreError> {
     loop {
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".palimpsest-{}-{n}.tmp", std::process::id()));
@@ -630,7 +630,7 @@ const PIECE_BYTES: usize = 8 << 20;
 ///
 /// A line longer than `options.max_line_bytes` is refused as soon as a
 /// piece shows it is: it is counted to its end, never held whole.
-fn read_in_pieces(
+pub(crate) fn read_in_pieces(
     mut file: impl Read,
     path: &Path,
     options: ReadOptions,

@@ -7,10 +7,15 @@
 //! * [`SessionFile`], [`read_session_file`], [`read_session_file_with`]: one
 //!   file (`file.rs`); reading under a line cap (`capped.rs`).
 //! * [`name`]: the id ↔ file-name encoding.
+//! * Checkpoint sidecars (`<stem>.checkpoint.json`): how
+//!   [`SessionStore::save_checkpoint`](palimpsest_persistence::SessionStore::save_checkpoint)
+//!   and [`load_resumable`](palimpsest_persistence::SessionStore::load_resumable)
+//!   are kept (`checkpoint.rs`).
 //! * [`read_session_summary`]: a session's summary from its file's head
 //!   and tail (`summary.rs`).
 
 mod capped;
+mod checkpoint;
 #[cfg(any(test, feature = "testkit"))]
 mod fault;
 mod file;

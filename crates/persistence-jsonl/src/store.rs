@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::{Hold, SessionStore, SessionSummary, StoreError, StoredSession};
+use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
+use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, StoreError, StoredSession};
 
 use palimpsest_core_session::jsonl::ReadOptions;
 
@@ -159,6 +159,15 @@ impl JsonlStore {
     }
 }
 
+/// Removes a sidecar left by a session file removed behind the store's
+/// back, before a new session of the same id has one of its own. A
+/// failure is only logged: a resume checks a sidecar against the file.
+fn forget_checkpoint(path: &Path) {
+    if let Err(e) = crate::checkpoint::remove(path) {
+        tracing::warn!(path = %path.display(), error = %e, "could not remove an old checkpoint sidecar");
+    }
+}
+
 /// Names the session, rather than its path, in a `not-found`.
 fn with_id(e: StoreError, session_id: &str) -> StoreError {
     match e {
@@ -187,6 +196,7 @@ impl SessionStore for JsonlStore {
         let mut handles = self.handles();
         let file = SessionFile::create(&path, header)?.with_read_options(self.read);
         handles.insert(header.id.clone(), Arc::new(Mutex::new(file)));
+        forget_checkpoint(&path);
         Ok(())
     }
 
@@ -195,6 +205,7 @@ impl SessionStore for JsonlStore {
         let mut handles = self.handles();
         let file = SessionFile::create_with_events(&path, header, events)?.with_read_options(self.read);
         handles.insert(header.id.clone(), Arc::new(Mutex::new(file)));
+        forget_checkpoint(&path);
         Ok(())
     }
 
@@ -287,11 +298,60 @@ impl SessionStore for JsonlStore {
         Ok(headers)
     }
 
-    /// Deletes the session's file. `locked` if another writer holds it.
+    /// Writes the session's checkpoint sidecar (`<stem>.checkpoint.json`,
+    /// see the crate docs) atomically: a temporary file in the store
+    /// directory, synced and renamed over the old one. Finding where the
+    /// checkpoint's last event line starts reads the file from the old
+    /// sidecar's line on (the whole file the first time). `conflict` when
+    /// the file holds fewer whole event lines than the checkpoint covers;
+    /// `not-found` without a session file. Not fenced by holds: a
+    /// checkpoint is a cache, and one that does not match the file is
+    /// ignored by every resume.
+    fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
+        let path = self.path_of(session_id)?;
+        // This store's own appends wait while the file is read.
+        let handle = self.cached(session_id);
+        let _appends = handle.as_ref().map(lock_handle);
+        crate::checkpoint::save(&path, session_id, checkpoint)?;
+        Ok(true)
+    }
+
+    /// From the checkpoint sidecar when it matches the file: the header
+    /// line, then only the lines from the checkpoint's last event on (a
+    /// seek), with a whole read's handling of a torn or unterminated last
+    /// line. Without a usable sidecar, exactly [`load`](SessionStore::load).
+    fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
+        let path = self.path_of(session_id)?;
+        let handle = self.cached(session_id);
+        let appends = handle.as_ref().map(lock_handle);
+        if let Some(r) = crate::checkpoint::resume(&path, self.read) {
+            check_id(&path, &r.header.id, session_id)?;
+            tracing::debug!(
+                session_id,
+                log_len = r.checkpoint.log_len(),
+                tail = r.tail.len(),
+                "resuming from a checkpoint sidecar"
+            );
+            return Ok(Resumable {
+                header: r.header,
+                checkpoint: Some(r.checkpoint),
+                tail: r.tail,
+                report: r.report,
+            });
+        }
+        drop(appends);
+        let stored = self.load(session_id)?;
+        Ok(Resumable { header: stored.header, checkpoint: None, tail: stored.events, report: stored.report })
+    }
+
+    /// Deletes the session's file and its checkpoint sidecar. `locked` if
+    /// another writer holds it.
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
         let path = self.path_of(session_id)?;
-        let remove =
-            || fs::remove_file(&path).map_err(|e| StoreError::io(format!("delete {}", path.display()), e));
+        let remove = || {
+            crate::checkpoint::remove(&path)?;
+            fs::remove_file(&path).map_err(|e| StoreError::io(format!("delete {}", path.display()), e))
+        };
         let mut handles = self.handles();
         // Hold the file's lock while removing it, so no writer is appending.
         match handles.remove(session_id) {

@@ -46,6 +46,17 @@ impl StoreFactory for JsonlFactory {
         self.fault.arm();
         true
     }
+
+    /// Cuts the checkpoint sidecar in half, as a torn copy would.
+    fn damage_checkpoint(&self, session_id: &str) -> bool {
+        let path = self.store().path_of(session_id).unwrap_or_else(|e| panic!("path_of: {e}"));
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let sidecar = path.with_file_name(name.replace(".jsonl", ".checkpoint.json"));
+        let text = std::fs::read(&sidecar).unwrap_or_else(|e| panic!("read {}: {e}", sidecar.display()));
+        std::fs::write(&sidecar, &text[..text.len() / 2])
+            .unwrap_or_else(|e| panic!("write {}: {e}", sidecar.display()));
+        true
+    }
 }
 
 palimpsest_persistence::store_contract_tests!(JsonlFactory::new());

@@ -8,24 +8,26 @@ use postgres::Client;
 use crate::error::pg_err;
 
 /// The schema version this build reads and writes, kept in the comment of
-/// the `sessions` table (`palimpsest schema_version 2`), so that every table
+/// the `sessions` table (`palimpsest schema_version 3`), so that every table
 /// stays keyed by session id. Version 1 was the schema without the `search`
-/// table.
+/// table; version 2 the schema without the `checkpoints` table (one cached
+/// checkpoint per session,
+/// [`SessionStore::save_checkpoint`](palimpsest_persistence::SessionStore::save_checkpoint)).
 ///
 /// A store of any other version, older or newer, is refused on open with
 /// `schema-mismatch` naming both numbers; nothing is migrated while the
 /// format is pre-release.
 ///
 /// ```
-/// assert_eq!(palimpsest_persistence_postgres::SCHEMA_VERSION, 2);
+/// assert_eq!(palimpsest_persistence_postgres::SCHEMA_VERSION, 3);
 /// ```
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The comment of the `sessions` table that carries the version.
 const VERSION_PREFIX: &str = "palimpsest schema_version ";
 
 /// The tables of the schema, in the order they are checked.
-const TABLES: [&str; 4] = ["sessions", "events", "holds", "search"];
+const TABLES: [&str; 5] = ["sessions", "events", "holds", "search", "checkpoints"];
 
 /// The SQL that creates the schema of version [`SCHEMA_VERSION`] in the
 /// PostgreSQL schema `schema` (quoted as an identifier), as the store runs
@@ -52,13 +54,17 @@ const TABLES: [&str; 4] = ["sessions", "events", "holds", "search"];
 /// then always a candidate). A GIN index serves `@@`; a partial index finds
 /// the NULL rows.
 ///
+/// `checkpoints` holds each session's cached checkpoint: the length of the
+/// log it covers and its JSON text. It is derived data, never needed to
+/// read the log; a resume uses it only when it matches the stored events.
+///
 /// [`SessionStore::search`]: palimpsest_persistence::SessionStore::search
 ///
 /// ```
 /// let sql = palimpsest_persistence_postgres::schema_sql("palimpsest");
 /// assert!(sql.contains("CREATE TABLE \"palimpsest\".events"));
 /// assert!(sql.contains("PRIMARY KEY (session_id, seq)"));
-/// assert!(sql.contains("'palimpsest schema_version 2'"));
+/// assert!(sql.contains("'palimpsest schema_version 3'"));
 /// ```
 pub fn schema_sql(schema: &str) -> String {
     let s = quote_ident(schema);
@@ -94,6 +100,12 @@ CREATE TABLE {s}.search (
     seq        bigint   NOT NULL,
     terms      tsvector,
     PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE {s}.checkpoints (
+    session_id text   NOT NULL,
+    log_len    bigint NOT NULL,
+    checkpoint text   NOT NULL,
+    PRIMARY KEY (session_id)
 );
 CREATE INDEX search_terms ON {s}.search USING gin (terms);
 CREATE INDEX search_unindexed ON {s}.search (session_id, seq) WHERE terms IS NULL;
@@ -147,6 +159,10 @@ fn expected_columns(table: &str) -> (&'static [Col], &'static [&'static str]) {
         "search" => (
             &[("session_id", TEXT, true), ("seq", BIGINT, true), ("terms", "tsvector", false)],
             &["session_id", "seq"],
+        ),
+        "checkpoints" => (
+            &[("session_id", TEXT, true), ("log_len", BIGINT, true), ("checkpoint", TEXT, true)],
+            &["session_id"],
         ),
         _ => (
             &[
@@ -231,7 +247,9 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
         let Some((oid, _, _)) = found.iter().find(|t| t.1 == table) else {
             return Err(StoreError::SchemaMismatch {
                 found: format!("schema version {SCHEMA_VERSION} without table {q}.{table}"),
-                expected: format!("tables {q}.sessions, {q}.events, {q}.holds and {q}.search"),
+                expected: format!(
+                    "tables {q}.sessions, {q}.events, {q}.holds, {q}.search and {q}.checkpoints"
+                ),
             });
         };
         check_table(client, *oid, &q, table, location)?;

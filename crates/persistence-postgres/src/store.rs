@@ -5,11 +5,11 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use palimpsest_core_session::{Event, LoadError, SessionHeader};
+use palimpsest_core_session::{Checkpoint, Event, LoadError, SessionHeader};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
-    check_continues, check_header, CollectSink, LoadReport, LoadSink, SearchHit, SearchQuery, SessionStore,
-    SessionSummary, StoreError, StoredSession, SummaryPart,
+    check_continues, check_header, CollectSink, LoadReport, LoadSink, Resumable, SearchHit, SearchQuery,
+    SessionStore, SessionSummary, StoreError, StoredSession, SummaryPart,
 };
 use postgres::config::SslMode;
 use postgres::error::SqlState;
@@ -81,6 +81,11 @@ struct Sql {
     /// The same rows for each of the sessions whose ids are `$1`, the
     /// session id in an eighth column.
     summaries: String,
+    upsert_checkpoint: String,
+    select_checkpoint: String,
+    delete_checkpoint: String,
+    /// The events from seq `$2` on: a resume's tail.
+    events_from: String,
 }
 
 impl Sql {
@@ -154,6 +159,17 @@ impl Sql {
                  FROM unnest($2::bigint[], $3::text[]) AS u(seq, terms)"
             ),
             delete_search: format!("DELETE FROM {s}.search WHERE session_id = $1"),
+            upsert_checkpoint: format!(
+                "INSERT INTO {s}.checkpoints (session_id, log_len, checkpoint) VALUES ($1, $2, $3) \
+                 ON CONFLICT (session_id) DO UPDATE SET log_len = excluded.log_len, \
+                 checkpoint = excluded.checkpoint"
+            ),
+            select_checkpoint: format!("SELECT log_len, checkpoint FROM {s}.checkpoints WHERE session_id = $1"),
+            delete_checkpoint: format!("DELETE FROM {s}.checkpoints WHERE session_id = $1"),
+            events_from: format!(
+                "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                 WHERE session_id = $1 AND seq >= $2 ORDER BY seq"
+            ),
             search_candidates: format!(
                 "SELECT session_id, seq FROM {s}.search WHERE terms @@ $1::tsquery OR terms IS NULL"
             ),
@@ -980,6 +996,7 @@ impl PgStore {
                 client.query_typed(&self.sql.delete_events, &[(&session_id, Type::TEXT)])?;
                 client.query_typed(&self.sql.delete_search, &[(&session_id, Type::TEXT)])?;
                 client.query_typed(&self.sql.delete_hold, &[(&session_id, Type::TEXT)])?;
+                client.query_typed(&self.sql.delete_checkpoint, &[(&session_id, Type::TEXT)])?;
                 Ok(())
             }),
             Write::Append { session_id, events } => {
@@ -1082,6 +1099,57 @@ impl PgStore {
         rows_read
             .finish(decoded)
             .map_err(|(index, e)| TxError::Refused(self.corrupt(session_id, Some(index), e)))
+    }
+
+    /// The session's saved checkpoint, read in the caller's transaction,
+    /// if it matches the log: it decodes, its `log_len` column agrees with
+    /// it, it was taken of this session under `header`, and the stored row
+    /// at seq `log_len - 1` is its last event. `None` (logged at `debug`,
+    /// with why) otherwise.
+    fn matching_checkpoint(
+        &self,
+        client: &mut Client,
+        session_id: &str,
+        header: &SessionHeader,
+    ) -> Result<Option<Checkpoint>, TxError> {
+        let Some(row) = client.query_typed_opt(&self.sql.select_checkpoint, &[(&session_id, Type::TEXT)])?
+        else {
+            return Ok(None);
+        };
+        let ignore = |why: &str| {
+            tracing::debug!(session_id, why, "ignoring the saved checkpoint; reading every event");
+            Ok(None)
+        };
+        let (log_len, json) = match (row.try_get::<_, i64>(0), row.try_get::<_, String>(1)) {
+            (Ok(n), Ok(json)) => (codec::from_sql_int(n), json),
+            _ => return ignore("its row cannot be read"),
+        };
+        let checkpoint = match Checkpoint::from_json(&json) {
+            Ok(c) => c,
+            Err(e) => return ignore(&format!("it does not decode: {e}")),
+        };
+        if checkpoint.log_len() != log_len {
+            return ignore("its log_len column disagrees with it");
+        }
+        if !checkpoint.matches_header(header) {
+            return ignore("it was taken of another session or under another header");
+        }
+        let Some(last) = log_len.checked_sub(1) else {
+            return Ok(Some(checkpoint));
+        };
+        let at = codec::to_sql_int(last);
+        let rows = client.query_typed(
+            &self.sql.events_between,
+            &[(&session_id, Type::TEXT), (&at, Type::INT8), (&at, Type::INT8)],
+        )?;
+        let Some(row) = rows.first() else { return ignore("the log is shorter than it") };
+        match codec::read_row(row, None).and_then(|r| r.decode(last)) {
+            Err(e) => ignore(&format!("the stored event it ends at does not decode: {e}")),
+            Ok(event) if !checkpoint.matches_last_event(&event) => {
+                ignore("the stored event it ends at is not the one it was taken after")
+            }
+            Ok(_) => Ok(Some(checkpoint)),
+        }
     }
 
     /// Runs `f` in one read-only snapshot; after a lost connection it
@@ -1451,6 +1519,101 @@ impl SessionStore for PgStore {
                         (h, summary)
                     })
                     .collect())
+            })
+        })
+    }
+
+    /// Replaces the session's row of the `checkpoints` table, in one write
+    /// transaction, after settling any earlier write whose outcome is
+    /// unknown (safe to run again after a lost connection). Not fenced by
+    /// holds: a checkpoint is a cache that changes nothing a load returns.
+    /// A checkpoint of more events than the log holds is refused with
+    /// `conflict` (`expected` the stored length, `found` its `log_len`),
+    /// nothing written; one that does not match the log in any other way
+    /// is kept, and ignored by every resume.
+    fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            let json = checkpoint.to_json();
+            let log_len = checkpoint.log_len();
+            let mut inner = self.lock();
+            self.settle_pending(&mut inner)?;
+            self.with_retry(&mut inner, "saving a checkpoint", |store, client| {
+                store.write_tx(client, |client| {
+                    exists_or_not_found(client, &store.sql.session_exists, session_id)?;
+                    let max: Option<i64> = client
+                        .query_typed_one(&store.sql.max_seq, &[(&session_id, Type::TEXT)])?
+                        .try_get(0)?;
+                    let len = max.map_or(0, |m| codec::from_sql_int(m) + 1);
+                    if log_len > len {
+                        return Err(StoreError::Conflict {
+                            session_id: session_id.to_owned(),
+                            expected: len,
+                            found: log_len,
+                        }
+                        .into());
+                    }
+                    client.execute_typed(
+                        &store.sql.upsert_checkpoint,
+                        &[
+                            (&session_id, Type::TEXT),
+                            (&codec::to_sql_int(log_len), Type::INT8),
+                            (&json, Type::TEXT),
+                        ],
+                    )?;
+                    Ok(())
+                })
+            })?;
+            tracing::debug!(session_id, log_len, "saved a checkpoint");
+            Ok(true)
+        })
+    }
+
+    /// One read-only snapshot: the header, the checkpoint row, the row it
+    /// ends at, then only the rows from seq `log_len` on. A checkpoint that
+    /// does not decode or does not match is ignored (`debug`, with why)
+    /// and every row is read, as [`load`](SessionStore::load) reads them.
+    fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
+        off_the_runtime(|| {
+            check_id(session_id)?;
+            self.read("resuming a session", |client| {
+                let header = client
+                    .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
+                    .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+                let header =
+                    header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+                if let Some(checkpoint) = self.matching_checkpoint(client, session_id, &header)? {
+                    let from = checkpoint.log_len();
+                    let rows = client.query_typed(
+                        &self.sql.events_from,
+                        &[(&session_id, Type::TEXT), (&codec::to_sql_int(from), Type::INT8)],
+                    )?;
+                    let mut tail = Vec::with_capacity(rows.len());
+                    for row in &rows {
+                        let index = from + tail.len() as u64;
+                        let event = codec::read_row(row, None)
+                            .and_then(|r| r.decode(index))
+                            .map_err(|e| self.corrupt(session_id, Some(index), e))?;
+                        tail.push(event);
+                    }
+                    return Ok(Resumable {
+                        header,
+                        checkpoint: Some(checkpoint),
+                        tail,
+                        report: LoadReport::default(),
+                    });
+                }
+                let mut sink = CollectSink::default();
+                self.read_session(client, session_id, &mut sink)?;
+                let stored = sink.finish(LoadReport::default()).ok_or_else(|| {
+                    TxError::Refused(StoreError::NotFound { session_id: session_id.to_owned() })
+                })?;
+                Ok(Resumable {
+                    header: stored.header,
+                    checkpoint: None,
+                    tail: stored.events,
+                    report: stored.report,
+                })
             })
         })
     }

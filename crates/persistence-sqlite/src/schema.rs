@@ -14,7 +14,10 @@ use crate::sqlerr::sql_err;
 /// Version 1 was the schema without the `source_event_seqs` and `surface_op`
 /// columns; version 2 the schema without the `search` full-text index;
 /// version 3 the schema without the `holds` table (one writer per
-/// session, [`SessionStore::hold`](palimpsest_persistence::SessionStore::hold)). A
+/// session, [`SessionStore::hold`](palimpsest_persistence::SessionStore::hold)) and
+/// without the `checkpoints` table (one cached checkpoint per session,
+/// [`SessionStore::save_checkpoint`](palimpsest_persistence::SessionStore::save_checkpoint));
+/// both were added to version 4 before it was released. A
 /// database of any other version, older or newer, is refused with
 /// `schema-mismatch`; nothing is migrated while the format is pre-release.
 pub const SCHEMA_VERSION: i64 = 4;
@@ -56,6 +59,12 @@ CREATE TABLE events (
     source_event_seqs TEXT,
     surface_op        TEXT,
     PRIMARY KEY (session_id, seq)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE checkpoints (
+    session_id TEXT    NOT NULL PRIMARY KEY,
+    log_len    INTEGER NOT NULL,
+    checkpoint TEXT    NOT NULL
 ) STRICT, WITHOUT ROWID;
 
 CREATE TABLE holds (
@@ -123,8 +132,18 @@ struct Table {
     columns: Vec<Column>,
 }
 
-fn expected_tables() -> [Table; 3] {
+fn expected_tables() -> [Table; 4] {
     [
+        Table {
+            name: "checkpoints",
+            strict: true,
+            without_rowid: true,
+            columns: vec![
+                Column::expected("session_id", "TEXT", true, 1),
+                Column::expected("log_len", "INTEGER", true, 0),
+                Column::expected("checkpoint", "TEXT", true, 0),
+            ],
+        },
         Table {
             name: "holds",
             strict: true,

@@ -6,12 +6,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use palimpsest_core_session::search::{index_text, searchable_text};
-use palimpsest_core_session::{Event, LoadError, SessionHeader};
+use palimpsest_core_session::{Checkpoint, Event, LoadError, SessionHeader};
 use palimpsest_persistence::hold::{check_fence, grant};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
-    check_continues, check_header, CollectSink, Hold, LoadReport, LoadSink, SearchHit, SearchQuery,
-    SessionStore, SessionSummary, StoreError, StoredSession, SummaryPart,
+    check_continues, check_header, CollectSink, Hold, LoadReport, LoadSink, Resumable, SearchHit,
+    SearchQuery, SessionStore, SessionSummary, StoreError, StoredSession, SummaryPart,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
@@ -35,6 +35,13 @@ const STORED_LEN: &str = "SELECT (SELECT min(seq) FROM events WHERE session_id =
 const SELECT_HEADER: &str = "SELECT created_at, cwd, parent_session, seed_length FROM sessions WHERE id = ?1";
 const SELECT_EVENTS: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
     FROM events WHERE session_id = ?1 ORDER BY seq";
+/// The events from seq `?2` on: a resume's tail.
+const SELECT_EVENTS_FROM: &str = "SELECT seq, time, type, data, source_event_seqs, surface_op \
+    FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq";
+const UPSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (session_id, log_len, checkpoint) \
+    VALUES (?1, ?2, ?3) ON CONFLICT (session_id) DO UPDATE SET \
+    log_len = excluded.log_len, checkpoint = excluded.checkpoint";
+const SELECT_CHECKPOINT: &str = "SELECT log_len, checkpoint FROM checkpoints WHERE session_id = ?1";
 const INSERT_SEARCH: &str = "INSERT INTO search (session_id, seq, text) VALUES (?1, ?2, ?3)";
 /// The candidates of a search: the rows of the full-text index holding
 /// every term.
@@ -499,6 +506,57 @@ impl SqliteStore {
             .map_err(|(index, e)| ReadError::Store(self.corrupt(session_id, Some(index), e)))
     }
 
+    /// The session's saved checkpoint, read in `tx`, if it matches the log:
+    /// it decodes, its `log_len` column agrees with it, it was taken of this
+    /// session under `header`, and the stored row at seq `log_len - 1` is
+    /// its last event. `None` (logged at `debug`, with why) otherwise.
+    fn matching_checkpoint(
+        &self,
+        tx: &Transaction<'_>,
+        session_id: &str,
+        header: &SessionHeader,
+    ) -> Result<Option<Checkpoint>, ReadError> {
+        let row = tx
+            .prepare_cached(SELECT_CHECKPOINT)?
+            .query_row([session_id], |r| Ok((r.get::<_, i64>(0), r.get::<_, String>(1))))
+            .optional()?;
+        let Some((log_len, json)) = row else { return Ok(None) };
+        let ignore = |why: &str| {
+            tracing::debug!(session_id, why, "ignoring the saved checkpoint; reading every event");
+            Ok(None)
+        };
+        let (log_len, json) = match (log_len, json) {
+            (Ok(n), Ok(json)) => (codec::from_sql_int(n), json),
+            _ => return ignore("its row cannot be read"),
+        };
+        let checkpoint = match Checkpoint::from_json(&json) {
+            Ok(c) => c,
+            Err(e) => return ignore(&format!("it does not decode: {e}")),
+        };
+        if checkpoint.log_len() != log_len {
+            return ignore("its log_len column disagrees with it");
+        }
+        if !checkpoint.matches_header(header) {
+            return ignore("it was taken of another session or under another header");
+        }
+        let Some(last) = log_len.checked_sub(1) else {
+            // It covers nothing: the header is all it has to match.
+            return Ok(Some(checkpoint));
+        };
+        let row = tx
+            .prepare_cached(SELECT_EVENT)?
+            .query_row(params![session_id, codec::to_sql_int(last)], |row| Ok(codec::read_row(row, None)))
+            .optional()?;
+        match row.map(|r| r.and_then(|r| r.decode(last))) {
+            None => ignore("the log is shorter than it"),
+            Some(Err(e)) => ignore(&format!("the stored event it ends at does not decode: {e}")),
+            Some(Ok(event)) if !checkpoint.matches_last_event(&event) => {
+                ignore("the stored event it ends at is not the one it was taken after")
+            }
+            Some(Ok(_)) => Ok(Some(checkpoint)),
+        }
+    }
+
     fn checkpoint(&self, inner: &Inner) -> Result<(), rusqlite::Error> {
         let conn = &inner.conn;
         if self.options.synchronous == Synchronous::Off {
@@ -833,6 +891,82 @@ impl SessionStore for SqliteStore {
         })
     }
 
+    /// Replaces the session's row of the `checkpoints` table, in one write
+    /// transaction (refused, as every write, on a read-only store). Not
+    /// fenced by holds: a checkpoint is a cache that changes nothing a load
+    /// returns. A checkpoint of more events than the log holds is refused
+    /// with `conflict` (`expected` the stored length, `found` its
+    /// `log_len`), nothing written; one that does not match the log in any
+    /// other way is kept, and ignored by every resume.
+    fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
+        let json = checkpoint.to_json();
+        self.write("saving a checkpoint", |tx| {
+            let len = stored_len(tx, session_id, &self.location)?
+                .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+            if checkpoint.log_len() > len {
+                return Err(WriteError::Refused(StoreError::Conflict {
+                    session_id: session_id.to_owned(),
+                    expected: len,
+                    found: checkpoint.log_len(),
+                }));
+            }
+            tx.prepare_cached(UPSERT_CHECKPOINT)?.execute(params![
+                session_id,
+                codec::to_sql_int(checkpoint.log_len()),
+                json
+            ])?;
+            Ok(())
+        })?;
+        tracing::debug!(session_id, log_len = checkpoint.log_len(), "saved a checkpoint");
+        Ok(true)
+    }
+
+    /// One read transaction: the header, the checkpoint row, the stored
+    /// row at seq `log_len - 1` it is checked against, then only the rows
+    /// from seq `log_len` on. A checkpoint that does not decode or does not
+    /// match is ignored (`debug`, with why) and every row is read, as
+    /// [`load`](SessionStore::load) reads them, with its errors.
+    fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
+        self.read("resuming a session", |tx| {
+            let header = tx
+                .prepare_cached(SELECT_HEADER)?
+                .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
+                .optional()?
+                .ok_or_else(|| ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() }))?
+                .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+            if let Some(checkpoint) = self.matching_checkpoint(tx, session_id, &header)? {
+                let from = checkpoint.log_len();
+                let mut stmt = tx.prepare_cached(SELECT_EVENTS_FROM)?;
+                let mut rows = stmt.query(params![session_id, codec::to_sql_int(from)])?;
+                let mut tail = Vec::new();
+                while let Some(row) = rows.next()? {
+                    let index = from + tail.len() as u64;
+                    let event = codec::read_row_ref(row, None)
+                        .and_then(|r| r.to_row().decode(index))
+                        .map_err(|e| ReadError::Store(self.corrupt(session_id, Some(index), e)))?;
+                    tail.push(event);
+                }
+                return Ok(Resumable {
+                    header,
+                    checkpoint: Some(checkpoint),
+                    tail,
+                    report: LoadReport::default(),
+                });
+            }
+            let mut sink = CollectSink::default();
+            self.read_session(tx, session_id, &mut sink)?;
+            let stored = sink.finish(LoadReport::default()).ok_or_else(|| {
+                ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() })
+            })?;
+            Ok(Resumable {
+                header: stored.header,
+                checkpoint: None,
+                tail: stored.events,
+                report: stored.report,
+            })
+        })
+    }
+
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
         self.write("deleting a session", |tx| {
             self.fence(tx, session_id)?;
@@ -842,6 +976,7 @@ impl SessionStore for SqliteStore {
             }
             tx.prepare_cached("DELETE FROM events WHERE session_id = ?1")?.execute([session_id])?;
             tx.prepare_cached("DELETE FROM search WHERE session_id = ?1")?.execute([session_id])?;
+            tx.prepare_cached("DELETE FROM checkpoints WHERE session_id = ?1")?.execute([session_id])?;
             holds::delete(tx, session_id)?;
             Ok(())
         })?;

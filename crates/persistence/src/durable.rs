@@ -2,16 +2,17 @@
 //! before it is committed in memory.
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use palimpsest_core_session::payload::{LogPayload, SurfacePayload};
 use palimpsest_core_session::{
-    AppendError, AppendGuard, BatchError, Event, EventType, Session, SessionHeader, SurfaceIntent,
+    AppendError, AppendGuard, BatchError, Event, EventType, GuardViolation, Session, SessionHeader,
+    SessionView, SurfaceIntent, TurnState,
 };
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::StoreError;
-use crate::store::{LoadReport, LoadSink, SessionStore};
+use crate::store::{LoadReport, LoadSink, Resumable, SessionStore};
 
 /// What [`DurableSession::open_or_create`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,92 @@ pub fn load_session(
     }
     let session = sink.session.ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
     Ok((session, report))
+}
+
+/// Opens session `session_id` for [`DurableSession::open_guarded`]: resumed
+/// from a checkpoint when the store has one that matches, else (and after
+/// any refusal of the checkpoint or of its tail) [`load_session`].
+fn open_session(
+    store: &dyn SessionStore,
+    session_id: &str,
+    guard: Option<Box<dyn AppendGuard>>,
+) -> Result<(Session, LoadReport), DurableError> {
+    let resumable = match store.load_resumable(session_id) {
+        Ok(Resumable { checkpoint: Some(checkpoint), header, tail, report }) => {
+            Some((header, checkpoint, tail, report))
+        }
+        // No checkpoint: stream the log, checking it as it arrives, rather
+        // than hold it whole twice. A read error is left to the whole load
+        // too, so its error is the one an open without checkpoints gives.
+        Ok(Resumable { checkpoint: None, .. }) | Err(_) => None,
+    };
+    let Some((header, checkpoint, tail, report)) = resumable else {
+        return load_session(store, session_id, guard);
+    };
+    let tail_len = tail.len();
+    // The guard goes to the resumed session through a shared cell, so that
+    // it is still ours to hand to the whole load if the resume fails.
+    let shared = guard.map(|g| Arc::new(Mutex::new(g)));
+    let lent = shared.clone().map(|g| Box::new(SharedGuard(g)) as Box<dyn AppendGuard>);
+    match Session::resume_guarded(header, checkpoint, tail, lent) {
+        Ok(mut session) => {
+            if let Some(shared) = shared {
+                // Take the guard back out of the cell: the session's copy
+                // goes first, then the guard is installed again (restored
+                // for the session as it now is).
+                session.set_guard(None);
+                session.set_guard(Some(take_back(shared)));
+            }
+            tracing::debug!(session_id, tail = tail_len, "resumed from a checkpoint");
+            Ok((session, report))
+        }
+        Err(e) => {
+            tracing::debug!(
+                session_id, code = e.code(), error = %e,
+                "the checkpoint was refused; loading the whole log"
+            );
+            let guard = shared.map(take_back);
+            load_session(store, session_id, guard)
+        }
+    }
+}
+
+/// The guard out of its shared cell, once no one else holds the cell (the
+/// session it was lent to is gone or has dropped it); still shared if not.
+fn take_back(shared: Arc<Mutex<Box<dyn AppendGuard>>>) -> Box<dyn AppendGuard> {
+    match Arc::try_unwrap(shared) {
+        Ok(cell) => cell.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Err(shared) => Box::new(SharedGuard(shared)),
+    }
+}
+
+/// A guard shared between a resume that may fail and the whole load that
+/// then takes over: each call goes to the one guard inside.
+#[derive(Debug)]
+struct SharedGuard(Arc<Mutex<Box<dyn AppendGuard>>>);
+
+impl SharedGuard {
+    fn inner(&self) -> std::sync::MutexGuard<'_, Box<dyn AppendGuard>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl AppendGuard for SharedGuard {
+    fn check(&self, session: SessionView<'_>, candidate: &Event) -> Result<(), GuardViolation> {
+        self.inner().check(session, candidate)
+    }
+
+    fn committed(&mut self, session: SessionView<'_>, event: &Event) {
+        self.inner().committed(session, event);
+    }
+
+    fn rebuild(&mut self, session: SessionView<'_>) {
+        self.inner().rebuild(session);
+    }
+
+    fn restore(&mut self, session: SessionView<'_>, turns: &TurnState) {
+        self.inner().restore(session, turns);
+    }
 }
 
 /// Builds a [`Session`] from a session handed over as it is read. After a
@@ -246,6 +333,14 @@ impl DurableSession {
 
     /// Opens a stored session, checking every rule through the seed
     /// constructor: an invalid stored log is refused with its contract code.
+    ///
+    /// When the store keeps a checkpoint that matches the log
+    /// ([`SessionStore::load_resumable`]), the session is resumed from it
+    /// and only the events after it are read and checked: O(surface + tail)
+    /// instead of O(log). A checkpoint the session refuses (it does not
+    /// belong to the header, or a tail event is refused after it) is
+    /// ignored and the log is loaded whole, so a checkpoint never makes an
+    /// open fail, nor open a different session, than a whole load would.
     pub fn open(
         store: Arc<dyn SessionStore>,
         session_id: &str,
@@ -262,7 +357,7 @@ impl DurableSession {
         durability: Durability,
         guard: Option<Box<dyn AppendGuard>>,
     ) -> Result<(DurableSession, LoadReport), DurableError> {
-        let (session, report) = load_session(&*store, session_id, guard)?;
+        let (session, report) = open_session(&*store, session_id, guard)?;
         Ok((DurableSession { session, store, durability, clock: Arc::new(SystemClock) }, report))
     }
 

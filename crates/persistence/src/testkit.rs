@@ -34,7 +34,12 @@
 //! ([`SessionStore::search`]): message words found, chunks not, any case,
 //! every term, shadowed messages too, the order and the limit, the empty
 //! query refused, appends and deletes followed, and hits identical to the
-//! reference scan on a random-ish corpus.
+//! reference scan on a random-ish corpus. Checkpoints
+//! ([`SessionStore::save_checkpoint`], [`SessionStore::load_resumable`]): a
+//! saved one is used, with only the events after it, and a session opened
+//! from it is the whole log's; a stale one gives the right tail; one of
+//! another session, from before a re-creation, under another header or
+//! damaged is ignored.
 //!
 //! The checks panic (they are test assertions) with a message naming what
 //! went wrong; they never print.
@@ -47,9 +52,14 @@ use palimpsest_core_session::{Event, EventType, Session, SessionHeader, SurfaceO
 
 use crate::{Durability, DurableSession, LoadSink, MemoryStore, SessionStore, SessionSummary, StoreError};
 
+mod checkpoints;
 mod holds;
 mod rng;
 mod search;
+pub use checkpoints::{
+    a_saved_checkpoint_is_used_and_opens_the_same_session, a_stale_checkpoint_gives_the_events_after_it,
+    checkpoints_that_do_not_match_are_ignored,
+};
 pub use holds::{an_expired_hold_is_taken_over_and_its_holder_fenced_out, holds_keep_a_second_writer_out};
 pub use rng::SplitMix64;
 pub use search::{
@@ -88,6 +98,17 @@ pub trait StoreFactory {
     fn fail_next_write(&self) -> bool {
         false
     }
+
+    /// Damages the saved checkpoint of `session_id` in storage (cuts it
+    /// short, as a torn write or a bad disk would), so the checkpoint check
+    /// can see it ignored. Return false if the backend cannot (the check
+    /// then saves a checkpoint that does not match the log instead).
+    ///
+    /// The kit calls this only while no store opened by this factory is
+    /// writing.
+    fn damage_checkpoint(&self, _session_id: &str) -> bool {
+        false
+    }
 }
 
 impl<F: StoreFactory + ?Sized> StoreFactory for &F {
@@ -101,6 +122,10 @@ impl<F: StoreFactory + ?Sized> StoreFactory for &F {
 
     fn fail_next_write(&self) -> bool {
         (**self).fail_next_write()
+    }
+
+    fn damage_checkpoint(&self, session_id: &str) -> bool {
+        (**self).damage_checkpoint(session_id)
     }
 }
 
@@ -215,6 +240,12 @@ pub const CHECKS: &[(&str, Check)] = &[
     ),
     ("durable_open_revalidates_the_stored_log", durable_open_revalidates_the_stored_log),
     ("durable_refused_append_writes_nothing", durable_refused_append_writes_nothing),
+    (
+        "a_saved_checkpoint_is_used_and_opens_the_same_session",
+        a_saved_checkpoint_is_used_and_opens_the_same_session,
+    ),
+    ("a_stale_checkpoint_gives_the_events_after_it", a_stale_checkpoint_gives_the_events_after_it),
+    ("checkpoints_that_do_not_match_are_ignored", checkpoints_that_do_not_match_are_ignored),
     ("search_finds_message_words_not_chunks", search_finds_message_words_not_chunks),
     ("search_is_case_insensitive_and_needs_every_term", search_is_case_insensitive_and_needs_every_term),
     ("search_finds_shadowed_messages", search_finds_shadowed_messages),
@@ -243,6 +274,9 @@ pub const CHECKS: &[(&str, Check)] = &[
 ///     "an_expired_hold_is_taken_over_and_its_holder_fenced_out",
 ///     "torn_tail_is_dropped_reported_and_cut_off_if_supported",
 ///     "unterminated_whole_last_record_is_kept_if_supported",
+///     "a_saved_checkpoint_is_used_and_opens_the_same_session",
+///     "a_stale_checkpoint_gives_the_events_after_it",
+///     "checkpoints_that_do_not_match_are_ignored",
 /// ]);
 /// ```
 pub fn run_all<F: StoreFactory>(mut new_factory: impl FnMut() -> F) -> Vec<(&'static str, &'static str)> {
@@ -311,6 +345,9 @@ macro_rules! store_contract_tests {
             unterminated_whole_last_record_is_kept_if_supported,
             durable_open_revalidates_the_stored_log,
             durable_refused_append_writes_nothing,
+            a_saved_checkpoint_is_used_and_opens_the_same_session,
+            a_stale_checkpoint_gives_the_events_after_it,
+            checkpoints_that_do_not_match_are_ignored,
             search_finds_message_words_not_chunks,
             search_is_case_insensitive_and_needs_every_term,
             search_finds_shadowed_messages,

@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palimpsest_core_session::jsonl::{header_line, write_events, JsonlLog};
-use palimpsest_core_session::{Event, SessionHeader};
+use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
 use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
 use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault, CHECKS};
 use palimpsest_persistence::{
-    check_continues, Hold, LoadReport, SearchHit, SearchQuery, SessionStore, StoreError, StoredSession,
+    check_continues, Hold, LoadReport, Resumable, SearchHit, SearchQuery, SessionStore, StoreError,
+    StoredSession,
 };
 
 /// What the store gets wrong.
@@ -60,6 +61,12 @@ enum Fault {
     /// A takeover keeps the expired hold's token, so its first holder's
     /// appends still pass the fence.
     TakeoverKeepsTheToken,
+    /// `load_resumable` returns the saved checkpoint without checking that
+    /// it matches the log.
+    TrustsCheckpoints,
+    /// `load_resumable` returns every event after the checkpoint, not only
+    /// those after it.
+    CheckpointWithTheWholeLog,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +76,8 @@ struct Files {
     /// Each session's hold: holder, token, expiry (a lease, as the SQL
     /// stores keep it, by this process's clock).
     holds: BTreeMap<String, (String, u64, SystemTime)>,
+    /// Each session's checkpoint, as its JSON text.
+    checkpoints: BTreeMap<String, String>,
 }
 
 fn record(held: &(String, u64, SystemTime)) -> HoldRecord {
@@ -244,6 +253,49 @@ impl SessionStore for BytesStore {
         Ok(StoredSession { header: log.header, events: log.events, report: LoadReport { torn_tail } })
     }
 
+    /// Keeps the checkpoint's text; refuses one ahead of the log.
+    fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
+        let key = self.key(session_id);
+        let mut files = self.files();
+        let not_found = || StoreError::NotFound { session_id: session_id.to_owned() };
+        let stored = JsonlLog::parse(files.live.get(&key).ok_or_else(not_found)?).map_err(corrupt)?;
+        let len = stored.events.len() as u64;
+        if checkpoint.log_len() > len {
+            return Err(StoreError::Conflict {
+                session_id: session_id.to_owned(),
+                expected: len,
+                found: checkpoint.log_len(),
+            });
+        }
+        files.checkpoints.insert(key, checkpoint.to_json());
+        Ok(true)
+    }
+
+    fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
+        let stored = self.load(session_id)?;
+        let text = self.files().checkpoints.get(&self.key(session_id)).cloned();
+        let checkpoint = text.and_then(|t| Checkpoint::from_json(&t).ok()).filter(|c| {
+            let len = c.log_len() as usize;
+            self.fault == Fault::TrustsCheckpoints
+                || (c.matches_header(&stored.header)
+                    && len <= stored.events.len()
+                    && (len == 0 || c.matches_last_event(&stored.events[len - 1])))
+        });
+        let Some(checkpoint) = checkpoint else {
+            return Ok(Resumable {
+                header: stored.header,
+                checkpoint: None,
+                tail: stored.events,
+                report: stored.report,
+            });
+        };
+        let mut tail = stored.events;
+        if self.fault != Fault::CheckpointWithTheWholeLog {
+            tail.drain(..(checkpoint.log_len() as usize).min(tail.len()));
+        }
+        Ok(Resumable { header: stored.header, checkpoint: Some(checkpoint), tail, report: stored.report })
+    }
+
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
         let files = self.files();
         let mut headers = Vec::new();
@@ -267,6 +319,7 @@ impl SessionStore for BytesStore {
             .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
         files.deleted.insert(key.clone(), bytes);
         files.holds.remove(&key);
+        files.checkpoints.remove(&key);
         Ok(())
     }
 
@@ -388,6 +441,15 @@ impl StoreFactory for Factory {
         true
     }
 
+    fn damage_checkpoint(&self, session_id: &str) -> bool {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        match files.checkpoints.get_mut(session_id) {
+            Some(text) => text.truncate(text.len() / 2),
+            None => panic!("damage_checkpoint: no checkpoint of {session_id:?}"),
+        }
+        true
+    }
+
     fn append_raw_tail(&self, session_id: &str, bytes: &[u8]) -> bool {
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         match files.live.get_mut(session_id) {
@@ -457,6 +519,9 @@ fn each_fault_is_caught_by_its_check() {
         (Fault::HoldsDoNotFence, "holds_keep_a_second_writer_out"),
         (Fault::HoldsDoNotFence, "an_expired_hold_is_taken_over_and_its_holder_fenced_out"),
         (Fault::TakeoverKeepsTheToken, "an_expired_hold_is_taken_over_and_its_holder_fenced_out"),
+        (Fault::TrustsCheckpoints, "checkpoints_that_do_not_match_are_ignored"),
+        (Fault::CheckpointWithTheWholeLog, "a_saved_checkpoint_is_used_and_opens_the_same_session"),
+        (Fault::CheckpointWithTheWholeLog, "a_stale_checkpoint_gives_the_events_after_it"),
     ];
     let missed: Vec<String> = cases
         .iter()

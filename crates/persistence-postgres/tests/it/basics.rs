@@ -140,6 +140,36 @@ fn older_and_newer_schema_versions_are_refused_naming_both() {
     assert_eq!(comment.as_deref(), Some("palimpsest schema_version 99"));
 }
 
+/// Version 2, the schema without the `checkpoints` table, is refused
+/// naming both numbers; today's number without the table is refused
+/// naming it.
+#[test]
+fn a_version_2_store_without_checkpoints_is_refused() {
+    let Some(schema) = TestSchema::new() else { return };
+    let mut client = schema.client();
+    let v2 =
+        schema_sql(&schema.name).replace(&format!("schema_version {SCHEMA_VERSION}"), "schema_version 2");
+    let start = v2
+        .find("CREATE TABLE")
+        .and_then(|_| v2.find(&format!("CREATE TABLE \"{}\".checkpoints", schema.name)));
+    let start = start.unwrap_or_else(|| panic!("schema_sql creates checkpoints"));
+    let end = start + v2[start..].find(");").unwrap_or_else(|| panic!("a statement ends")) + 2;
+    let v2 = format!("{}{}", &v2[..start], &v2[end..]);
+    client.batch_execute(&v2).unwrap_or_else(|e| panic!("{e}"));
+    let err = PgStore::connect_with(&url(), schema.options()).map(drop).err();
+    let err = err.unwrap_or_else(|| panic!("a version 2 store was opened"));
+    assert_eq!(err.code(), "schema-mismatch");
+    let text = err.to_string();
+    assert!(text.contains("schema version 2") && text.contains("schema version 3"), "{text}");
+    client
+        .batch_execute(&format!("COMMENT ON TABLE sessions IS 'palimpsest schema_version {SCHEMA_VERSION}'"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = PgStore::connect_with(&url(), schema.options()).map(drop).err();
+    let err = err.unwrap_or_else(|| panic!("a store without checkpoints was opened"));
+    assert_eq!(err.code(), "schema-mismatch");
+    assert!(err.to_string().contains(".checkpoints"), "{err}");
+}
+
 #[test]
 fn foreign_or_partial_tables_are_refused_and_left_alone() {
     let Some(schema) = TestSchema::new() else { return };

@@ -21,6 +21,22 @@ impl StoreFactory for PgFactory {
         self.fault.arm();
         true
     }
+
+    /// Cuts the stored checkpoint's JSON text in half, behind the store's
+    /// back.
+    fn damage_checkpoint(&self, session_id: &str) -> bool {
+        let changed = self
+            .schema
+            .client()
+            .execute(
+                "UPDATE checkpoints SET checkpoint = left(checkpoint, length(checkpoint) / 2) \
+                 WHERE session_id = $1",
+                &[&session_id],
+            )
+            .unwrap_or_else(|e| panic!("damage the checkpoint: {e}"));
+        assert_eq!(changed, 1, "damage_checkpoint: no checkpoint of {session_id:?}");
+        true
+    }
 }
 
 /// Runs one check in a fresh schema (skipped, saying so, without a server
@@ -83,6 +99,9 @@ pg_contract_tests!(
     unterminated_whole_last_record_is_kept_if_supported,
     durable_open_revalidates_the_stored_log,
     durable_refused_append_writes_nothing,
+    a_saved_checkpoint_is_used_and_opens_the_same_session,
+    a_stale_checkpoint_gives_the_events_after_it,
+    checkpoints_that_do_not_match_are_ignored,
     search_finds_message_words_not_chunks,
     search_is_case_insensitive_and_needs_every_term,
     search_finds_shadowed_messages,

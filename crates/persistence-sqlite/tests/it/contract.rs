@@ -36,6 +36,21 @@ impl StoreFactory for SqliteFactory {
         self.fault.arm();
         true
     }
+
+    /// Cuts the stored checkpoint's JSON text in half, behind the store's
+    /// back.
+    fn damage_checkpoint(&self, session_id: &str) -> bool {
+        let conn = rusqlite::Connection::open(&self.path).expect("raw open");
+        let changed = conn
+            .execute(
+                "UPDATE checkpoints SET checkpoint = substr(checkpoint, 1, length(checkpoint) / 2) \
+                 WHERE session_id = ?1",
+                [session_id],
+            )
+            .expect("damage the checkpoint");
+        assert_eq!(changed, 1, "damage_checkpoint: no checkpoint of {session_id:?}");
+        true
+    }
 }
 
 palimpsest_persistence::store_contract_tests!(SqliteFactory::new());

@@ -138,8 +138,40 @@ fn writes_on_a_read_only_store_are_refused_and_change_nothing() {
     assert_eq!(code(store.create_with_events(&SessionHeader::new("u", 0), &ticks(0, 1, "u"))), Err("io"));
     assert_eq!(code(store.sync("s")), Ok(()), "nothing was written, so nothing to sync");
     assert_eq!(store.load("s").expect("reads go on").events.len(), 3);
+    let checkpoint = palimpsest_core_session::Session::from_log(SessionHeader::new("s", 0), ticks(0, 3, "e"))
+        .expect("a valid log")
+        .checkpoint();
+    assert_eq!(code(store.save_checkpoint("s", &checkpoint)), Err("io"), "a checkpoint is a write");
     drop(store);
     assert_eq!(snapshot(dir.path()), before);
+}
+
+#[test]
+fn a_reader_resumes_from_a_saved_checkpoint_and_changes_no_byte() {
+    let (dir, path) = temp_db();
+    clean_store(&path, "s", 5);
+    let writer = SqliteStore::open(&path).expect("open");
+    let checkpoint = palimpsest_core_session::Session::from_log(SessionHeader::new("s", 0), ticks(0, 3, "e"))
+        .expect("a valid log")
+        .checkpoint();
+    assert_eq!(writer.save_checkpoint("s", &checkpoint).map_err(|e| e.code()), Ok(true));
+    let ahead = palimpsest_core_session::Session::from_log(SessionHeader::new("s", 0), ticks(0, 6, "e"))
+        .expect("a valid log")
+        .checkpoint();
+    let err = writer.save_checkpoint("s", &ahead).expect_err("a checkpoint ahead of the log");
+    assert!(
+        matches!(err, StoreError::Conflict { expected: 5, found: 6, .. }),
+        "refused as `conflict`, the stored length and the checkpoint's: {err}"
+    );
+    drop(writer);
+    let before = snapshot(dir.path());
+    let store = SqliteStore::open_read_only(&path).expect("open read-only");
+    let resumable = store.load_resumable("s").expect("load_resumable");
+    assert_eq!(resumable.checkpoint, Some(checkpoint), "the first checkpoint stays");
+    assert_eq!(resumable.tail, ticks(0, 5, "e")[3..], "only the events after it");
+    assert_eq!(store.check_store().expect("check"), vec![], "a checkpoint is no defect of the store");
+    drop(store);
+    assert_eq!(snapshot(dir.path()), before, "a resume writes nothing");
 }
 
 #[test]

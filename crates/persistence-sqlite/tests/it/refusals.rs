@@ -23,16 +23,17 @@ CREATE TABLE events (
 ) STRICT, WITHOUT ROWID;
 ";
 
-/// Today's `holds` table, as [`SCHEMA_SQL`] creates it.
-fn holds_table() -> &'static str {
-    let start = SCHEMA_SQL.find("CREATE TABLE holds").expect("SCHEMA_SQL creates holds");
+/// Today's table `name`, as [`SCHEMA_SQL`] creates it.
+fn table(name: &str) -> &'static str {
+    let start = SCHEMA_SQL.find(&format!("CREATE TABLE {name} ")).expect("SCHEMA_SQL creates the table");
     let end = start + SCHEMA_SQL[start..].find(';').expect("a statement ends") + 1;
     &SCHEMA_SQL[start..end]
 }
 
-/// The schema of version 3: the tables of today without `holds`.
+/// The schema of version 3: the tables of today without `holds` and
+/// `checkpoints` (both added to version 4).
 fn schema_v3() -> String {
-    SCHEMA_SQL.replace(holds_table(), "")
+    SCHEMA_SQL.replace(table("holds"), "").replace(table("checkpoints"), "")
 }
 
 /// The schema of version 2: version 3 without the full-text index.
@@ -110,6 +111,27 @@ fn a_version_3_store_without_holds_is_refused_naming_both_versions() {
 }
 
 #[test]
+fn today_s_version_without_the_checkpoints_table_is_refused_naming_it() {
+    let (_dir, path) = temp_db();
+    make(&path, &SCHEMA_SQL.replace(table("checkpoints"), ""), SCHEMA_VERSION, APPLICATION_ID);
+    let err = refused(&path);
+    let (found, expected) = mismatch(&err);
+    assert!(!found.contains("table checkpoints"), "{found}");
+    assert!(expected.contains("table checkpoints"), "{expected}");
+    // A checkpoints table of another shape is refused too.
+    let (_dir, path) = temp_db();
+    make(
+        &path,
+        &SCHEMA_SQL.replace("log_len    INTEGER NOT NULL", "log_len    INTEGER"),
+        SCHEMA_VERSION,
+        APPLICATION_ID,
+    );
+    let err = refused(&path);
+    assert_eq!(err.code(), "schema-mismatch");
+    assert!(err.to_string().contains("log_len"), "{err}");
+}
+
+#[test]
 fn the_right_version_without_the_search_index_or_with_another_one_is_refused() {
     let (_dir, path) = temp_db();
     make(&path, &schema_v2(), SCHEMA_VERSION, APPLICATION_ID);
@@ -117,7 +139,7 @@ fn the_right_version_without_the_search_index_or_with_another_one_is_refused() {
         mismatch(&refused(&path)),
         (
             "schema objects [table events, table sessions]",
-            "schema objects [table events, table holds, table search, table search_config, table search_content, \
+            "schema objects [table checkpoints, table events, table holds, table search, table search_config, table search_content, \
              table search_data, table search_docsize, table search_idx, table sessions]"
         )
     );
@@ -182,7 +204,12 @@ fn the_right_version_with_a_missing_column_is_refused() {
     let (_dir, path) = temp_db();
     // Today's ids on version 1's tables: what a botched bump would leave.
     let search_index = &SCHEMA_SQL[SCHEMA_SQL.find("CREATE VIRTUAL TABLE").unwrap_or(0)..];
-    make(&path, &format!("{SCHEMA_V1}{}\n{search_index}", holds_table()), SCHEMA_VERSION, APPLICATION_ID);
+    make(
+        &path,
+        &format!("{SCHEMA_V1}{}\n{}\n{search_index}", table("checkpoints"), table("holds")),
+        SCHEMA_VERSION,
+        APPLICATION_ID,
+    );
     let err = refused(&path);
     assert_eq!(
         mismatch(&err),
@@ -237,7 +264,7 @@ fn extra_tables_or_indexes_are_refused() {
         SCHEMA_VERSION,
         APPLICATION_ID,
     );
-    let tables = "table events, table holds, table search, table search_config, table search_content, \
+    let tables = "table checkpoints, table events, table holds, table search, table search_config, table search_content, \
                   table search_data, table search_docsize, table search_idx, table sessions";
     assert_eq!(
         mismatch(&refused(&path)),
