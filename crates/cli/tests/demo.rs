@@ -160,7 +160,9 @@ fn the_on_disk_figure_is_the_sum_of_the_files_it_names() {
         .map(|e| e.unwrap().metadata().unwrap().len())
         .collect();
     let total: u64 = files.iter().sum();
-    assert_eq!(line, format!("{total} bytes in {} file under jsonl-store", files.len()), "{line}");
+    // The session file and its checkpoint, left at the last turn's end.
+    assert_eq!(files.len(), 2, "{line}");
+    assert_eq!(line, format!("{total} bytes in {} files under jsonl-store", files.len()), "{line}");
 }
 
 #[test]

@@ -33,7 +33,12 @@ fn palimpsest_limited(dir: &Path, kib: u64, args: &[&str]) -> Run {
 
 /// The one session file of a JSONL store directory.
 fn only_session(dir: &Path) -> (String, String) {
-    let entries: Vec<_> = fs::read_dir(dir).expect("store dir").flatten().collect();
+    // Checkpoint sidecars (`<stem>.checkpoint.json`) are not session files.
+    let entries: Vec<_> = fs::read_dir(dir)
+        .expect("store dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+        .collect();
     assert_eq!(entries.len(), 1, "one session file");
     let name = entries[0].file_name().to_string_lossy().into_owned();
     (name.trim_end_matches(".jsonl").to_owned(), name)

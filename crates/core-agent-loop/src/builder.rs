@@ -41,6 +41,7 @@ pub struct AgentLoopBuilder {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     hold: Option<(String, Duration)>,
+    bounded_resume: bool,
 }
 
 /// How long a hold lasts unless renewed, when [`AgentLoopBuilder::hold`]
@@ -128,6 +129,21 @@ impl AgentLoopBuilder {
         self
     }
 
+    /// Opens sessions from their store's checkpoint rather than their whole
+    /// log ([`DurableSession::resume`]): [`open`](Self::open) then reads the
+    /// surface and the events after the last checkpoint (the loop leaves
+    /// one at every turn end), O(surface + tail) instead of O(log), and
+    /// the session refuses and accepts exactly what a whole load would.
+    /// The session is then not complete: [`Session::events`] holds only
+    /// what was read (see [`Session::resident`]). Off by default.
+    ///
+    /// [`Session::events`]: palimpsest_core_session::Session::events
+    /// [`Session::resident`]: palimpsest_core_session::Session::resident
+    pub fn bounded_resume(mut self, on: bool) -> AgentLoopBuilder {
+        self.bounded_resume = on;
+        self
+    }
+
     /// Takes the hold [`hold`](Self::hold) asked for, if any.
     fn take_hold(
         &self,
@@ -185,10 +201,16 @@ impl AgentLoopBuilder {
         // Held before it is read: opening may append repair closers.
         let hold = self.take_hold(&store, session_id)?;
         let guard = dev_guard(self.config.dev_mode);
-        let (session, load) =
-            DurableSession::open_guarded(store, session_id, self.config.durability, guard).map_err(
-                |source| LoopError::Session { session_id: session_id.to_owned(), source: Box::new(source) },
-            )?;
+        let durability = self.config.durability;
+        let opened = if self.bounded_resume {
+            DurableSession::resume_guarded(store, session_id, durability, guard)
+        } else {
+            DurableSession::open_guarded(store, session_id, durability, guard)
+        };
+        let (session, load) = opened.map_err(|source| LoopError::Session {
+            session_id: session_id.to_owned(),
+            source: Box::new(source),
+        })?;
         let settings = self.settings.clone();
         let mut agent = self.build(session, hold);
         let repaired = agent.repair_open_turn()?;
@@ -258,6 +280,7 @@ impl AgentLoop {
             clock: Arc::new(SystemClock),
             ids: Arc::new(UniqueIds::default()),
             hold: None,
+            bounded_resume: false,
         }
     }
 }

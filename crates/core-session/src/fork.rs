@@ -22,6 +22,14 @@ pub enum ForkError {
         /// The parent's length.
         len: u64,
     },
+    /// `fork-parent-incomplete`: the parent was resumed from a checkpoint
+    /// and holds its surface, not its log; a fork copies the log, so fork
+    /// a session loaded whole.
+    #[error("fork-parent-incomplete: {}", self.detail())]
+    ParentIncomplete {
+        /// The parent's id.
+        parent: String,
+    },
     /// The seed was refused (cannot happen for a valid parent; kept so a
     /// broken parent is reported rather than copied).
     #[error(transparent)]
@@ -33,6 +41,7 @@ impl ForkError {
     pub fn code(&self) -> &str {
         match self {
             ForkError::PointMissing { .. } => "fork-point-missing",
+            ForkError::ParentIncomplete { .. } => "fork-parent-incomplete",
             ForkError::Refused(e) => e.code(),
         }
     }
@@ -43,6 +52,10 @@ impl ForkError {
             ForkError::PointMissing { parent, at_seq, len } => {
                 format!("session {parent:?} has {len} events; there is no seq {at_seq}")
             }
+            ForkError::ParentIncomplete { parent } => format!(
+                "session {parent:?} was resumed from a checkpoint and holds its surface, not its log; \
+                 fork a session loaded whole"
+            ),
             ForkError::Refused(e) => e.detail(),
         }
     }
@@ -70,6 +83,9 @@ pub fn fork(
     new_id: impl Into<String>,
     created_at: u64,
 ) -> Result<Session, ForkError> {
+    if !parent.is_complete() {
+        return Err(ForkError::ParentIncomplete { parent: parent.id().to_owned() });
+    }
     let len = parent.events().len() as u64;
     if at_seq >= len {
         return Err(ForkError::PointMissing { parent: parent.id().to_owned(), at_seq, len });

@@ -73,7 +73,9 @@ pub fn plan_compaction(session: &Session, keep_recent: usize) -> Option<Compacti
     let surface = session.surface();
     let mut cut = surface.len().saturating_sub(keep_recent);
     // Never reach into the open turn's input.
-    if let Some(open_turn_start) = open_turn_start(session.events()) {
+    // Resident events: on a resumed session the open turn is among them
+    // (checkpoints are taken at turn boundaries).
+    if let Some(open_turn_start) = open_turn_start(session.resident()) {
         if let Some(pos) = surface.iter().position(|&s| s > open_turn_start) {
             cut = cut.min(pos);
         }

@@ -79,7 +79,7 @@ fn a_resume_reads_the_lines_after_the_checkpoint_and_reports_a_torn_tail_where_a
     assert_eq!(r.report, whole.report, "the torn tail, with the whole file's line and offset");
 
     let store: Arc<dyn SessionStore> = Arc::new(store);
-    let (opened, report) = DurableSession::open(store.clone(), &h.id, Durability::default()).expect("open");
+    let (opened, report) = DurableSession::resume(store.clone(), &h.id, Durability::default()).expect("open");
     assert_eq!(report, whole.report);
     assert!(!opened.session().is_complete(), "resumed, not loaded whole");
     assert_eq!(opened.session().surface(), palimpsest_persistence::testkit::SAMPLE_SURFACE);

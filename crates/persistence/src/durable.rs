@@ -57,7 +57,7 @@ pub fn load_session(
     Ok((session, report))
 }
 
-/// Opens session `session_id` for [`DurableSession::open_guarded`]: resumed
+/// Opens session `session_id` for [`DurableSession::resume_guarded`]: resumed
 /// from a checkpoint when the store has one that matches, else (and after
 /// any refusal of the checkpoint or of its tail) [`load_session`].
 fn open_session(
@@ -331,16 +331,11 @@ impl DurableSession {
         }
     }
 
-    /// Opens a stored session, checking every rule through the seed
-    /// constructor: an invalid stored log is refused with its contract code.
-    ///
-    /// When the store keeps a checkpoint that matches the log
-    /// ([`SessionStore::load_resumable`]), the session is resumed from it
-    /// and only the events after it are read and checked: O(surface + tail)
-    /// instead of O(log). A checkpoint the session refuses (it does not
-    /// belong to the header, or a tail event is refused after it) is
-    /// ignored and the log is loaded whole, so a checkpoint never makes an
-    /// open fail, nor open a different session, than a whole load would.
+    /// Opens a stored session, reading its whole log and checking every
+    /// rule through the seed constructor: an invalid stored log is refused
+    /// with its contract code. The session is complete
+    /// ([`Session::events`] is the whole log). To read only what appending
+    /// needs, see [`DurableSession::resume`].
     pub fn open(
         store: Arc<dyn SessionStore>,
         session_id: &str,
@@ -352,6 +347,39 @@ impl DurableSession {
     /// Like [`DurableSession::open`], with a guard checking the stored log and
     /// every later append.
     pub fn open_guarded(
+        store: Arc<dyn SessionStore>,
+        session_id: &str,
+        durability: Durability,
+        guard: Option<Box<dyn AppendGuard>>,
+    ) -> Result<(DurableSession, LoadReport), DurableError> {
+        let (session, report) = load_session(&*store, session_id, guard)?;
+        Ok((DurableSession { session, store, durability, clock: Arc::new(SystemClock) }, report))
+    }
+
+    /// Opens a stored session for appending, reading what appending needs:
+    /// when the store keeps a checkpoint that matches the log
+    /// ([`SessionStore::load_resumable`]), the session is resumed from it
+    /// and only the events after it are read and checked, O(surface +
+    /// tail) instead of O(log); the session then holds its surface, its
+    /// settings event and the events after the checkpoint
+    /// ([`Session::is_complete`] is false, [`Session::resident`] is what it
+    /// holds). It refuses and accepts exactly what a whole load would.
+    /// Without a checkpoint, or when the session refuses it (it does not
+    /// belong to the header, or a tail event is refused after it), this is
+    /// [`DurableSession::open`]: a checkpoint never makes an open fail, nor
+    /// open a different session, than a whole load would.
+    pub fn resume(
+        store: Arc<dyn SessionStore>,
+        session_id: &str,
+        durability: Durability,
+    ) -> Result<(DurableSession, LoadReport), DurableError> {
+        DurableSession::resume_guarded(store, session_id, durability, None)
+    }
+
+    /// Like [`DurableSession::resume`], with a guard checking the events
+    /// read and every later append (restored from the checkpoint's turn
+    /// state for the events it covers).
+    pub fn resume_guarded(
         store: Arc<dyn SessionStore>,
         session_id: &str,
         durability: Durability,

@@ -1,4 +1,4 @@
-//! `DurableSession::open` with a checkpoint the session refuses: the open
+//! `DurableSession::resume` with a checkpoint the session refuses: the open
 //! falls back to the whole load, with the same guard, and gives the whole
 //! log's session.
 
@@ -82,7 +82,7 @@ fn a_refused_checkpoint_falls_back_to_the_whole_load_with_the_same_guard() {
     let checks = Arc::new(AtomicUsize::new(0));
     let guard = Box::new(Counting(checks.clone()));
     let (mut opened, _) =
-        DurableSession::open_guarded(store.clone(), "s", Durability::default(), Some(guard)).expect("open");
+        DurableSession::resume_guarded(store.clone(), "s", Durability::default(), Some(guard)).expect("open");
     assert!(opened.session().is_complete(), "loaded whole after the refused resume");
     assert_eq!(opened.session().surface(), SAMPLE_SURFACE);
     assert_eq!(opened.session().next_seq(), sample.len() as u64);

@@ -471,7 +471,10 @@ async fn run_async(
     let (builder, compaction) = maker.builder(settings);
 
     // No other worker writes the session while the run lasts.
-    let builder = builder.hold(crate::open_store::holder_name(), crate::open_store::hold_ttl());
+    // From the last checkpoint, not the whole log: a resume costs the
+    // surface and what follows it (issue 18).
+    let builder =
+        builder.hold(crate::open_store::holder_name(), crate::open_store::hold_ttl()).bounded_resume(true);
     let agent = match &args.session {
         None => {
             let id = new_session_id();
@@ -491,7 +494,7 @@ async fn run_async(
             let turns = agent.last_turn();
             output::note(&format!(
                 "resuming session {id} in {shown}: {} events, {turns} turn(s)",
-                agent.session().events().len()
+                agent.session().next_seq()
             ));
             if let Some(torn) = &report.load.torn_tail {
                 output::note(&format!(
@@ -823,8 +826,20 @@ impl Driver<'_> {
             return Ok(());
         }
         self.agent.flush().map_err(|e| loop_error(e, &self.shown))?;
-        let parent = self.agent.session();
-        let Some(at) = (parent.events().len() as u64).checked_sub(1) else {
+        // A session resumed from a checkpoint holds its surface, not its
+        // log; a fork copies the log, so it is read whole for this.
+        let whole;
+        let parent = match self.agent.session() {
+            s if s.is_complete() => s,
+            s => {
+                let origin = format!("{}#{}", self.shown, s.id());
+                let stored = self.store.load(s.id()).map_err(|e| from_store(&e, &origin))?;
+                whole = palimpsest_core_session::Session::from_log(stored.header, stored.events)
+                    .map_err(|e| crate::check::refused(&e, &origin))?;
+                &whole
+            }
+        };
+        let Some(at) = parent.next_seq().checked_sub(1) else {
             output::error_line("error[usage]: the session has no events to fork");
             return Ok(());
         };

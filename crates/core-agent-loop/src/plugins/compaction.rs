@@ -435,7 +435,7 @@ impl Plugin for Compaction {
 /// if the log has one. Scans back only to the last compaction event.
 fn unfinished_compaction(session: &Session) -> Option<u64> {
     let is = |e: &palimpsest_core_session::Event, t: &str| matches!(e.event_type(), EventType::Plugin(p) if &**p == t);
-    session.events().iter().rev().find_map(|e| {
+    session.resident().iter().rev().find_map(|e| {
         if is(e, COMPACTION_END) {
             Some(None)
         } else if is(e, COMPACTION_START) {

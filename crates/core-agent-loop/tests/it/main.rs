@@ -3,6 +3,7 @@
 //! (full log and derived history) once, the same bytes for every store.
 
 mod caps;
+mod checkpoints;
 mod coalescing;
 mod common;
 mod concurrency;

@@ -61,12 +61,12 @@ fn assert_same_session(opened: &Session, expected: &Session, what: &str) {
     assert_eq!(opened.checkpoint(), expected.checkpoint(), "{what}: a checkpoint of the opened session");
 }
 
-/// Opens `id` through [`DurableSession::open`] and checks it is the whole
+/// Opens `id` through [`DurableSession::resume`] and checks it is the whole
 /// log's session.
 #[track_caller]
 fn assert_opens_as_whole(store: &Arc<dyn SessionStore>, h: &SessionHeader, events: &[Event], what: &str) {
-    let (opened, report) = DurableSession::open(store.clone(), &h.id, Durability::default())
-        .unwrap_or_else(|e| panic!("{what}: DurableSession::open: [{}] {e}", e.code()));
+    let (opened, report) = DurableSession::resume(store.clone(), &h.id, Durability::default())
+        .unwrap_or_else(|e| panic!("{what}: DurableSession::resume: [{}] {e}", e.code()));
     assert_eq!(report, Default::default(), "{what}: the open reported something on a clean log");
     assert_same_session(opened.session(), &whole(h, events), what);
 }
@@ -103,8 +103,8 @@ pub fn a_saved_checkpoint_is_used_and_opens_the_same_session(factory: &dyn Store
     assert!(r.tail.is_empty(), "load_resumable: no event follows the checkpoint, got {}", r.tail.len());
     assert_eq!(r.report, Default::default(), "load_resumable: report");
 
-    let (mut opened, _) = DurableSession::open(store.clone(), &h.id, Durability::EveryAppend)
-        .unwrap_or_else(|e| panic!("DurableSession::open from a checkpoint: [{}] {e}", e.code()));
+    let (mut opened, _) = DurableSession::resume(store.clone(), &h.id, Durability::EveryAppend)
+        .unwrap_or_else(|e| panic!("DurableSession::resume from a checkpoint: [{}] {e}", e.code()));
     assert_same_session(opened.session(), &whole(&h, &sample[..CUT]), "opened from the checkpoint");
     assert!(
         opened.session().resident().len() < CUT,
