@@ -210,11 +210,8 @@ pub(crate) fn convert(
     for (done, id) in ids.iter().enumerate() {
         let origin = source.origin(id);
         let stored = source.load(id)?;
-        let session =
-            Session::from_log(stored.header, stored.events).map_err(|e| check::refused(&e, &origin))?;
-        // Taken at a turn boundary only (an open turn is repaired by its
-        // next writer, who reads it whole).
-        let checkpoint = (!session.last_turn().1).then(|| session.checkpoint());
+        let (session, checkpoint) =
+            seed_with_checkpoint(stored.header, stored.events).map_err(|e| check::refused(&e, &origin))?;
         let (header, events) = session.into_parts();
         dest.write(&header, &events).map_err(|e| {
             let written = if done == 0 { String::new() } else { format!(" ({done} sessions were written)") };
@@ -245,4 +242,33 @@ pub(crate) fn convert(
         dest.kind()
     )?;
     Ok(Exit::Success)
+}
+
+/// Seeds `events` into a session, as `Session::from_log` does, and takes a
+/// checkpoint at its last turn boundary: the end of the log, or (when the
+/// last turn is open, a crash) just before that turn's `turn/start`, so
+/// that a resume holds the open turn whole and repairs it from there.
+/// `None` for a log with no boundary to take it at (no event before an
+/// open first turn).
+fn seed_with_checkpoint(
+    header: palimpsest_core_session::SessionHeader,
+    events: Vec<Event>,
+) -> Result<(Session, Option<palimpsest_core_session::Checkpoint>), palimpsest_core_session::AppendError> {
+    use palimpsest_core_session::EventType;
+    let open_turn_start = events
+        .iter()
+        .rposition(|e| matches!(e.event_type(), EventType::TurnStart | EventType::TurnEnd))
+        .filter(|&i| *events[i].event_type() == EventType::TurnStart);
+    let Some(at) = open_turn_start else {
+        let session = Session::from_log(header, events)?;
+        let checkpoint = Some(session.checkpoint());
+        return Ok((session, checkpoint));
+    };
+    let mut events = events.into_iter();
+    let mut session = Session::from_log(header, events.by_ref().take(at).collect())?;
+    let checkpoint = (at > 0).then(|| session.checkpoint());
+    for event in events {
+        session.append(event)?;
+    }
+    Ok((session, checkpoint))
 }

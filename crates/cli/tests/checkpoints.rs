@@ -78,3 +78,32 @@ fn a_damaged_checkpoint_is_ignored_and_reading_never_writes_one() {
     assert_eq!(reads(d, "store"), whole, "no checkpoint: the whole log");
     assert!(!sidecar.exists(), "reading commands write no checkpoint");
 }
+
+#[test]
+fn a_crashed_session_is_checkpointed_before_its_open_turn_and_repaired_from_there() {
+    let dir = scratch(&[FIXTURE]);
+    let d = dir.path();
+    // The worked example cut inside its second turn (seq 16 starts it).
+    let text = fs::read_to_string(d.join(FILE)).expect("read");
+    let cut: Vec<&str> = text.lines().take(1 + 22).collect();
+    fs::write(d.join("crashed.jsonl"), cut.join("\n") + "\n").expect("write");
+    let closers = ok(palimpsest(d, &["repair", "crashed.jsonl"])).stdout;
+    assert_ne!(closers.trim(), "[]", "the cut log has an open turn");
+
+    ok(palimpsest(d, &["convert", "crashed.jsonl", "x.db"]));
+    let store = SqliteStore::open_read_only(d.join("x.db")).expect("open");
+    let resumable = store.load_resumable("example-1").expect("load_resumable");
+    let checkpoint = resumable.checkpoint.expect("a checkpoint at the last turn boundary");
+    assert_eq!(checkpoint.log_len(), 16, "taken just before the open turn's turn/start");
+    assert_eq!(resumable.tail.first().map(|e| e.seq()), Some(16), "the open turn is the tail, whole");
+    drop(store);
+
+    assert_eq!(ok(palimpsest(d, &["repair", "x.db"])).stdout, closers, "the same closers as the whole log");
+    assert_eq!(ok(palimpsest(d, &["repair", "--write", "x.db"])).stdout, closers);
+    ok(palimpsest(d, &["validate", "x.db"]));
+    assert_eq!(ok(palimpsest(d, &["repair", "x.db"])).stdout.trim(), "[]");
+    // repair --write, a writer, left a checkpoint of the closed session.
+    let store = SqliteStore::open_read_only(d.join("x.db")).expect("open");
+    let resumable = store.load_resumable("example-1").expect("load_resumable");
+    assert!(resumable.tail.is_empty() && resumable.checkpoint.is_some(), "{resumable:?}");
+}
