@@ -1472,7 +1472,7 @@ impl SessionStore for PgStore {
     }
 
     /// One read-only snapshot: the headers, then the summary rows of
-    /// [`SUMMARY_BATCH`] sessions per statement (each statement names its
+    /// 1,000 sessions per statement (each statement names its
     /// session ids, as the search's does), so a store of 10,000 sessions
     /// is listed in a dozen round trips rather than 20,000.
     fn summaries(&self) -> Result<palimpsest_persistence::Summaries, StoreError> {
