@@ -341,7 +341,7 @@ impl SessionStore for JsonlStore {
         }
         drop(appends);
         let stored = self.load(session_id)?;
-        Ok(Resumable { header: stored.header, checkpoint: None, tail: stored.events, report: stored.report })
+        Ok(Resumable::whole(stored))
     }
 
     /// Deletes the session's file and its checkpoint sidecar. `locked` if

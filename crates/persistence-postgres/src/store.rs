@@ -1608,12 +1608,7 @@ impl SessionStore for PgStore {
                 let stored = sink.finish(LoadReport::default()).ok_or_else(|| {
                     TxError::Refused(StoreError::NotFound { session_id: session_id.to_owned() })
                 })?;
-                Ok(Resumable {
-                    header: stored.header,
-                    checkpoint: None,
-                    tail: stored.events,
-                    report: stored.report,
-                })
+                Ok(Resumable::whole(stored))
             })
         })
     }

@@ -958,12 +958,7 @@ impl SessionStore for SqliteStore {
             let stored = sink.finish(LoadReport::default()).ok_or_else(|| {
                 ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() })
             })?;
-            Ok(Resumable {
-                header: stored.header,
-                checkpoint: None,
-                tail: stored.events,
-                report: stored.report,
-            })
+            Ok(Resumable::whole(stored))
         })
     }
 

@@ -50,6 +50,13 @@ pub struct Resumable {
     pub report: LoadReport,
 }
 
+impl Resumable {
+    /// A whole load as a resume: no checkpoint, every event the tail.
+    pub fn whole(stored: StoredSession) -> Resumable {
+        Resumable { header: stored.header, checkpoint: None, tail: stored.events, report: stored.report }
+    }
+}
+
 /// What [`SessionStore::summaries`] returns: every session's header with
 /// its summary, or the error that kept its summary from being read.
 pub type Summaries = Vec<(SessionHeader, Result<SessionSummary, StoreError>)>;
@@ -190,8 +197,7 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     ///
     /// The default loads the whole session and finds no checkpoint.
     fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
-        let stored = self.load(session_id)?;
-        Ok(Resumable { header: stored.header, checkpoint: None, tail: stored.events, report: stored.report })
+        self.load(session_id).map(Resumable::whole)
     }
 
     /// Deletes a session. `not-found` if there is none.
