@@ -1120,21 +1120,11 @@ impl PgStore {
             tracing::debug!(session_id, why, "ignoring the saved checkpoint; reading every event");
             Ok(None)
         };
-        let (log_len, json) = match (row.try_get::<_, i64>(0), row.try_get::<_, String>(1)) {
-            (Ok(n), Ok(json)) => (codec::from_sql_int(n), json),
-            _ => return ignore("its row cannot be read"),
-        };
-        let checkpoint = match Checkpoint::from_json(&json) {
+        let checkpoint = match codec::checkpoint_row(header, row.try_get(0).ok(), row.try_get(1).ok()) {
             Ok(c) => c,
-            Err(e) => return ignore(&format!("it does not decode: {e}")),
+            Err(why) => return ignore(&why),
         };
-        if checkpoint.log_len() != log_len {
-            return ignore("its log_len column disagrees with it");
-        }
-        if !checkpoint.matches_header(header) {
-            return ignore("it was taken of another session or under another header");
-        }
-        let Some(last) = log_len.checked_sub(1) else {
+        let Some(last) = checkpoint.log_len().checked_sub(1) else {
             return Ok(Some(checkpoint));
         };
         let at = codec::to_sql_int(last);
@@ -1142,13 +1132,10 @@ impl PgStore {
             &self.sql.events_between,
             &[(&session_id, Type::TEXT), (&at, Type::INT8), (&at, Type::INT8)],
         )?;
-        let Some(row) = rows.first() else { return ignore("the log is shorter than it") };
-        match codec::read_row(row, None).and_then(|r| r.decode(last)) {
-            Err(e) => ignore(&format!("the stored event it ends at does not decode: {e}")),
-            Ok(event) if !checkpoint.matches_last_event(&event) => {
-                ignore("the stored event it ends at is not the one it was taken after")
-            }
-            Ok(_) => Ok(Some(checkpoint)),
+        let stored = rows.first().map(|row| codec::read_row(row, None).and_then(|r| r.decode(last)));
+        match codec::checkpoint_ends_at(&checkpoint, stored) {
+            Ok(()) => Ok(Some(checkpoint)),
+            Err(why) => ignore(&why),
         }
     }
 

@@ -5,8 +5,8 @@
 
 use palimpsest_core_session::LoadError;
 pub(crate) use palimpsest_persistence::rows::{
-    decode_into, decode_threads, from_sql_int, sources_json, surface_op_json, to_sql_int, EventRow,
-    RowReader, RowRef,
+    checkpoint_ends_at, checkpoint_row, decode_into, decode_threads, from_sql_int, sources_json,
+    surface_op_json, to_sql_int, EventRow, RowReader, RowRef,
 };
 use rusqlite::types::ValueRef;
 

@@ -525,35 +525,22 @@ impl SqliteStore {
             tracing::debug!(session_id, why, "ignoring the saved checkpoint; reading every event");
             Ok(None)
         };
-        let (log_len, json) = match (log_len, json) {
-            (Ok(n), Ok(json)) => (codec::from_sql_int(n), json),
-            _ => return ignore("its row cannot be read"),
-        };
-        let checkpoint = match Checkpoint::from_json(&json) {
+        let checkpoint = match codec::checkpoint_row(header, log_len.ok(), json.ok()) {
             Ok(c) => c,
-            Err(e) => return ignore(&format!("it does not decode: {e}")),
+            Err(why) => return ignore(&why),
         };
-        if checkpoint.log_len() != log_len {
-            return ignore("its log_len column disagrees with it");
-        }
-        if !checkpoint.matches_header(header) {
-            return ignore("it was taken of another session or under another header");
-        }
-        let Some(last) = log_len.checked_sub(1) else {
+        let Some(last) = checkpoint.log_len().checked_sub(1) else {
             // It covers nothing: the header is all it has to match.
             return Ok(Some(checkpoint));
         };
-        let row = tx
+        let stored = tx
             .prepare_cached(SELECT_EVENT)?
             .query_row(params![session_id, codec::to_sql_int(last)], |row| Ok(codec::read_row(row, None)))
-            .optional()?;
-        match row.map(|r| r.and_then(|r| r.decode(last))) {
-            None => ignore("the log is shorter than it"),
-            Some(Err(e)) => ignore(&format!("the stored event it ends at does not decode: {e}")),
-            Some(Ok(event)) if !checkpoint.matches_last_event(&event) => {
-                ignore("the stored event it ends at is not the one it was taken after")
-            }
-            Some(Ok(_)) => Ok(Some(checkpoint)),
+            .optional()?
+            .map(|r| r.and_then(|r| r.decode(last)));
+        match codec::checkpoint_ends_at(&checkpoint, stored) {
+            Ok(()) => Ok(Some(checkpoint)),
+            Err(why) => ignore(&why),
         }
     }
 

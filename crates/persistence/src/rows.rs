@@ -35,7 +35,48 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
-use palimpsest_core_session::{AppendError, Event, EventType, LoadError, SurfaceOp};
+use palimpsest_core_session::{
+    AppendError, Checkpoint, Event, EventType, LoadError, SessionHeader, SurfaceOp,
+};
+
+/// A saved checkpoint row of a SQL store (its `log_len` column and its
+/// JSON text), checked against the session's `header`: it decodes, the
+/// column agrees with it, it was taken of this session under this header.
+/// `Err` says why it is not to be used (a reader then ignores it and reads
+/// every event); the last check, of the stored event it ends at, is
+/// [`checkpoint_ends_at`].
+pub fn checkpoint_row(
+    header: &SessionHeader,
+    log_len: Option<i64>,
+    json: Option<String>,
+) -> Result<Checkpoint, String> {
+    let (Some(log_len), Some(json)) = (log_len, json) else { return Err("its row cannot be read".into()) };
+    let checkpoint = Checkpoint::from_json(&json).map_err(|e| format!("it does not decode: {e}"))?;
+    if checkpoint.log_len() != from_sql_int(log_len) {
+        return Err("its log_len column disagrees with it".into());
+    }
+    if !checkpoint.matches_header(header) {
+        return Err("it was taken of another session or under another header".into());
+    }
+    Ok(checkpoint)
+}
+
+/// Whether `checkpoint` ends at the stored event at seq `log_len - 1`
+/// (`None`: the log has no such event, `Some(Err)`: it does not decode).
+/// `Err` says why not.
+pub fn checkpoint_ends_at(
+    checkpoint: &Checkpoint,
+    stored: Option<Result<Event, LoadError>>,
+) -> Result<(), String> {
+    match stored {
+        None => Err("the log is shorter than it".into()),
+        Some(Err(e)) => Err(format!("the stored event it ends at does not decode: {e}")),
+        Some(Ok(event)) if !checkpoint.matches_last_event(&event) => {
+            Err("the stored event it ends at is not the one it was taken after".into())
+        }
+        Some(Ok(_)) => Ok(()),
+    }
+}
 
 /// The JSON text of a `surfaceOp`, exactly as the JSONL line holds it.
 pub fn surface_op_json(op: SurfaceOp) -> String {
