@@ -1075,11 +1075,7 @@ impl PgStore {
         session_id: &str,
         sink: &mut dyn LoadSink,
     ) -> Result<(), TxError> {
-        let header = client
-            .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
-            .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
-        let header =
-            header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+        let header = self.stored_header(client, session_id)?;
         if sink.header(header).is_break() {
             return Ok(());
         }
@@ -1099,6 +1095,16 @@ impl PgStore {
         rows_read
             .finish(decoded)
             .map_err(|(index, e)| TxError::Refused(self.corrupt(session_id, Some(index), e)))
+    }
+
+    /// The header of session `session_id`, read in the caller's
+    /// transaction: `not-found` without one, `corrupt` when its row does not
+    /// decode. Every read that starts from the header starts here.
+    fn stored_header(&self, client: &mut Client, session_id: &str) -> Result<SessionHeader, TxError> {
+        let row = client
+            .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
+            .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+        Ok(header_from_row(session_id, &row, 0).map_err(|e| self.corrupt(session_id, None, e))?)
     }
 
     /// The session's saved checkpoint, read in the caller's transaction,
@@ -1438,11 +1444,7 @@ impl SessionStore for PgStore {
         off_the_runtime(|| {
             check_id(session_id)?;
             self.read("summarizing a session", |client| {
-                let header = client
-                    .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
-                    .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
-                let header =
-                    header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+                let header = self.stored_header(client, session_id)?;
                 let mut summary = SessionSummary::empty(header);
                 for row in &client.query_typed(&self.sql.summary, &[(&session_id, Type::TEXT)])? {
                     let index = codec::from_sql_int(row.try_get::<_, i64>(0)?);
@@ -1564,11 +1566,7 @@ impl SessionStore for PgStore {
         off_the_runtime(|| {
             check_id(session_id)?;
             self.read("resuming a session", |client| {
-                let header = client
-                    .query_typed_opt(&self.sql.select_header, &[(&session_id, Type::TEXT)])?
-                    .ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
-                let header =
-                    header_from_row(session_id, &header, 0).map_err(|e| self.corrupt(session_id, None, e))?;
+                let header = self.stored_header(client, session_id)?;
                 if let Some(checkpoint) = self.matching_checkpoint(client, session_id, &header)? {
                     let from = checkpoint.log_len();
                     let rows = client.query_typed(

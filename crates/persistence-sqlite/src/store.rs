@@ -471,13 +471,7 @@ impl SqliteStore {
         session_id: &str,
         sink: &mut dyn LoadSink,
     ) -> Result<(), ReadError> {
-        let not_found = || ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() });
-        let header = tx
-            .prepare_cached(SELECT_HEADER)?
-            .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
-            .optional()?
-            .ok_or_else(not_found)?
-            .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+        let header = self.stored_header(tx, session_id)?;
         let mut stmt = tx.prepare_cached(SELECT_EVENTS)?;
         let mut rows = stmt.query([session_id])?;
         // Not sized from max(seq): a tampered seq must not size an allocation.
@@ -504,6 +498,17 @@ impl SqliteStore {
         rows_read
             .finish(decoded)
             .map_err(|(index, e)| ReadError::Store(self.corrupt(session_id, Some(index), e)))
+    }
+
+    /// The header of session `session_id`, read in `tx`: `not-found`
+    /// without one, `corrupt` when its row does not decode. Every read that
+    /// starts from the header starts here.
+    fn stored_header(&self, tx: &Transaction<'_>, session_id: &str) -> Result<SessionHeader, ReadError> {
+        tx.prepare_cached(SELECT_HEADER)?
+            .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
+            .optional()?
+            .ok_or_else(|| ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() }))?
+            .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))
     }
 
     /// The session's saved checkpoint, read in `tx`, if it matches the log:
@@ -803,12 +808,7 @@ impl SessionStore for SqliteStore {
     /// only those rows are read and checked.
     fn summary(&self, session_id: &str) -> Result<SessionSummary, StoreError> {
         self.read("summarizing a session", |tx| {
-            let header = tx
-                .prepare_cached(SELECT_HEADER)?
-                .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
-                .optional()?
-                .ok_or_else(|| ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() }))?
-                .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+            let header = self.stored_header(tx, session_id)?;
             let one = |sql: &str| -> Result<Option<Event>, ReadError> {
                 let row = tx
                     .prepare_cached(sql)?
@@ -915,12 +915,7 @@ impl SessionStore for SqliteStore {
     /// [`load`](SessionStore::load) reads them, with its errors.
     fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
         self.read("resuming a session", |tx| {
-            let header = tx
-                .prepare_cached(SELECT_HEADER)?
-                .query_row([session_id], |row| Ok(header_from_row(session_id, row, 0)))
-                .optional()?
-                .ok_or_else(|| ReadError::Store(StoreError::NotFound { session_id: session_id.to_owned() }))?
-                .map_err(|e| ReadError::Store(self.corrupt(session_id, None, e)))?;
+            let header = self.stored_header(tx, session_id)?;
             if let Some(checkpoint) = self.matching_checkpoint(tx, session_id, &header)? {
                 let from = checkpoint.log_len();
                 let mut stmt = tx.prepare_cached(SELECT_EVENTS_FROM)?;
