@@ -394,10 +394,7 @@ impl Store {
     /// checkpoint is a cache, and the write it follows stands.
     pub(crate) fn save_checkpoint(&self, session: &Session) {
         let Some(store) = self.backend() else { return };
-        if session.last_turn().1 {
-            return;
-        }
-        if let Err(e) = store.save_checkpoint(session.id(), &session.checkpoint()) {
+        if let Err(e) = palimpsest_persistence::save_checkpoint(store, session) {
             crate::output::warning(&format!(
                 "{}: could not save a checkpoint: {e}",
                 self.origin(session.id())

@@ -57,6 +57,20 @@ pub fn load_session(
     Ok((session, report))
 }
 
+/// Saves a checkpoint of `session` in `store` (its log as `store` holds
+/// it), at a turn boundary only: while the log ends inside a turn this
+/// saves nothing (`Ok(false)`), so a resumed session always holds its open
+/// turn whole and crash repair reads it there. Returns whether a
+/// checkpoint was kept. What every writer calls after writing a session
+/// (the loop through [`DurableSession::save_checkpoint`], `convert`, `fork`,
+/// `repair --write`).
+pub fn save_checkpoint(store: &dyn SessionStore, session: &Session) -> Result<bool, StoreError> {
+    if session.last_turn().1 {
+        return Ok(false);
+    }
+    store.save_checkpoint(session.id(), &session.checkpoint())
+}
+
 /// Opens session `session_id` for [`DurableSession::resume_guarded`]: resumed
 /// from a checkpoint when the store has one that matches, else (and after
 /// any refusal of the checkpoint or of its tail) [`load_session`].
@@ -400,10 +414,7 @@ impl DurableSession {
     /// resumed session is always in the events it holds (crash repair
     /// reads it there).
     pub fn save_checkpoint(&self) -> Result<bool, StoreError> {
-        if self.session.last_turn().1 {
-            return Ok(false);
-        }
-        self.store.save_checkpoint(self.session.id(), &self.session.checkpoint())
+        save_checkpoint(&*self.store, &self.session)
     }
 
     /// The in-memory session (read-only: appends go through this wrapper).

@@ -37,7 +37,7 @@ mod summary;
 pub mod testkit;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use durable::{load_session, Durability, DurableError, DurableSession, Opened};
+pub use durable::{load_session, save_checkpoint, Durability, DurableError, DurableSession, Opened};
 pub use error::StoreError;
 pub use hold::{Hold, KeptHold};
 pub use memory::MemoryStore;
