@@ -166,57 +166,10 @@ impl JsonlLog {
     /// exactly those a [`JsonlReader`] yields before it.
     pub fn parse_prefix(bytes: &[u8], options: ReadOptions) -> Result<JsonlPrefix, LoadError> {
         let mut decoder = JsonlDecoder::new(options);
-        let used = match decoder.feed(bytes) {
-            Ok(used) => used,
-            Err(error) => {
-                return match decoder.header.take() {
-                    None => Err(error),
-                    Some(header) => Ok(JsonlPrefix {
-                        header,
-                        events: decoder.events,
-                        error: Some(error),
-                        torn_tail: None,
-                        missing_newline: false,
-                    }),
-                }
-            }
-        };
-        let rest = &bytes[used..];
-        let Some(header) = decoder.header.take() else {
-            // The file is one line without its `\n`: the header alone.
-            let header = header_of(rest, options)?;
-            return Ok(JsonlPrefix {
-                header,
-                events: Vec::new(),
-                error: None,
-                torn_tail: None,
-                missing_newline: true,
-            });
-        };
-        let mut last = JsonlReader {
-            header,
-            bytes: rest,
-            text: None,
-            pos: 0,
-            line: decoder.lines,
-            options,
-            torn_tail: None,
-            missing_newline: false,
-            failed: false,
-        };
-        let mut error = None;
-        match last.next() {
-            Some(Ok(event)) => decoder.events.push(event),
-            Some(Err(e)) => error = Some(e),
-            None => {}
+        match decoder.feed(bytes) {
+            Ok(used) => decoder.finish_prefix(&bytes[used..]),
+            Err(error) => decoder.stopped_at(error),
         }
-        Ok(JsonlPrefix {
-            header: last.header,
-            events: decoder.events,
-            error,
-            torn_tail: last.torn_tail.map(|t| TornTail { offset: t.offset + decoder.offset, ..t }),
-            missing_newline: last.missing_newline,
-        })
     }
 
     /// Seeds a [`Session`] from this log, checking every rule.
@@ -409,6 +362,32 @@ impl JsonlDecoder {
         Ok(whole.len())
     }
 
+    /// Takes the events decoded so far (and not taken before), in order:
+    /// how a reader checks a file piece by piece without holding its
+    /// events. After [`feed`](JsonlDecoder::feed) fails, these are the
+    /// events before the bad line.
+    ///
+    /// ```
+    /// use palimpsest_core_session::jsonl::{JsonlDecoder, ReadOptions};
+    ///
+    /// let file = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":0}\n\
+    /// {\"seq\":0,\"time\":1,\"type\":\"turn/start\",\"data\":{\"turn\":1}}\n";
+    /// let mut decoder = JsonlDecoder::new(ReadOptions::default());
+    /// decoder.feed(file)?;
+    /// assert_eq!(decoder.take_events().len(), 1);
+    /// assert!(decoder.take_events().is_empty());
+    /// assert_eq!(decoder.finish_prefix(b"")?.events.len(), 0);
+    /// # Ok::<(), palimpsest_core_session::LoadError>(())
+    /// ```
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The header, once a [`feed`](JsonlDecoder::feed) has read it.
+    pub fn header(&self) -> Option<&SessionHeader> {
+        self.header.as_ref()
+    }
+
     /// The 1-based number of the next line to decode (1 before the header).
     pub fn next_line(&self) -> u64 {
         self.lines + 1
@@ -464,6 +443,67 @@ impl JsonlDecoder {
             torn_tail: last.torn_tail.map(|t| TornTail { offset: t.offset + self.offset, ..t }),
             missing_newline: last.missing_newline,
         })
+    }
+}
+
+impl JsonlDecoder {
+    /// Ends the file as far as its first bad line, like
+    /// [`JsonlLog::parse_prefix`]: `rest` is what the last
+    /// [`feed`](JsonlDecoder::feed) did not use. The prefix holds the
+    /// events not [taken](JsonlDecoder::take_events); `Err` only when the
+    /// header cannot be read.
+    pub fn finish_prefix(mut self, rest: &[u8]) -> Result<JsonlPrefix, LoadError> {
+        let Some(header) = self.header.take() else {
+            // The file is one line without its `\n`: the header alone.
+            let header = header_of(rest, self.options)?;
+            return Ok(JsonlPrefix {
+                header,
+                events: Vec::new(),
+                error: None,
+                torn_tail: None,
+                missing_newline: true,
+            });
+        };
+        let mut last = JsonlReader {
+            header,
+            bytes: rest,
+            text: None,
+            pos: 0,
+            line: self.lines,
+            options: self.options,
+            torn_tail: None,
+            missing_newline: false,
+            failed: false,
+        };
+        let mut error = None;
+        match last.next() {
+            Some(Ok(event)) => self.events.push(event),
+            Some(Err(e)) => error = Some(e),
+            None => {}
+        }
+        Ok(JsonlPrefix {
+            header: last.header,
+            events: self.events,
+            error,
+            torn_tail: last.torn_tail.map(|t| TornTail { offset: t.offset + self.offset, ..t }),
+            missing_newline: last.missing_newline,
+        })
+    }
+
+    /// The prefix of a file whose [`feed`](JsonlDecoder::feed) failed with
+    /// `error`: the events before the bad line (those not taken), and the
+    /// error; `Err(error)` itself when it is the header's.
+    pub fn stopped_at(mut self, error: LoadError) -> Result<JsonlPrefix, LoadError> {
+        match self.header.take() {
+            None => Err(error),
+            Some(header) => Ok(JsonlPrefix {
+                header,
+                events: self.events,
+                error: Some(error),
+                torn_tail: None,
+                missing_newline: false,
+            }),
+        }
     }
 }
 

@@ -210,11 +210,39 @@ impl ResidentLog {
         });
     }
 
+    /// [`trim`](ResidentLog::trim), once enough may have left the surface
+    /// to be worth a pass: when the resident events before
+    /// [`resident_from`](ResidentLog::resident_from) outnumber twice the
+    /// surface (and a few more). A pass is O(resident + surface), so trimming
+    /// on every replace would make a long run of replaces quadratic; this way
+    /// each pass lets go of at least as many events as it keeps, and what
+    /// stays resident is at most about three times what must.
+    pub(crate) fn trim_when_worth(&mut self, surface: &[u64], settings_seq: Option<u64>) {
+        if self.from == 0 {
+            return;
+        }
+        let before = self.events.partition_point(|e| e.seq() < self.from);
+        if before > 2 * surface.len() + TRIM_SLACK {
+            self.trim(surface, settings_seq);
+        }
+    }
+
+    /// Makes every event so far part of what a checkpoint covers: from now
+    /// on only the tail appended after this call is resident whole (the
+    /// caller then trims what came before).
+    pub(crate) fn rebase(&mut self) {
+        self.from = self.len;
+    }
+
     /// Consumes the log, returning its resident events.
     pub(crate) fn into_events(self) -> Vec<Event> {
         self.events
     }
 }
+
+/// Resident events before the tail that may stay beyond twice the surface
+/// before [`ResidentLog::trim_when_worth`] lets go of them.
+const TRIM_SLACK: usize = 64;
 
 /// The event with this seq in `events`, a slice sorted by seq: O(1) when
 /// the slice is dense from 0 (a whole log) or when `seq` lies in a dense

@@ -333,10 +333,7 @@ impl Session {
             // Cannot happen: the surface and settings events are resident.
             tracing::error!(session_id = %self.header.id, "a surface or settings event is not resident");
         }
-        let tail_hash = match self.events.last() {
-            Some(last) => Some(fingerprint(last.to_json().as_bytes())),
-            None => self.base.as_ref().and_then(|b| b.tail_hash.clone()),
-        };
+        let tail_hash = self.tail_hash();
         Checkpoint {
             session_id: self.header.id.clone(),
             header_hash: fingerprint(self.header.to_json().as_bytes()),
@@ -347,6 +344,51 @@ impl Session {
             settings_seq: self.settings_seq,
             turns: self.turn_state(),
             events,
+        }
+    }
+
+    /// Lets go of every event an append no longer needs: the session then
+    /// holds what [resuming](Session::resume) it from a checkpoint taken
+    /// now would hold (the surface's events and the settings event in
+    /// effect), plus whatever is appended after. Every rule, every guard,
+    /// the surface and the derived messages stay exactly as they were; the
+    /// session is no longer [complete](Session::is_complete).
+    ///
+    /// This is how a reader walks a log of any length in memory bounded by
+    /// its surface: append, and trim now and then (each call is O(the
+    /// events appended since the last + the surface)). A guard keeps its
+    /// state: it is the fold of the whole log either way.
+    ///
+    /// ```
+    /// use palimpsest_core_session::{payload::*, Session, SessionHeader, SurfaceIntent};
+    ///
+    /// let mut s = Session::create(SessionHeader::new("t", 0));
+    /// s.append_log(1, TurnStart { turn: 1 })?;
+    /// s.append_surface(2, UserMessage { turn: Some(1), message: Message::user("u1", "hi") }, SurfaceIntent::append())?;
+    /// s.trim();
+    /// assert!(!s.is_complete());
+    /// assert_eq!(s.resident().len(), 1, "the turn/start is off the surface: gone");
+    /// assert_eq!((s.next_seq(), s.last_time(), s.turn_state().open_turn), (2, 2, Some(1)));
+    /// s.append_log(3, TurnEnd { turn: 1, reason: TurnEndReason::Completed })?;
+    /// assert_eq!(s.derive_messages().len(), 1);
+    /// # Ok::<(), palimpsest_core_session::AppendError>(())
+    /// ```
+    pub fn trim(&mut self) {
+        if self.events.is_empty() {
+            return;
+        }
+        let tail_hash = self.tail_hash();
+        self.base = Some(Base { last_time: self.last_time(), tail_hash, turns: self.turn_state() });
+        self.events.rebase();
+        self.events.trim(self.surface.seqs(), self.settings_seq);
+    }
+
+    /// The fingerprint of the log's last event, which a checkpoint records
+    /// so that it can be checked against the log it claims to cover.
+    fn tail_hash(&self) -> Option<String> {
+        match self.events.last() {
+            Some(last) => Some(fingerprint(last.to_json().as_bytes())),
+            None => self.base.as_ref().and_then(|b| b.tail_hash.clone()),
         }
     }
 
@@ -689,7 +731,7 @@ impl Session {
             return Err(BatchError::Write(e));
         }
         if trim {
-            self.events.trim(self.surface.seqs(), self.settings_seq);
+            self.events.trim_when_worth(self.surface.seqs(), self.settings_seq);
         }
         Ok(start..self.events.len())
     }
@@ -716,7 +758,7 @@ impl Session {
         if settings_changed || matches!(step, SurfaceStep::Replace { .. }) {
             // A resumed session lets go of what left the surface, and of
             // the settings event no longer in effect.
-            self.events.trim(self.surface.seqs(), self.settings_seq);
+            self.events.trim_when_worth(self.surface.seqs(), self.settings_seq);
         }
     }
 

@@ -396,7 +396,15 @@ fn check_assistant_sources(
             continue;
         }
         let Some(e) = view.event(cited) else {
-            bad.push(format!("{cited} (not in the log)"));
+            // A cited seq is below the message's own (section 1), so it is
+            // in the log; a session that does not hold its whole log (resumed
+            // or trimmed) no longer holds it. Every chunk of the open step
+            // is known, so citing this event from the open step is wrong
+            // whatever it is; from another step (already a step event
+            // outside its step) it cannot be judged, and is not.
+            if open.is_some() {
+                bad.push(format!("{cited} (not an assistant/chunk of this step)"));
+            }
             continue;
         };
         if *e.event_type() != EventType::AssistantChunk {

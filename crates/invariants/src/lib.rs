@@ -80,7 +80,7 @@ pub mod report;
 
 pub use codes::CODES;
 pub use guard::{DevMode, InvariantGuard, DEV_MODE_ENV};
-pub use report::{Finding, Position, Report};
+pub use report::{Finding, JsonlCheck, Position, Report, ReportBuilder, Retain};
 
 use checker::Checker;
 
@@ -135,6 +135,14 @@ pub fn check_log(events: &[Event]) -> Vec<Violation> {
     out.sort_by_key(|v| v.seq);
     out
 }
+
+/// The generator of core-session's resume equivalence tests, for the
+/// report's own property test (core-session may depend on no palimpsest
+/// crate, so the generator lives there and is included here).
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../core-session/tests/support/resume_ops.rs"]
+mod resume_ops;
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -19,12 +19,14 @@
 //! The report serializes (serde) to the object `palimpsest validate --json`
 //! prints (contract section 7): see [`Report`]'s `Serialize`.
 
+use std::io::{self, Read};
+
 use palimpsest_core_session::explain::Shadowing;
-use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions, TornTail};
+use palimpsest_core_session::jsonl::{JsonlDecoder, ReadOptions, TornTail};
 use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::check_log;
+use crate::checker::{Checker, Fact};
 
 /// Where a [`Finding`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -187,7 +189,10 @@ impl Serialize for Finding {
 #[non_exhaustive]
 pub struct Report {
     /// The accepted prefix of the log (every event up to the first
-    /// violation); `None` when the header could not be read.
+    /// violation); `None` when the header could not be read. Held whole
+    /// with [`Retain::Whole`]; with [`Retain::Surface`] it is
+    /// [trimmed](Session::trim) (it holds what an append needs, and is not
+    /// [complete](Session::is_complete)).
     pub session: Option<Session>,
     /// The first violation of sections 1, 2 or 6; checking stopped there.
     pub fatal: Option<Finding>,
@@ -196,7 +201,8 @@ pub struct Report {
     /// Findings about the store as a whole, added by the caller that
     /// checked it ([`Finding::store`]); none from this crate.
     pub store: Vec<Finding>,
-    /// Who shadowed whom in the accepted prefix.
+    /// Who shadowed whom in the accepted prefix ([`Retain::Whole`] only;
+    /// empty with [`Retain::Surface`]).
     pub shadowing: Shadowing,
     /// A torn last line that was dropped (JSONL files only).
     pub torn_tail: Option<TornTail>,
@@ -212,52 +218,73 @@ impl Report {
     }
 
     /// [`Report::check_jsonl`] with the reader's `options` (its line caps).
+    /// The session is held whole ([`Retain::Whole`]).
     pub fn check_jsonl_with(bytes: &[u8], options: ReadOptions) -> Report {
         // Lines decode on every core (they are independent); the rules that
-        // relate events then run in order over the decoded prefix. The
-        // first violation is the first of a rule's (on an event of the
-        // prefix) and the decoder's (on the line after it), as when each
-        // line is decoded and checked in turn.
-        let prefix = match JsonlLog::parse_prefix(bytes, options) {
-            Ok(prefix) => prefix,
-            Err(error) => return Report::unread(Finding::from_load(&error, 1)),
-        };
-        let mut checker = Checker::new(Session::create(prefix.header));
-        // Every line after the header is an event: event `i` is on line `i + 2`.
-        let after = prefix.events.len() as u64 + 2;
-        let mut fatal = None;
-        for (i, event) in prefix.events.into_iter().enumerate() {
-            if let Err(finding) = checker.push(event, Some(i as u64 + 2)) {
-                fatal = Some(finding);
+        // relate events then run in order over the decoded prefix.
+        let mut check = JsonlCheck::new(options, Retain::Whole);
+        let used = check.feed(bytes);
+        check.finish(&bytes[used..])
+    }
+
+    /// Reads and checks a JSONL session file from `read`, a piece at a
+    /// time: the file is never held whole, and with [`Retain::Surface`]
+    /// neither is its log, so memory is bounded by the session's surface
+    /// and open turn, not by the file's size. The findings are exactly
+    /// [`Report::check_jsonl_with`]'s. A line longer than
+    /// `options.max_line_bytes` is refused without being held. `Err` only
+    /// when `read` fails.
+    ///
+    /// ```
+    /// use palimpsest_core_session::jsonl::ReadOptions;
+    /// use palimpsest_invariants::{Report, Retain};
+    ///
+    /// let text = r#"{"type":"session","version":0,"id":"s1","createdAt":0}
+    /// {"seq":0,"time":1,"type":"turn/start","data":{"turn":1}}
+    /// {"seq":1,"time":2,"type":"turn/end","data":{"turn":1,"reason":{"kind":"completed"}}}
+    /// "#;
+    /// let report = Report::check_jsonl_read(text.as_bytes(), ReadOptions::default(), Retain::Surface)?;
+    /// assert!(report.is_valid());
+    /// assert_eq!(report.events_checked(), 2);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn check_jsonl_read(mut read: impl Read, options: ReadOptions, retain: Retain) -> io::Result<Report> {
+        let mut check = JsonlCheck::new(options, retain);
+        let mut pending = Vec::with_capacity(PIECE_BYTES);
+        loop {
+            // A line longer than a piece makes `pending` grow until it
+            // ends, or until it is over the cap.
+            let read_now = read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending)?;
+            if read_now == 0 {
                 break;
             }
+            let used = check.feed(&pending);
+            pending.drain(..used);
+            if check.is_done() {
+                return Ok(check.finish(&[]));
+            }
+            if pending.len() > check.next_line_cap() {
+                let len = pending.len() as u64 + count_to_line_end(&mut read)?;
+                return Ok(check.overlong(len, &pending));
+            }
         }
-        if fatal.is_none() {
-            fatal = prefix.error.map(|e| Finding::from_load(&e, after));
-        }
-        let (torn_tail, missing_newline) = match fatal {
-            None => (prefix.torn_tail, prefix.missing_newline),
-            Some(_) => (None, false),
-        };
-        let mut report = checker.finish(fatal);
-        report.torn_tail = torn_tail;
-        report.missing_newline = missing_newline;
-        report
+        Ok(check.finish(&pending))
     }
 
     /// Checks a session loaded from a store: its events are each
     /// well-formed already (section 1); the rules that relate them are
-    /// checked here. Findings have seqs and no lines.
+    /// checked here. Findings have seqs and no lines. The session is held
+    /// whole; [`ReportBuilder`] checks events as a store hands them over.
     pub fn check_events(header: SessionHeader, events: Vec<Event>) -> Report {
-        let mut checker = Checker::new(Session::create(header));
+        let mut builder = ReportBuilder::new(header, Retain::Whole);
         let mut fatal = None;
         for event in events {
-            if let Err(finding) = checker.push(event, None) {
+            if let Err(finding) = builder.push(event, None) {
                 fatal = Some(finding);
                 break;
             }
         }
-        checker.finish(fatal)
+        builder.finish(fatal)
     }
 
     /// A file whose header could not be read.
@@ -280,7 +307,7 @@ impl Report {
 
     /// How many events were accepted.
     pub fn events_checked(&self) -> usize {
-        self.session.as_ref().map_or(0, |s| s.events().len())
+        self.session.as_ref().map_or(0, |s| usize::try_from(s.next_seq()).unwrap_or(usize::MAX))
     }
 
     /// Every violation: the session's sorted by seq (those without a seq
@@ -323,55 +350,276 @@ impl Serialize for Report {
     }
 }
 
-/// Builds a [`Report`] one event at a time.
-struct Checker {
-    session: Session,
-    shadowing: Shadowing,
-    /// The line of each accepted event, by seq (JSONL only).
-    lines: Vec<u64>,
+/// What a [`Report`] keeps of the session it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retain {
+    /// The whole log, and who shadowed whom ([`Report::shadowing`]): what
+    /// a timeline or an explanation of every event shows.
+    Whole,
+    /// What an append needs: the surface's events, the settings event and
+    /// the open turn ([`Session::trim`], now and then). Memory is bounded by
+    /// the surface, not the log; the findings are the same.
+    Surface,
 }
 
-impl Checker {
-    fn new(session: Session) -> Checker {
-        Checker { session, shadowing: Shadowing::default(), lines: Vec::new() }
+/// Events appended between two trims of a [`Retain::Surface`] session, at
+/// least (more when the surface is larger, so that a trim, O(surface),
+/// costs O(1) per event). Tests trim often, to check trimming changes
+/// nothing.
+#[cfg(not(test))]
+const TRIM_EVERY: u64 = 4096;
+#[cfg(test)]
+const TRIM_EVERY: u64 = 3;
+
+/// Bytes read at a time by [`Report::check_jsonl_read`].
+const PIECE_BYTES: usize = 8 << 20;
+
+/// Builds a [`Report`] one event at a time, as a store hands them over:
+/// every rule of sections 1, 2 and 6 on each [`push`](ReportBuilder::push)
+/// (the first violation ends the check), and the invariants of section
+/// 2a beside them, every violation kept.
+///
+/// ```
+/// use palimpsest_core_session::{Event, SessionHeader};
+/// use palimpsest_invariants::{ReportBuilder, Retain};
+///
+/// let mut builder = ReportBuilder::new(SessionHeader::new("s1", 0), Retain::Surface);
+/// let start = Event::from_json(r#"{"seq":0,"time":1,"type":"turn/start","data":{"turn":1}}"#)?;
+/// let again = Event::from_json(r#"{"seq":1,"time":2,"type":"turn/start","data":{"turn":2}}"#)?;
+/// builder.push(start, None).map_err(|f| f.code)?;
+/// builder.push(again, None).map_err(|f| f.code)?;
+/// let report = builder.finish(None);
+/// assert_eq!(report.invariants[0].code, "turn-already-open");
+/// assert_eq!(report.events_checked(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct ReportBuilder {
+    session: Session,
+    retain: Retain,
+    invariants: Checker,
+    found: Vec<Finding>,
+    shadowing: Shadowing,
+}
+
+impl ReportBuilder {
+    /// A check of the session `header` opens, keeping what `retain` says.
+    pub fn new(header: SessionHeader, retain: Retain) -> ReportBuilder {
+        ReportBuilder {
+            session: Session::create(header),
+            retain,
+            invariants: Checker::default(),
+            found: Vec::new(),
+            shadowing: Shadowing::default(),
+        }
     }
 
-    /// Appends `event`, recording what it shadows as it goes: the surface
-    /// is walked once, by the append.
-    fn push(&mut self, event: Event, line: Option<u64>) -> Result<(), Finding> {
-        let shadowed = match event.surface_op() {
-            Some(op @ SurfaceOp::Replace { .. }) => self.session.view().shadowed_by(op).to_vec(),
+    /// Checks and appends the next event, on `line` of a file where there
+    /// is one. `Err` is the first violation of sections 1, 2 or 6: the
+    /// check ends there (pass it to [`finish`](ReportBuilder::finish)), and
+    /// the event was not appended.
+    pub fn push(&mut self, event: Event, line: Option<u64>) -> Result<(), Finding> {
+        let shadowed = match (self.retain, event.surface_op()) {
+            (Retain::Whole, Some(op @ SurfaceOp::Replace { .. })) => self.session.view().shadowed_by(op).to_vec(),
             _ => Vec::new(),
         };
+        // The invariants judge the event against the session before it, as
+        // a guard would; they count only if the rules accept it.
+        let fact = Fact::of(&event);
+        let broken = self.invariants.check_fact(self.session.view(), &event, &fact);
         let at = event.seq();
         let seq = self.session.append(event).map_err(|error| Finding::refused(&error, at, line))?;
-        self.shadowing.record(seq, &shadowed);
-        self.lines.extend(line);
+        if let Some(event) = self.session.event(seq) {
+            self.invariants.commit_fact(self.session.view(), event, &fact);
+        }
+        self.found.extend(broken.into_iter().map(|v| Finding {
+            code: v.code.to_owned(),
+            position: Position::Event { seq: v.seq, line },
+            detail: v.message,
+        }));
+        match self.retain {
+            Retain::Whole => self.shadowing.record(seq, &shadowed),
+            Retain::Surface => {
+                let tail = self.session.next_seq() - self.session.resident_log().resident_from();
+                if tail >= TRIM_EVERY.max(self.session.surface().len() as u64) {
+                    self.session.trim();
+                }
+            }
+        }
         Ok(())
     }
 
-    /// The report: `fatal`, and the section-2a violations of what was
-    /// accepted.
-    fn finish(self, fatal: Option<Finding>) -> Report {
-        // Seqs are contiguous from 0 (rule 9), so an event's index is its seq.
-        let line_of = |seq: u64| usize::try_from(seq).ok().and_then(|i| self.lines.get(i)).copied();
-        let invariants = check_log(self.session.events())
-            .into_iter()
-            .map(|v| Finding {
-                code: v.code.to_owned(),
-                position: Position::Event { seq: v.seq, line: line_of(v.seq) },
-                detail: v.message,
-            })
-            .collect();
+    /// How many events were accepted so far.
+    pub fn events_checked(&self) -> u64 {
+        self.session.next_seq()
+    }
+
+    /// The report: `fatal` (the error a [`push`](ReportBuilder::push)
+    /// returned, or one found outside the events, such as a corrupt line),
+    /// and the section-2a violations of what was accepted, by seq.
+    pub fn finish(self, fatal: Option<Finding>) -> Report {
         Report {
             session: Some(self.session),
             fatal,
-            invariants,
+            invariants: self.found,
             store: Vec::new(),
             shadowing: self.shadowing,
             torn_tail: None,
             missing_newline: false,
         }
+    }
+}
+
+/// Checks a JSONL session file fed a piece at a time, as it is read: the
+/// [`JsonlDecoder`] decodes each piece's lines (on several threads), and a
+/// [`ReportBuilder`] checks the events in order. The result, errors and
+/// line numbers included, is the same however the bytes are cut.
+#[derive(Debug)]
+pub struct JsonlCheck {
+    decoder: JsonlDecoder,
+    retain: Retain,
+    /// Once the header is read.
+    builder: Option<ReportBuilder>,
+    /// The first violation; the check ends there.
+    fatal: Option<Finding>,
+}
+
+impl JsonlCheck {
+    /// A check of one file, read with `options`, keeping what `retain` says.
+    pub fn new(options: ReadOptions, retain: Retain) -> JsonlCheck {
+        JsonlCheck { decoder: JsonlDecoder::new(options), retain, builder: None, fatal: None }
+    }
+
+    /// Checks every whole line at the start of `bytes` (the bytes that
+    /// follow what earlier calls used) and returns how many bytes that was;
+    /// the caller keeps the rest and passes it again with the next bytes.
+    /// Once [`is_done`](JsonlCheck::is_done), every byte is used and
+    /// ignored.
+    pub fn feed(&mut self, bytes: &[u8]) -> usize {
+        if self.is_done() {
+            return bytes.len();
+        }
+        let result = self.decoder.feed(bytes);
+        let events = self.decoder.take_events();
+        self.push_all(events);
+        match result {
+            Ok(used) => used,
+            Err(error) => {
+                let line = self.next_line();
+                self.fatal.get_or_insert_with(|| Finding::from_load(&error, line));
+                bytes.len()
+            }
+        }
+    }
+
+    /// Whether the first violation has been found: the rest of the file
+    /// need not be read.
+    pub fn is_done(&self) -> bool {
+        self.fatal.is_some()
+    }
+
+    /// The longest line the next line may be (see
+    /// [`JsonlDecoder::next_line_cap`]).
+    pub fn next_line_cap(&self) -> usize {
+        self.decoder.next_line_cap()
+    }
+
+    /// Ends the check at a next line `len` bytes long beginning with
+    /// `start`, over [`next_line_cap`](JsonlCheck::next_line_cap).
+    pub fn overlong(mut self, len: u64, start: &[u8]) -> Report {
+        let error = self.decoder.overlong(len, start);
+        let line = self.next_line();
+        self.fatal.get_or_insert_with(|| Finding::from_load(&error, line));
+        self.finish(&[])
+    }
+
+    /// The report, at the end of the file: `rest` is what the last
+    /// [`feed`](JsonlCheck::feed) did not use (a last line without its
+    /// `\n`, or nothing). A rest that is not JSON is a torn write, dropped
+    /// and reported ([`Report::torn_tail`]).
+    pub fn finish(mut self, rest: &[u8]) -> Report {
+        if self.fatal.is_none() {
+            let decoder = std::mem::replace(&mut self.decoder, JsonlDecoder::new(ReadOptions::default()));
+            match decoder.finish_prefix(rest) {
+                Err(error) => self.fatal = Some(Finding::from_load(&error, 1)),
+                Ok(prefix) => {
+                    if self.builder.is_none() {
+                        self.builder = Some(ReportBuilder::new(prefix.header, self.retain));
+                    }
+                    self.push_all(prefix.events);
+                    let line = self.next_line();
+                    if self.fatal.is_none() {
+                        self.fatal = prefix.error.map(|e| Finding::from_load(&e, line));
+                    }
+                    if self.fatal.is_none() {
+                        let mut report = self.into_report();
+                        report.torn_tail = prefix.torn_tail;
+                        report.missing_newline = prefix.missing_newline;
+                        return report;
+                    }
+                }
+            }
+        }
+        self.into_report()
+    }
+
+    fn into_report(self) -> Report {
+        match self.builder {
+            Some(builder) => builder.finish(self.fatal),
+            // The header could not be read: that is the fatal finding.
+            None => Report::unread(self.fatal.unwrap_or_else(|| Finding {
+                code: "header-malformed".to_owned(),
+                position: Position::Header,
+                detail: "the file has no header line".to_owned(),
+            })),
+        }
+    }
+
+    /// Checks `events`, the next lines' events, until a rule refuses one.
+    fn push_all(&mut self, events: Vec<Event>) {
+        if self.builder.is_none() {
+            if let Some(header) = self.decoder.header() {
+                self.builder = Some(ReportBuilder::new(header.clone(), self.retain));
+            }
+        }
+        let Some(builder) = self.builder.as_mut() else { return };
+        for event in events {
+            if self.fatal.is_some() {
+                return;
+            }
+            // Every line after the header is an event: event `i` is on line `i + 2`.
+            let line = builder.events_checked() + 2;
+            if let Err(finding) = builder.push(event, Some(line)) {
+                self.fatal = Some(finding);
+            }
+        }
+    }
+
+    /// The line of the next event: every line after the header is an event.
+    fn next_line(&self) -> u64 {
+        self.builder.as_ref().map_or(1, |b| b.events_checked() + 2)
+    }
+}
+
+/// Reads `read` through its next `\n` (or to its end), keeping nothing:
+/// returns the bytes before that `\n`, the rest of an overlong line.
+fn count_to_line_end(read: &mut impl Read) -> io::Result<u64> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut count = 0u64;
+    loop {
+        let n = match read.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(count);
+        }
+        if let Some(at) = buf[..n].iter().position(|&b| b == b'\n') {
+            return Ok(count + at as u64);
+        }
+        count += n as u64;
     }
 }
 
@@ -461,6 +709,129 @@ mod tests {
                 {"code": "store-seq-gap", "seq": null, "message": "session \"x\" skips seq 4"},
             ]})
         );
+    }
+
+    mod streamed {
+        use palimpsest_core_session::jsonl::{to_bytes, ReadOptions};
+        use palimpsest_core_session::{Session, SessionHeader};
+        use proptest::prelude::*;
+
+        use crate::report::{JsonlCheck, Report, Retain};
+        use crate::resume_ops::{append_ops, op};
+
+        /// How a file is damaged after it is written.
+        #[derive(Debug, Clone)]
+        enum Damage {
+            None,
+            /// A line replaced with text that is not an event.
+            Line(prop::sample::Index, &'static str),
+            /// The file cut short: a torn last line, or no final newline.
+            Cut(prop::sample::Index),
+        }
+
+        fn damage() -> impl Strategy<Value = Damage> {
+            prop_oneof![
+                2 => Just(Damage::None),
+                1 => (any::<prop::sample::Index>(), prop::sample::select(vec![
+                    "nope",
+                    "",
+                    r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#,
+                    r#"{"seq":1}"#,
+                ])).prop_map(|(i, text)| Damage::Line(i, text)),
+                1 => any::<prop::sample::Index>().prop_map(Damage::Cut),
+            ]
+        }
+
+        fn file(ops: &[(crate::resume_ops::Op, bool)], damage: &Damage) -> Vec<u8> {
+            let mut session = Session::create(SessionHeader::new("st", 3));
+            append_ops(&mut session, ops);
+            let bytes = to_bytes(session.header(), session.events());
+            match damage {
+                Damage::None => bytes,
+                Damage::Line(i, bad) => {
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
+                    let mut lines: Vec<&str> = text.lines().collect();
+                    let at = 1 + i.index(lines.len());
+                    if at < lines.len() {
+                        lines[at] = bad;
+                    }
+                    let mut out = lines.join("\n");
+                    out.push('\n');
+                    out.into_bytes()
+                }
+                Damage::Cut(i) => bytes[..i.index(bytes.len() + 1)].to_vec(),
+            }
+        }
+
+        /// The findings as a trimmed session can reproduce them: an
+        /// `assistant/message` citing events the session no longer holds
+        /// is judged without their types (`check_assistant_sources`), so
+        /// that finding keeps its code and position but not its detail,
+        /// and on a message already outside its step (`step-event-outside-
+        /// step` at the same seq) it is not judged at all.
+        fn comparable(found: &[crate::Finding]) -> Vec<(String, crate::Position, String)> {
+            let outside: Vec<_> = found
+                .iter()
+                .filter(|f| f.code == "step-event-outside-step")
+                .map(|f| f.position)
+                .collect();
+            found
+                .iter()
+                .filter(|f| !(f.code == "assistant-sources-not-chunks" && outside.contains(&f.position)))
+                .map(|f| {
+                    let detail = if f.code == "assistant-sources-not-chunks" { "" } else { &f.detail };
+                    (f.code.clone(), f.position, detail.to_owned())
+                })
+                .collect()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            /// A file checked a piece at a time, its session trimmed every
+            /// few events, reports exactly what the whole check reports.
+            #[test]
+            fn a_streamed_check_reports_what_the_whole_check_reports(
+                ops in prop::collection::vec(op(), 0..120),
+                damage in damage(),
+                pieces in prop::collection::vec(1usize..300, 1..40),
+            ) {
+                let bytes = file(&ops, &damage);
+                let whole = Report::check_jsonl(&bytes);
+                let mut check = JsonlCheck::new(ReadOptions::default(), Retain::Surface);
+                let (mut pending, mut at, mut piece) = (Vec::new(), 0usize, 0usize);
+                while at < bytes.len() {
+                    let n = pieces[piece % pieces.len()].min(bytes.len() - at);
+                    piece += 1;
+                    pending.extend_from_slice(&bytes[at..at + n]);
+                    at += n;
+                    let used = check.feed(&pending);
+                    pending.drain(..used);
+                }
+                let streamed = check.finish(&pending);
+                let read = Report::check_jsonl_read(bytes.as_slice(), ReadOptions::default(), Retain::Surface);
+                let read = read.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for other in [&streamed, &read] {
+                    prop_assert_eq!(&other.fatal, &whole.fatal);
+                    prop_assert_eq!(comparable(&other.invariants), comparable(&whole.invariants));
+                    prop_assert_eq!(other.torn_tail, whole.torn_tail);
+                    prop_assert_eq!(other.missing_newline, whole.missing_newline);
+                    prop_assert_eq!(other.events_checked(), whole.events_checked());
+                    prop_assert_eq!(other.is_valid(), whole.is_valid());
+                    let surface = |r: &Report| r.session.as_ref().map(|s| s.surface().to_vec());
+                    prop_assert_eq!(surface(other), surface(&whole));
+                    let request = |r: &Report| r.session.as_ref().map(|s| s.derive_request().to_json());
+                    prop_assert_eq!(request(other), request(&whole));
+                }
+                if let Some(session) = &streamed.session {
+                    let held = session.resident().len() as u64;
+                    prop_assert!(
+                        held <= 3 * (session.surface().len() as u64 + 1) + 64 + 2 * super::super::TRIM_EVERY,
+                        "{} events held for a surface of {}", held, session.surface().len()
+                    );
+                }
+            }
+        }
     }
 
     #[test]
