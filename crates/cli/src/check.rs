@@ -8,7 +8,9 @@
 //! valid log is and report violations the same way.
 
 use palimpsest_core_session::{AppendError, Event, Session, SessionHeader};
-pub(crate) use palimpsest_invariants::{Finding, Report};
+use palimpsest_invariants::ReportBuilder;
+pub(crate) use palimpsest_invariants::{Finding, Report, Retain};
+use palimpsest_persistence::LoadSink;
 
 use crate::error::CliError;
 
@@ -126,22 +128,60 @@ impl Checked {
 }
 
 /// Checks the bytes of a JSONL session file (contract section 6).
+#[cfg(test)]
 pub(crate) fn check_jsonl(bytes: &[u8], origin: String) -> Checked {
     Checked::new(Report::check_jsonl(bytes), origin)
 }
 
-/// Checks a session loaded from a store: its events are each well-formed
-/// already; the rules that relate them are checked by the report.
-pub(crate) fn check_events(header: SessionHeader, events: Vec<Event>, origin: String) -> Checked {
-    Checked::new(Report::check_events(header, events), origin)
+/// Reads and checks a bare JSONL session file, a piece at a time (the
+/// file is never held whole; with [`Retain::Surface`] neither is its log).
+/// Only a file that cannot be read at all is an error (`io`, exit 2);
+/// everything else is in the result.
+pub(crate) fn check_file(path: &std::path::Path, retain: Retain) -> Result<Checked, CliError> {
+    let origin = path.display().to_string();
+    let cannot = |e: std::io::Error| CliError::io(origin.clone(), format!("cannot read: {e}"));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let report = Report::check_jsonl_read(file, Default::default(), retain).map_err(cannot)?;
+    Ok(Checked::new(report, origin))
 }
 
-/// Reads and checks a bare JSONL session file. Only a file that cannot be
-/// read at all is an error (`io`, exit 2); everything else is in the result.
-pub(crate) fn check_file(path: &std::path::Path) -> Result<Checked, CliError> {
-    let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| CliError::io(origin.clone(), format!("cannot read: {e}")))?;
-    Ok(check_jsonl(&bytes, origin))
+/// Checks a session as a store hands it over ([`SessionStore::load_into`]):
+/// each event as it is read, keeping what `retain` says.
+///
+/// [`SessionStore::load_into`]: palimpsest_persistence::SessionStore::load_into
+pub(crate) struct CheckSink {
+    retain: Retain,
+    builder: Option<ReportBuilder>,
+    fatal: Option<Finding>,
+}
+
+impl CheckSink {
+    pub(crate) fn new(retain: Retain) -> CheckSink {
+        CheckSink { retain, builder: None, fatal: None }
+    }
+
+    /// The report; `None` if the store handed over no header.
+    pub(crate) fn finish(self) -> Option<Report> {
+        Some(self.builder?.finish(self.fatal))
+    }
+}
+
+impl LoadSink for CheckSink {
+    fn header(&mut self, header: SessionHeader) -> std::ops::ControlFlow<()> {
+        self.builder = Some(ReportBuilder::new(header, self.retain));
+        std::ops::ControlFlow::Continue(())
+    }
+
+    fn event(&mut self, event: Event) -> std::ops::ControlFlow<()> {
+        let Some(builder) = self.builder.as_mut() else { return std::ops::ControlFlow::Break(()) };
+        match builder.push(event, None) {
+            Ok(()) => std::ops::ControlFlow::Continue(()),
+            Err(fatal) => {
+                self.fatal = Some(fatal);
+                std::ops::ControlFlow::Break(())
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -91,7 +91,11 @@ pub(crate) fn warn_invariants(origin: &str, found: &[check::Finding]) {
 /// store the store as a whole too (`store-orphan-events`, `store-seq-gap`,
 /// `store-integrity`: see [`Store::check_store`](crate::store_arg::Store::check_store)).
 pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let (target, mut checked) = open_checked(args, Access::Read)?;
+    // The log streams through the checks: memory is bounded by the
+    // surface, not the log (issue 18).
+    let target = store_arg::open(args, Access::Read)?;
+    let mut checked = target.check_keeping(check::Retain::Surface)?;
+    report_tail(&checked);
     if let Some(store) = target.store.check_store()? {
         checked.add_store(store);
     }

@@ -41,7 +41,7 @@ use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, Json
 use palimpsest_persistence_postgres::PgStore;
 use palimpsest_persistence_sqlite::SqliteStore;
 
-use crate::check::{self, Checked, Finding, StoreFindings};
+use crate::check::{self, Checked, Finding, Retain, StoreFindings};
 use crate::error::{from_store, CliError, Exit};
 use crate::location::Location;
 
@@ -197,17 +197,24 @@ impl Store {
         }
     }
 
-    /// Reads and checks session `id` (see [`crate::check`]); a bare file's
-    /// one session whatever `id` says.
+    /// Reads and checks session `id` (see [`crate::check`]), held whole; a
+    /// bare file's one session whatever `id` says.
     pub(crate) fn check(&self, id: &str) -> Result<Checked, CliError> {
+        self.check_keeping(id, Retain::Whole)
+    }
+
+    /// [`Store::check`], keeping what `retain` says of the session: with
+    /// [`Retain::Surface`] the log is streamed through the checks, never
+    /// held (what `validate` needs).
+    pub(crate) fn check_keeping(&self, id: &str, retain: Retain) -> Result<Checked, CliError> {
         match self {
-            Store::File(p) => check::check_file(p),
+            Store::File(p) => check::check_file(p, retain),
             Store::Dir(s) => {
                 let path = s.path_of(id).map_err(|e| from_store(&e, &self.shown()))?;
                 if !path.exists() {
                     return Err(self.not_found(id));
                 }
-                let checked = check::check_file(&path)?;
+                let checked = check::check_file(&path, retain)?;
                 match checked.report.session.as_ref().map(|s| s.id()) {
                     Some(found) if found != id => Err(CliError::refused(
                         "corrupt",
@@ -219,8 +226,11 @@ impl Store {
             }
             Store::Sqlite(_) | Store::Postgres(..) => {
                 let origin = self.origin(id);
-                let stored = self.load(id)?;
-                Ok(check::check_events(stored.header, stored.events, origin))
+                let Some(store) = self.backend() else { return Err(self.not_found(id)) };
+                let mut sink = check::CheckSink::new(retain);
+                store.load_into(id, &mut sink).map_err(|e| self.load_error(&e, id, &origin))?;
+                let report = sink.finish().ok_or_else(|| self.not_found(id))?;
+                Ok(Checked::new(report, origin))
             }
         }
     }
@@ -513,11 +523,16 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// Reads and checks the session.
+    /// Reads and checks the session, held whole.
     pub(crate) fn check(&self) -> Result<Checked, CliError> {
+        self.check_keeping(Retain::Whole)
+    }
+
+    /// [`Target::check`], keeping what `retain` says of the session.
+    pub(crate) fn check_keeping(&self, retain: Retain) -> Result<Checked, CliError> {
         let Some(id) = &self.id else {
             let checked = match &self.store {
-                Store::File(p) => check::check_file(p)?,
+                Store::File(p) => check::check_file(p, retain)?,
                 _ => return Err(CliError::usage("no session named")),
             };
             let found = checked.report.session.as_ref().map(|s| s.id().to_owned());
@@ -531,7 +546,7 @@ impl Target {
                 _ => Ok(checked),
             };
         };
-        self.store.check(id)
+        self.store.check_keeping(id, retain)
     }
 
     /// The session from its store's checkpoint and the events after it

@@ -421,7 +421,9 @@ impl ReportBuilder {
     /// the event was not appended.
     pub fn push(&mut self, event: Event, line: Option<u64>) -> Result<(), Finding> {
         let shadowed = match (self.retain, event.surface_op()) {
-            (Retain::Whole, Some(op @ SurfaceOp::Replace { .. })) => self.session.view().shadowed_by(op).to_vec(),
+            (Retain::Whole, Some(op @ SurfaceOp::Replace { .. })) => {
+                self.session.view().shadowed_by(op).to_vec()
+            }
             _ => Vec::new(),
         };
         // The invariants judge the event against the session before it, as
@@ -770,11 +772,8 @@ mod tests {
         /// and on a message already outside its step (`step-event-outside-
         /// step` at the same seq) it is not judged at all.
         fn comparable(found: &[crate::Finding]) -> Vec<(String, crate::Position, String)> {
-            let outside: Vec<_> = found
-                .iter()
-                .filter(|f| f.code == "step-event-outside-step")
-                .map(|f| f.position)
-                .collect();
+            let outside: Vec<_> =
+                found.iter().filter(|f| f.code == "step-event-outside-step").map(|f| f.position).collect();
             found
                 .iter()
                 .filter(|f| !(f.code == "assistant-sources-not-chunks" && outside.contains(&f.position)))
