@@ -9,6 +9,7 @@
 //! ```
 
 mod agent;
+mod cli;
 mod measure;
 mod pg;
 mod report;
@@ -72,6 +73,8 @@ struct Args {
     /// Writes the workload of N events to FILE and exits (for profiling
     /// the CLI on the same bytes the suite measures).
     workload_file: Option<(usize, String)>,
+    /// Child mode of the cli section: the command to run and measure.
+    peak_of: Option<Vec<String>>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -82,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
         only: None,
         writer: None,
         workload_file: None,
+        peak_of: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -100,6 +104,9 @@ fn parse_args() -> Result<Args, String> {
                 let n = it.next().ok_or("--workload-file needs a size and a file")?;
                 let n = n.parse().map_err(|_| format!("not a size: {n}"))?;
                 args.workload_file = Some((n, it.next().ok_or("--workload-file needs a file")?));
+            }
+            "--peak-of" => {
+                args.peak_of = Some(it.by_ref().collect());
             }
             "--memory-probe" => args.memory_probe = Some(it.next().ok_or("--memory-probe needs a file")?),
             pg::WRITER_ARG => {
@@ -135,6 +142,19 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("cannot write {file}: {e}");
                 ExitCode::from(2)
+            }
+        };
+    }
+    if let Some(command) = &args.peak_of {
+        // Child mode: run one command and report its time and peak memory.
+        return match cli::peak_of(command) {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
             }
         };
     }
@@ -223,7 +243,7 @@ mod tests {
             // The memory probe and the postgres section's writer processes
             // re-run this executable as a child; under `cargo test` that is
             // the test binary, so they are checked below.
-            if *name == "rss" || *name == "postgres" || *name == "search" {
+            if *name == "rss" || *name == "postgres" || *name == "search" || *name == "cli" {
                 continue;
             }
             let rows = section(&w).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -21,6 +21,7 @@ pub(crate) const ALL: &[(&str, Section)] = &[
     ("stream", crate::stream::stream),
     ("loop", crate::agent::agent_loop),
     ("search", crate::search::search),
+    ("cli", crate::cli::cli),
 ];
 
 pub(crate) fn per_sec(n: usize, d: Duration) -> f64 {

@@ -22,7 +22,9 @@
 use std::io::{self, Read};
 
 use palimpsest_core_session::explain::Shadowing;
-use palimpsest_core_session::jsonl::{JsonlDecoder, ReadOptions, TornTail};
+use std::sync::mpsc::SyncSender;
+
+use palimpsest_core_session::jsonl::{JsonlDecoder, JsonlPrefix, ReadOptions, TornTail};
 use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -248,27 +250,36 @@ impl Report {
     /// assert_eq!(report.events_checked(), 2);
     /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn check_jsonl_read(mut read: impl Read, options: ReadOptions, retain: Retain) -> io::Result<Report> {
-        let mut check = JsonlCheck::new(options, retain);
-        let mut pending = Vec::with_capacity(PIECE_BYTES);
-        loop {
-            // A line longer than a piece makes `pending` grow until it
-            // ends, or until it is over the cap.
-            let read_now = read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending)?;
-            if read_now == 0 {
-                break;
+    pub fn check_jsonl_read(
+        read: impl Read + Send,
+        options: ReadOptions,
+        retain: Retain,
+    ) -> io::Result<Report> {
+        // Reading and decoding run on a thread of their own, a few pieces
+        // ahead of the checks, which are sequential: on two cores the one
+        // overlaps the other instead of waiting for it.
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(AHEAD);
+            std::thread::Builder::new()
+                .name("palimpsest-jsonl-read".into())
+                .spawn_scoped(scope, move || read_and_decode(read, options, &tx))?;
+            let mut checks = Checks::new(retain);
+            // Leaving the loop drops `rx`: the reader's next send fails and
+            // it stops.
+            for decoded in rx {
+                match decoded {
+                    Decoded::Header(header) => checks.header(Some(&header)),
+                    Decoded::Events(events) => checks.push_all(events),
+                    Decoded::Failed(error) => checks.fail(&error),
+                    Decoded::End(last) => return Ok(checks.end(last)),
+                    Decoded::Io(e) => return Err(e),
+                }
+                if checks.fatal.is_some() {
+                    break;
+                }
             }
-            let used = check.feed(&pending);
-            pending.drain(..used);
-            if check.is_done() {
-                return Ok(check.finish(&[]));
-            }
-            if pending.len() > check.next_line_cap() {
-                let len = pending.len() as u64 + count_to_line_end(&mut read)?;
-                return Ok(check.overlong(len, &pending));
-            }
-        }
-        Ok(check.finish(&pending))
+            Ok(checks.into_report())
+        })
     }
 
     /// Checks a session loaded from a store: its events are each
@@ -375,6 +386,10 @@ const TRIM_EVERY: u64 = 3;
 /// Bytes read at a time by [`Report::check_jsonl_read`].
 const PIECE_BYTES: usize = 8 << 20;
 
+/// Decoded pieces [`Report::check_jsonl_read`]'s reader may be ahead of
+/// the checks: enough to keep both busy, few enough to bound memory.
+const AHEAD: usize = 2;
+
 /// Builds a [`Report`] one event at a time, as a store hands them over:
 /// every rule of sections 1, 2 and 6 on each [`push`](ReportBuilder::push)
 /// (the first violation ends the check), and the invariants of section
@@ -480,17 +495,13 @@ impl ReportBuilder {
 #[derive(Debug)]
 pub struct JsonlCheck {
     decoder: JsonlDecoder,
-    retain: Retain,
-    /// Once the header is read.
-    builder: Option<ReportBuilder>,
-    /// The first violation; the check ends there.
-    fatal: Option<Finding>,
+    checks: Checks,
 }
 
 impl JsonlCheck {
     /// A check of one file, read with `options`, keeping what `retain` says.
     pub fn new(options: ReadOptions, retain: Retain) -> JsonlCheck {
-        JsonlCheck { decoder: JsonlDecoder::new(options), retain, builder: None, fatal: None }
+        JsonlCheck { decoder: JsonlDecoder::new(options), checks: Checks::new(retain) }
     }
 
     /// Checks every whole line at the start of `bytes` (the bytes that
@@ -503,13 +514,12 @@ impl JsonlCheck {
             return bytes.len();
         }
         let result = self.decoder.feed(bytes);
-        let events = self.decoder.take_events();
-        self.push_all(events);
+        self.checks.header(self.decoder.header());
+        self.checks.push_all(self.decoder.take_events());
         match result {
             Ok(used) => used,
             Err(error) => {
-                let line = self.next_line();
-                self.fatal.get_or_insert_with(|| Finding::from_load(&error, line));
+                self.checks.fail(&error);
                 bytes.len()
             }
         }
@@ -518,7 +528,7 @@ impl JsonlCheck {
     /// Whether the first violation has been found: the rest of the file
     /// need not be read.
     pub fn is_done(&self) -> bool {
-        self.fatal.is_some()
+        self.checks.fatal.is_some()
     }
 
     /// The longest line the next line may be (see
@@ -530,36 +540,83 @@ impl JsonlCheck {
     /// Ends the check at a next line `len` bytes long beginning with
     /// `start`, over [`next_line_cap`](JsonlCheck::next_line_cap).
     pub fn overlong(mut self, len: u64, start: &[u8]) -> Report {
-        let error = self.decoder.overlong(len, start);
-        let line = self.next_line();
-        self.fatal.get_or_insert_with(|| Finding::from_load(&error, line));
-        self.finish(&[])
+        self.checks.fail(&self.decoder.overlong(len, start));
+        self.checks.into_report()
     }
 
     /// The report, at the end of the file: `rest` is what the last
     /// [`feed`](JsonlCheck::feed) did not use (a last line without its
     /// `\n`, or nothing). A rest that is not JSON is a torn write, dropped
     /// and reported ([`Report::torn_tail`]).
-    pub fn finish(mut self, rest: &[u8]) -> Report {
-        if self.fatal.is_none() {
-            let decoder = std::mem::replace(&mut self.decoder, JsonlDecoder::new(ReadOptions::default()));
-            match decoder.finish_prefix(rest) {
-                Err(error) => self.fatal = Some(Finding::from_load(&error, 1)),
-                Ok(prefix) => {
-                    if self.builder.is_none() {
-                        self.builder = Some(ReportBuilder::new(prefix.header, self.retain));
-                    }
-                    self.push_all(prefix.events);
-                    let line = self.next_line();
-                    if self.fatal.is_none() {
-                        self.fatal = prefix.error.map(|e| Finding::from_load(&e, line));
-                    }
-                    if self.fatal.is_none() {
-                        let mut report = self.into_report();
-                        report.torn_tail = prefix.torn_tail;
-                        report.missing_newline = prefix.missing_newline;
-                        return report;
-                    }
+    pub fn finish(self, rest: &[u8]) -> Report {
+        if self.checks.fatal.is_some() {
+            return self.checks.into_report();
+        }
+        self.checks.end(self.decoder.finish_prefix(rest))
+    }
+}
+
+/// The checking half of a JSONL check: what was decoded goes in, in order,
+/// whether it was decoded on this thread ([`JsonlCheck`]) or on another
+/// ([`Report::check_jsonl_read`]).
+#[derive(Debug)]
+struct Checks {
+    retain: Retain,
+    /// Once the header is read.
+    builder: Option<ReportBuilder>,
+    /// The first violation; the check ends there.
+    fatal: Option<Finding>,
+}
+
+impl Checks {
+    fn new(retain: Retain) -> Checks {
+        Checks { retain, builder: None, fatal: None }
+    }
+
+    /// The header, once the decoder has read it.
+    fn header(&mut self, header: Option<&SessionHeader>) {
+        if let (None, Some(header)) = (&self.builder, header) {
+            self.builder = Some(ReportBuilder::new(header.clone(), self.retain));
+        }
+    }
+
+    /// Checks `events`, the next lines' events, until a rule refuses one.
+    fn push_all(&mut self, events: Vec<Event>) {
+        let Some(builder) = self.builder.as_mut() else { return };
+        for event in events {
+            if self.fatal.is_some() {
+                return;
+            }
+            // Every line after the header is an event: event `i` is on line `i + 2`.
+            let line = builder.events_checked() + 2;
+            if let Err(finding) = builder.push(event, Some(line)) {
+                self.fatal = Some(finding);
+            }
+        }
+    }
+
+    /// The decoder's error on the next line (or the header), unless a rule
+    /// refused an event before it.
+    fn fail(&mut self, error: &LoadError) {
+        let line = self.builder.as_ref().map_or(1, |b| b.events_checked() + 2);
+        self.fatal.get_or_insert_with(|| Finding::from_load(error, line));
+    }
+
+    /// The end of the file, as the decoder read its last line.
+    fn end(mut self, last: Result<JsonlPrefix, LoadError>) -> Report {
+        match last {
+            Err(error) => self.fail(&error),
+            Ok(prefix) => {
+                self.header(Some(&prefix.header));
+                self.push_all(prefix.events);
+                if let Some(error) = &prefix.error {
+                    self.fail(error);
+                }
+                if self.fatal.is_none() {
+                    let mut report = self.into_report();
+                    report.torn_tail = prefix.torn_tail;
+                    report.missing_newline = prefix.missing_newline;
+                    return report;
                 }
             }
         }
@@ -577,31 +634,67 @@ impl JsonlCheck {
             })),
         }
     }
+}
 
-    /// Checks `events`, the next lines' events, until a rule refuses one.
-    fn push_all(&mut self, events: Vec<Event>) {
-        if self.builder.is_none() {
-            if let Some(header) = self.decoder.header() {
-                self.builder = Some(ReportBuilder::new(header.clone(), self.retain));
-            }
-        }
-        let Some(builder) = self.builder.as_mut() else { return };
-        for event in events {
-            if self.fatal.is_some() {
+/// What the reading thread of [`Report::check_jsonl_read`] hands the
+/// checking one.
+enum Decoded {
+    Header(SessionHeader),
+    Events(Vec<Event>),
+    /// The first line the decoder refused (after the events before it).
+    Failed(LoadError),
+    End(Result<JsonlPrefix, LoadError>),
+    Io(io::Error),
+}
+
+/// The reading thread: reads `read` a piece at a time and decodes it,
+/// sending what it decoded, until the end, an error, or the checking
+/// thread hanging up.
+fn read_and_decode(mut read: impl Read, options: ReadOptions, tx: &SyncSender<Decoded>) {
+    let mut decoder = JsonlDecoder::new(options);
+    let mut pending = Vec::with_capacity(PIECE_BYTES);
+    let mut header_sent = false;
+    loop {
+        // A line longer than a piece makes `pending` grow until it ends,
+        // or until it is over the cap.
+        let read_now = match read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = tx.send(Decoded::Io(e));
                 return;
             }
-            // Every line after the header is an event: event `i` is on line `i + 2`.
-            let line = builder.events_checked() + 2;
-            if let Err(finding) = builder.push(event, Some(line)) {
-                self.fatal = Some(finding);
+        };
+        if read_now == 0 {
+            break;
+        }
+        let result = decoder.feed(&pending);
+        if let (false, Some(header)) = (header_sent, decoder.header()) {
+            header_sent = true;
+            if tx.send(Decoded::Header(header.clone())).is_err() {
+                return;
             }
         }
+        let events = decoder.take_events();
+        if !events.is_empty() && tx.send(Decoded::Events(events)).is_err() {
+            return;
+        }
+        match result {
+            Ok(used) => drop(pending.drain(..used)),
+            Err(error) => {
+                let _ = tx.send(Decoded::Failed(error));
+                return;
+            }
+        }
+        if pending.len() > decoder.next_line_cap() {
+            let error = match count_to_line_end(&mut read) {
+                Ok(rest) => Decoded::Failed(decoder.overlong(pending.len() as u64 + rest, &pending)),
+                Err(e) => Decoded::Io(e),
+            };
+            let _ = tx.send(error);
+            return;
+        }
     }
-
-    /// The line of the next event: every line after the header is an event.
-    fn next_line(&self) -> u64 {
-        self.builder.as_ref().map_or(1, |b| b.events_checked() + 2)
-    }
+    let _ = tx.send(Decoded::End(decoder.finish_prefix(&pending)));
 }
 
 /// Reads `read` through its next `\n` (or to its end), keeping nothing:

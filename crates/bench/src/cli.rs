@@ -1,0 +1,194 @@
+//! The `cli` section: whole `palimpsest` processes, as a user runs them,
+//! each beside the library doing the same job in this process (issue 20,
+//! item 1), and their peak resident memory (issue 18's growth table).
+//!
+//! The binary is the release `palimpsest` next to this executable (`cargo
+//! xtask bench` builds it). Each command runs in a child of a small child
+//! of this process (`--peak-of`): that middle process's
+//! `getrusage(RUSAGE_CHILDREN)` is exactly the command's peak RSS.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use palimpsest_core_session::jsonl::ReadOptions;
+use palimpsest_invariants::{Report, Retain};
+
+use crate::report::Row;
+use crate::sections::{per_sec, row, with_baseline};
+use crate::Workload;
+
+/// One run of a command: wall time and peak resident memory.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    seconds: f64,
+    peak_bytes: f64,
+}
+
+/// Child mode (`--peak-of CMD ARGS...`): runs the command with its output
+/// discarded, and prints `{"seconds": s, "peakBytes": n}`, or fails with
+/// the command's status.
+pub(crate) fn peak_of(command: &[String]) -> Result<String, String> {
+    let (program, args) = command.split_first().ok_or("--peak-of needs a command")?;
+    let start = Instant::now();
+    let out = Command::new(program).args(args).output().map_err(|e| format!("{program}: {e}"))?;
+    let seconds = start.elapsed().as_secs_f64();
+    // Exit 1 is `validate`'s "invalid": a measured answer, not a failure.
+    if !out.status.success() && out.status.code() != Some(1) {
+        return Err(format!("{command:?}: {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let peak_bytes = children_peak_bytes()?;
+    Ok(serde_json::json!({"seconds": seconds, "peakBytes": peak_bytes}).to_string())
+}
+
+#[cfg(unix)]
+fn children_peak_bytes() -> Result<f64, String> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).map_err(|e| e.to_string())?;
+    // Linux reports ru_maxrss in KiB.
+    Ok(usage.max_rss() as f64 * 1024.0)
+}
+
+#[cfg(not(unix))]
+fn children_peak_bytes() -> Result<f64, String> {
+    Ok(f64::NAN)
+}
+
+/// The `palimpsest` binary beside this executable.
+fn binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // Under `cargo test` this is target/<profile>/deps/<test>.
+    for dir in exe.ancestors().skip(1).take(2) {
+        let candidate = dir.join(format!("palimpsest{}", std::env::consts::EXE_SUFFIX));
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(format!(
+        "no palimpsest binary beside {}: build it first (cargo build --release -p palimpsest-cli; \
+         `cargo xtask bench` does)",
+        exe.display()
+    ))
+}
+
+/// The median of `runs` runs of `palimpsest ARGS` in `dir`.
+fn measure(dir: &Path, runs: usize, args: &[&str]) -> Result<Run, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = binary()?;
+    let mut all: Vec<Run> = Vec::new();
+    for _ in 0..runs.max(1) {
+        let out = Command::new(&exe)
+            .current_dir(dir)
+            .arg("--peak-of")
+            .arg(&bin)
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        all.push(Run {
+            seconds: v["seconds"].as_f64().unwrap_or(f64::NAN),
+            peak_bytes: v["peakBytes"].as_f64().unwrap_or(f64::NAN),
+        });
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(Run {
+        seconds: median(all.iter().map(|r| r.seconds).collect()),
+        peak_bytes: median(all.iter().map(|r| r.peak_bytes).collect()),
+    })
+}
+
+/// Runs the whole section on `w`.
+pub(crate) fn cli(w: &Workload) -> Result<Vec<Row>, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let d = dir.path();
+    std::fs::write(d.join("w.jsonl"), &w.bytes).map_err(|e| e.to_string())?;
+    let runs = w.runs().min(5);
+    // The stores, written by `convert` as a user would (it saves a checkpoint).
+    measure(d, 1, &["convert", "w.jsonl", "w.db"])?;
+    measure(d, 1, &["convert", "w.jsonl", "dir/"])?;
+    let id = w.header.id.as_str();
+    let mut rows = Vec::new();
+    let mb = |r: Run| r.peak_bytes / 1e6;
+    let ms = |r: Run| r.seconds * 1e3;
+    let secs = |r: Run| Duration::from_secs_f64(r.seconds);
+
+    // validate: the process against the library's own check of the same
+    // bytes, read from memory (no file, no process start).
+    let library = crate::measure::median(runs, || (), |()| Report::check_jsonl(&w.bytes).is_valid());
+    let streamed = crate::measure::median(
+        runs,
+        || (),
+        |()| {
+            Report::check_jsonl_read(w.bytes.as_slice(), ReadOptions::default(), Retain::Surface)
+                .map(|r| r.is_valid())
+        },
+    );
+    let file = measure(d, runs, &["validate", "w.jsonl"])?;
+    rows.push(with_baseline(
+        row("cli", "palimpsest validate FILE (JSONL), whole process", w, per_sec(w.n, secs(file)), "ev/s"),
+        "library Report::check_jsonl of the bytes in memory",
+        per_sec(w.n, library),
+    ));
+    rows.push(with_baseline(
+        row("cli", "library check_jsonl_read, streamed (Retain::Surface)", w, per_sec(w.n, streamed), "ev/s"),
+        "library Report::check_jsonl (whole)",
+        per_sec(w.n, library),
+    ));
+    let db = measure(d, runs, &["validate", "w.db"])?;
+    rows.push(with_baseline(
+        row("cli", "palimpsest validate STORE.db (SQLite), whole process", w, per_sec(w.n, secs(db)), "ev/s"),
+        "library Report::check_jsonl of the bytes in memory",
+        per_sec(w.n, library),
+    ));
+    let json_mb = w.bytes.len() as f64 / 1e6;
+    let peak = |name: &str, run: Run| Row {
+        higher_is_better: false,
+        ..row("cli", &format!("peak RSS, {name} (the file: {json_mb:.0} MB)"), w, mb(run), "MB")
+    };
+    rows.push(peak("validate FILE", file));
+    rows.push(peak("validate STORE.db", db));
+
+    // Resume: open + derive the next request, from the checkpoint.
+    for (name, store) in [("SQLite", "w.db"), ("JSONL store", "dir/")] {
+        let run = measure(d, runs, &["derive", "--request", store, "--session", id])?;
+        rows.push(Row {
+            higher_is_better: false,
+            ..row("cli", &format!("palimpsest derive --request ({name}), whole process"), w, ms(run), "ms")
+        });
+        rows.push(Row {
+            higher_is_better: false,
+            ..row("cli", &format!("peak RSS, derive --request ({name})"), w, mb(run), "MB")
+        });
+    }
+
+    // sessions: O(sessions), whatever the session's length.
+    for (name, store) in [("SQLite", "w.db"), ("JSONL store", "dir/")] {
+        let run = measure(d, runs, &["sessions", store])?;
+        rows.push(Row {
+            higher_is_better: false,
+            ..row("cli", &format!("palimpsest sessions ({name}), whole process"), w, ms(run), "ms")
+        });
+    }
+
+    // export reads the whole log (it shows every message): past 1M events
+    // it holds gigabytes, so the growth table stops it there.
+    if w.n > 1_000_000 {
+        return Ok(rows);
+    }
+    let export = measure(d, runs, &["export", "w.jsonl", "--format", "md", "-o", "w.md"])?;
+    rows.push(row(
+        "cli",
+        "palimpsest export FILE --format md, whole process",
+        w,
+        per_sec(w.n, secs(export)),
+        "ev/s",
+    ));
+    rows.push(peak("export FILE", export));
+    Ok(rows)
+}
