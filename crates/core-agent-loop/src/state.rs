@@ -71,10 +71,15 @@ impl LoopCore {
     /// boundary: see [`DurableSession::save_checkpoint`]), off the
     /// executor like every store call. A failure is logged and changes
     /// nothing: the checkpoint is a cache, and the next open reads more.
-    pub(crate) fn save_checkpoint(&self) {
+    /// A resumed session then lets go of the turn it no longer needs
+    /// ([`DurableSession::trim`]), so its memory stays that of its surface.
+    pub(crate) fn save_checkpoint(&mut self) {
         let session = &self.session;
         match off_the_executor(|| session.save_checkpoint()) {
-            Ok(saved) => tracing::trace!(session_id = %self.session_id(), saved, "checkpoint"),
+            Ok(saved) => {
+                tracing::trace!(session_id = %self.session_id(), saved, "checkpoint");
+                self.session.trim();
+            }
             Err(e) => {
                 tracing::warn!(session_id = %self.session_id(), code = e.code(), error = %e, "could not save a checkpoint")
             }

@@ -417,6 +417,19 @@ impl DurableSession {
         save_checkpoint(&*self.store, &self.session)
     }
 
+    /// For a session that does not hold its whole log (opened with
+    /// [`resume`](DurableSession::resume)), lets go of the events an
+    /// append no longer needs ([`Session::trim`]): what it holds is then
+    /// the surface and what comes next, however long it runs. A session
+    /// held whole stays whole ([`Session::events`] keeps its meaning for
+    /// callers that opened it so). The loop calls this after each turn's
+    /// checkpoint.
+    pub fn trim(&mut self) {
+        if !self.session.is_complete() {
+            self.session.trim();
+        }
+    }
+
     /// The in-memory session (read-only: appends go through this wrapper).
     pub fn session(&self) -> &Session {
         &self.session

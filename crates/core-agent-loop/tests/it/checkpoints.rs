@@ -65,6 +65,14 @@ async fn a_loop_resumes_from_the_checkpoint_of_the_last_turn_and_carries_on_as_a
             assert_eq!(agent.last_turn(), 3, "{kind:?}: the next turn is 4");
             // Turn 4 completes; turn 5 hangs mid-stream and the worker dies.
             agent.run_turn(TurnInput::text("four")).await.expect("turn 4");
+            // Its checkpoint saved, the turn leaves memory: what a resumed
+            // session holds stays its surface, however many turns it runs.
+            let session = agent.session();
+            let mut needed: Vec<u64> =
+                session.surface().iter().copied().chain(session.settings_seq()).collect();
+            needed.sort_unstable();
+            let held: Vec<u64> = session.resident().iter().map(|e| e.seq()).collect();
+            assert_eq!(held, needed, "{kind:?}: trimmed at the turn end");
             let notify = reached.clone();
             let turn5 = agent.run_turn(TurnInput::text("five"));
             tokio::select! {
