@@ -114,6 +114,18 @@ pub(crate) fn cli(w: &Workload) -> Result<Vec<Row>, String> {
     measure(d, 1, &["convert", "w.jsonl", "dir/"])?;
     let id = w.header.id.as_str();
     let mut rows = Vec::new();
+    // What a resume reads grows with the surface, not the log: say how
+    // large it is at this size.
+    let surface = Command::new(binary()?)
+        .current_dir(d)
+        .args(["surface", "w.db"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let entries = serde_json::from_slice::<Vec<u64>>(&surface.stdout).map_err(|e| e.to_string())?.len();
+    rows.push(Row {
+        higher_is_better: false,
+        ..row("cli", "surface entries at the end of the session", w, entries as f64, "entries")
+    });
     let mb = |r: Run| r.peak_bytes / 1e6;
     let ms = |r: Run| r.seconds * 1e3;
     let secs = |r: Run| Duration::from_secs_f64(r.seconds);

@@ -22,8 +22,6 @@
 use std::io::{self, Read};
 
 use palimpsest_core_session::explain::Shadowing;
-use std::sync::mpsc::SyncSender;
-
 use palimpsest_core_session::jsonl::{JsonlDecoder, JsonlPrefix, ReadOptions, TornTail};
 use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
@@ -250,36 +248,31 @@ impl Report {
     /// assert_eq!(report.events_checked(), 2);
     /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn check_jsonl_read(
-        read: impl Read + Send,
-        options: ReadOptions,
-        retain: Retain,
-    ) -> io::Result<Report> {
-        // Reading and decoding run on a thread of their own, a few pieces
-        // ahead of the checks, which are sequential: on two cores the one
-        // overlaps the other instead of waiting for it.
-        std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel(AHEAD);
-            std::thread::Builder::new()
-                .name("palimpsest-jsonl-read".into())
-                .spawn_scoped(scope, move || read_and_decode(read, options, &tx))?;
-            let mut checks = Checks::new(retain);
-            // Leaving the loop drops `rx`: the reader's next send fails and
-            // it stops.
-            for decoded in rx {
-                match decoded {
-                    Decoded::Header(header) => checks.header(Some(&header)),
-                    Decoded::Events(events) => checks.push_all(events),
-                    Decoded::Failed(error) => checks.fail(&error),
-                    Decoded::End(last) => return Ok(checks.end(last)),
-                    Decoded::Io(e) => return Err(e),
-                }
-                if checks.fatal.is_some() {
-                    break;
-                }
+    pub fn check_jsonl_read(mut read: impl Read, options: ReadOptions, retain: Retain) -> io::Result<Report> {
+        // Each piece decodes on every core (JsonlDecoder), then its events
+        // are checked in order. Reading ahead on a thread of its own was
+        // tried and not kept: decoding is most of the work, and on two cores
+        // it ran no faster and held twice the memory (docs/performance.md).
+        let mut check = JsonlCheck::new(options, retain);
+        let mut pending = Vec::with_capacity(PIECE_BYTES);
+        loop {
+            // A line longer than a piece makes `pending` grow until it
+            // ends, or until it is over the cap.
+            let read_now = read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending)?;
+            if read_now == 0 {
+                break;
             }
-            Ok(checks.into_report())
-        })
+            let used = check.feed(&pending);
+            pending.drain(..used);
+            if check.is_done() {
+                return Ok(check.finish(&[]));
+            }
+            if pending.len() > check.next_line_cap() {
+                let len = pending.len() as u64 + count_to_line_end(&mut read)?;
+                return Ok(check.overlong(len, &pending));
+            }
+        }
+        Ok(check.finish(&pending))
     }
 
     /// Checks a session loaded from a store: its events are each
@@ -385,10 +378,6 @@ const TRIM_EVERY: u64 = 3;
 
 /// Bytes read at a time by [`Report::check_jsonl_read`].
 const PIECE_BYTES: usize = 8 << 20;
-
-/// Decoded pieces [`Report::check_jsonl_read`]'s reader may be ahead of
-/// the checks: enough to keep both busy, few enough to bound memory.
-const AHEAD: usize = 2;
 
 /// Builds a [`Report`] one event at a time, as a store hands them over:
 /// every rule of sections 1, 2 and 6 on each [`push`](ReportBuilder::push)
@@ -557,8 +546,7 @@ impl JsonlCheck {
 }
 
 /// The checking half of a JSONL check: what was decoded goes in, in order,
-/// whether it was decoded on this thread ([`JsonlCheck`]) or on another
-/// ([`Report::check_jsonl_read`]).
+/// as [`JsonlCheck`] decodes it.
 #[derive(Debug)]
 struct Checks {
     retain: Retain,
@@ -634,67 +622,6 @@ impl Checks {
             })),
         }
     }
-}
-
-/// What the reading thread of [`Report::check_jsonl_read`] hands the
-/// checking one.
-enum Decoded {
-    Header(SessionHeader),
-    Events(Vec<Event>),
-    /// The first line the decoder refused (after the events before it).
-    Failed(LoadError),
-    End(Result<JsonlPrefix, LoadError>),
-    Io(io::Error),
-}
-
-/// The reading thread: reads `read` a piece at a time and decodes it,
-/// sending what it decoded, until the end, an error, or the checking
-/// thread hanging up.
-fn read_and_decode(mut read: impl Read, options: ReadOptions, tx: &SyncSender<Decoded>) {
-    let mut decoder = JsonlDecoder::new(options);
-    let mut pending = Vec::with_capacity(PIECE_BYTES);
-    let mut header_sent = false;
-    loop {
-        // A line longer than a piece makes `pending` grow until it ends,
-        // or until it is over the cap.
-        let read_now = match read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending) {
-            Ok(n) => n,
-            Err(e) => {
-                let _ = tx.send(Decoded::Io(e));
-                return;
-            }
-        };
-        if read_now == 0 {
-            break;
-        }
-        let result = decoder.feed(&pending);
-        if let (false, Some(header)) = (header_sent, decoder.header()) {
-            header_sent = true;
-            if tx.send(Decoded::Header(header.clone())).is_err() {
-                return;
-            }
-        }
-        let events = decoder.take_events();
-        if !events.is_empty() && tx.send(Decoded::Events(events)).is_err() {
-            return;
-        }
-        match result {
-            Ok(used) => drop(pending.drain(..used)),
-            Err(error) => {
-                let _ = tx.send(Decoded::Failed(error));
-                return;
-            }
-        }
-        if pending.len() > decoder.next_line_cap() {
-            let error = match count_to_line_end(&mut read) {
-                Ok(rest) => Decoded::Failed(decoder.overlong(pending.len() as u64 + rest, &pending)),
-                Err(e) => Decoded::Io(e),
-            };
-            let _ = tx.send(error);
-            return;
-        }
-    }
-    let _ = tx.send(Decoded::End(decoder.finish_prefix(&pending)));
 }
 
 /// Reads `read` through its next `\n` (or to its end), keeping nothing:
