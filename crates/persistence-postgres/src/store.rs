@@ -14,7 +14,7 @@ use palimpsest_persistence::{
 use postgres::config::SslMode;
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, Config, SimpleQueryMessage, SimpleQueryRow, Statement};
+use postgres::{Client, Config, SimpleQueryMessage, SimpleQueryRow};
 
 use crate::codec::{self, Columns};
 use crate::copy;
@@ -31,8 +31,11 @@ use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
 pub(crate) const MAX_ID_BYTES: usize = 1024;
 
 /// The setting a load's statements read the session id from, set for the
-/// load's transaction only (`SET LOCAL`): the `COPY` of the events then
-/// reads the same for every session, and is prepared once per connection.
+/// load's transaction only (`SET LOCAL`) in the simple query that begins
+/// it, so the id is spelled once, as a literal. The `COPY` of the events
+/// is still prepared in each load's transaction and not kept: the store
+/// leaves no named statement on the server between transactions, for a
+/// pooler in transaction mode.
 const LOAD_SESSION: &str = "palimpsest.load_session";
 
 /// The fewest events of a batch whose search rows are built on another
@@ -263,9 +266,6 @@ struct Inner {
     client: Option<Client>,
     /// The server process of `client`.
     backend_pid: Option<i32>,
-    /// The events `COPY` of a load ([`Sql::copy_events`]), once prepared on
-    /// `client`: reset with it.
-    load_copy: Option<Statement>,
     /// A write whose outcome is unknown (its `COMMIT` was sent, then the
     /// connection was lost, and the server could not be asked since):
     /// every later write first reads it back, and is refused until then.
@@ -444,7 +444,6 @@ impl PgStore {
                 inner: Mutex::new(Inner {
                     client: Some(client),
                     backend_pid: Some(pid),
-                    load_copy: None,
                     pending: None,
                     holds: HashMap::new(),
                 }),
@@ -635,7 +634,6 @@ impl PgStore {
             tracing::info!(location = %self.location, backend_pid = pid, "reconnected");
             inner.client = Some(client);
             inner.backend_pid = Some(pid);
-            inner.load_copy = None;
         }
         inner.client.as_mut().ok_or_else(|| invalid_input("connecting", "no connection"))
     }
@@ -643,9 +641,6 @@ impl PgStore {
     fn drop_client(inner: &mut Inner) {
         inner.client = None;
         inner.backend_pid = None;
-        // A statement belongs to its connection: the next one prepares
-        // its own.
-        inner.load_copy = None;
     }
 
     /// Runs `f` in one write transaction (with this store's lock and idle
@@ -727,24 +722,10 @@ impl PgStore {
         what: &str,
         mut f: impl FnMut(&PgStore, &mut Client) -> Result<T, Attempt>,
     ) -> Result<T, StoreError> {
-        self.with_retry_prepared(inner, what, |store, client, _| f(store, client))
-    }
-
-    /// [`with_retry`](PgStore::with_retry) that also hands `f` the
-    /// connection's prepared load `COPY`, if any, to keep or fill.
-    fn with_retry_prepared<T>(
-        &self,
-        inner: &mut Inner,
-        what: &str,
-        mut f: impl FnMut(&PgStore, &mut Client, &mut Option<Statement>) -> Result<T, Attempt>,
-    ) -> Result<T, StoreError> {
         let mut retried = false;
         loop {
-            self.client(inner)?;
-            let Inner { client: Some(client), load_copy, .. } = &mut *inner else {
-                return Err(invalid_input("connecting", "no connection"));
-            };
-            match f(self, client, load_copy) {
+            let client = self.client(inner)?;
+            match f(self, client) {
                 Ok(v) => return Ok(v),
                 Err(Attempt::Refused(e)) => return Err(e),
                 Err(Attempt::Failed(e)) => return Err(pg_err(e, &self.location, "the store", what)),
@@ -1119,13 +1100,13 @@ impl PgStore {
     /// Runs `f` in one read-only snapshot of session `session_id`, begun
     /// in the same round trip as the read of its header (`not-found`
     /// without one), with the session named for the events `COPY`
-    /// ([`PgStore::copy_events`]); after a lost connection it connects
+    /// ([`Sql::copy_events`]); after a lost connection it connects
     /// again and retries once.
     fn read_loaded<T>(
         &self,
         what: &str,
         session_id: &str,
-        mut f: impl FnMut(&mut Client, &mut Option<Statement>, SessionHeader) -> Result<T, TxError>,
+        mut f: impl FnMut(&mut Client, SessionHeader) -> Result<T, TxError>,
     ) -> Result<T, StoreError> {
         // One simple query: `BEGIN` and its settings, the session's id for
         // this transaction, the header. The id goes in as a literal
@@ -1138,7 +1119,7 @@ impl PgStore {
             self.sql.load_header
         );
         let mut inner = self.lock();
-        self.with_retry_prepared(&mut inner, what, |store, client, load_copy| {
+        self.with_retry(&mut inner, what, |store, client| {
             store.tx_begun_by(
                 client,
                 |client| client.simple_query(&begin),
@@ -1151,7 +1132,7 @@ impl PgStore {
                         row.ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
                     let header =
                         header_from_text(session_id, row).map_err(|e| self.corrupt(session_id, None, e))?;
-                    f(client, load_copy, header)
+                    f(client, header)
                 },
             )
         })
@@ -1165,17 +1146,12 @@ impl PgStore {
     fn read_events(
         &self,
         client: &mut Client,
-        load_copy: &mut Option<Statement>,
         session_id: &str,
         sink: &mut dyn LoadSink,
     ) -> Result<(), TxError> {
-        let statement = match load_copy {
-            Some(statement) => statement.clone(),
-            None => load_copy.insert(client.prepare(&self.sql.copy_events)?).clone(),
-        };
         // The rows as binary COPY: no result row to build per event, the
         // columns handed on borrowed from the client's buffer.
-        let mut rows = client.copy_out(&statement)?;
+        let mut rows = client.copy_out(self.sql.copy_events.as_str())?;
         let mut rows_read = codec::RowReader::default();
         let decoded = codec::decode_into(
             codec::decode_threads(self.options.decode_threads),
@@ -1194,13 +1170,12 @@ impl PgStore {
     fn collect(
         &self,
         client: &mut Client,
-        load_copy: &mut Option<Statement>,
         session_id: &str,
         header: SessionHeader,
     ) -> Result<StoredSession, TxError> {
         let mut sink = CollectSink::default();
         if sink.header(header).is_continue() {
-            self.read_events(client, load_copy, session_id, &mut sink)?;
+            self.read_events(client, session_id, &mut sink)?;
         }
         sink.finish(LoadReport::default())
             .ok_or_else(|| TxError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }))
@@ -1520,8 +1495,8 @@ impl SessionStore for PgStore {
             check_id(session_id)?;
             // A fresh collector per attempt: after a lost connection the
             // read starts again from nothing.
-            self.read_loaded("loading a session", session_id, |client, load_copy, header| {
-                self.collect(client, load_copy, session_id, header)
+            self.read_loaded("loading a session", session_id, |client, header| {
+                self.collect(client, session_id, header)
             })
         })
     }
@@ -1530,7 +1505,7 @@ impl SessionStore for PgStore {
         off_the_runtime(|| {
             check_id(session_id)?;
             let mut attempts = 0;
-            self.read_loaded("loading a session", session_id, |client, load_copy, header| {
+            self.read_loaded("loading a session", session_id, |client, header| {
                 attempts += 1;
                 if attempts > 1 {
                     // The sink has seen part of the session: it cannot be
@@ -1547,7 +1522,7 @@ impl SessionStore for PgStore {
                 if sink.header(header).is_break() {
                     return Ok(());
                 }
-                self.read_events(client, load_copy, session_id, &mut *sink)
+                self.read_events(client, session_id, &mut *sink)
             })?;
             Ok(LoadReport::default())
         })
@@ -1697,7 +1672,7 @@ impl SessionStore for PgStore {
     fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
         off_the_runtime(|| {
             check_id(session_id)?;
-            self.read_loaded("resuming a session", session_id, |client, load_copy, header| {
+            self.read_loaded("resuming a session", session_id, |client, header| {
                 if let Some(checkpoint) = self.matching_checkpoint(client, session_id, &header)? {
                     let from = checkpoint.log_len();
                     let rows = client.query_typed(
@@ -1719,7 +1694,7 @@ impl SessionStore for PgStore {
                         report: LoadReport::default(),
                     });
                 }
-                Ok(Resumable::whole(self.collect(client, load_copy, session_id, header)?))
+                Ok(Resumable::whole(self.collect(client, session_id, header)?))
             })
         })
     }

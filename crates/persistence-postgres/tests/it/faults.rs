@@ -112,11 +112,11 @@ fn eprintln_summary(rounds: u32, refused: u32, landed_anyway: u32, kills: u64) {
     }
 }
 
-/// A load prepares its `COPY` once per connection: after the connection
-/// is lost, the next load connects again and prepares it there, and every
-/// way of loading reads the same session.
+/// A load begins its transaction, names its session and reads the header
+/// in one simple query: after the connection is lost, the next load
+/// connects again, and every way of loading reads the same session.
 #[test]
-fn loads_prepare_again_on_a_new_connection() {
+fn loads_read_the_same_session_after_a_lost_connection() {
     let Some(schema) = TestSchema::new() else { return };
     let app = format!("reload_{}", schema.name);
     let store = PgStore::connect_with(&tagged_url(&app), schema.options()).unwrap_or_else(|e| panic!("{e}"));
