@@ -14,7 +14,7 @@ use palimpsest_persistence::{
 use postgres::config::SslMode;
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, Config};
+use postgres::{Client, Config, SimpleQueryMessage, SimpleQueryRow};
 
 use crate::codec::{self, Columns};
 use crate::copy;
@@ -29,6 +29,14 @@ use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
 /// The longest session id the store takes, in bytes: a primary key entry
 /// must fit a B-tree page (about 2.7 kB) whatever its content.
 pub(crate) const MAX_ID_BYTES: usize = 1024;
+
+/// The setting a load's statements read the session id from, set for the
+/// load's transaction only (`SET LOCAL`) in the simple query that begins
+/// it, so the id is spelled once, as a literal. The `COPY` of the events
+/// is still prepared in each load's transaction and not kept: the store
+/// leaves no named statement on the server between transactions, for a
+/// pooler in transaction mode.
+const LOAD_SESSION: &str = "palimpsest.load_session";
 
 /// The fewest events of a batch whose search rows are built on another
 /// thread while the server inserts the events: below this, a thread costs
@@ -58,9 +66,12 @@ struct Sql {
     check: String,
     insert_events: String,
     max_seq: String,
-    /// `COPY (` the events select `) TO STDOUT (FORMAT binary)`, split
-    /// where the session id goes, as a literal: `COPY` takes no parameters.
-    copy_events: (String, String),
+    /// `COPY (` the events select `) TO STDOUT (FORMAT binary)` of the
+    /// session named by [`LOAD_SESSION`]: `COPY` takes no parameters.
+    copy_events: String,
+    /// The header select of the session named by [`LOAD_SESSION`], sent
+    /// after the `BEGIN` in the same simple query.
+    load_header: String,
     events_between: String,
     delete_session: String,
     delete_events: String,
@@ -119,12 +130,13 @@ impl Sql {
                  $6::text[], $7::text[]) AS u"
             ),
             max_seq: format!("SELECT max(seq) FROM {s}.events WHERE session_id = $1"),
-            copy_events: (
-                format!(
-                    "COPY (SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
-                     WHERE session_id = "
-                ),
-                " ORDER BY seq) TO STDOUT (FORMAT binary)".to_owned(),
+            copy_events: format!(
+                "COPY (SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
+                 WHERE session_id = current_setting('{LOAD_SESSION}') ORDER BY seq) TO STDOUT (FORMAT binary)"
+            ),
+            load_header: format!(
+                "SELECT created_at, cwd, parent_session, seed_length FROM {s}.sessions \
+                 WHERE id = current_setting('{LOAD_SESSION}')"
             ),
             events_between: format!(
                 "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
@@ -607,8 +619,7 @@ impl PgStore {
         // rolls it back) and reconnect.
         self.inner.lock().unwrap_or_else(|p| {
             let mut inner = p.into_inner();
-            inner.client = None;
-            inner.backend_pid = None;
+            PgStore::drop_client(&mut inner);
             inner
         })
     }
@@ -616,8 +627,7 @@ impl PgStore {
     /// The connection, connecting again if it was lost.
     fn client<'a>(&self, inner: &'a mut Inner) -> Result<&'a mut Client, StoreError> {
         if inner.client.as_ref().is_some_and(Client::is_closed) {
-            inner.client = None;
-            inner.backend_pid = None;
+            PgStore::drop_client(inner);
         }
         if inner.client.is_none() {
             let (client, pid) = connect(&self.config, &self.location)?;
@@ -649,6 +659,18 @@ impl PgStore {
         begin: &str,
         f: impl FnOnce(&mut Client) -> Result<T, TxError>,
     ) -> Result<T, Attempt> {
+        self.tx_begun_by(client, |client| client.batch_execute(begin), |client, ()| f(client))
+    }
+
+    /// [`tx`](PgStore::tx) whose `BEGIN` is sent by `begin`, which may
+    /// read in the same round trip (a simple query of several statements):
+    /// what it read is handed to `f`.
+    fn tx_begun_by<B, T>(
+        &self,
+        client: &mut Client,
+        begin: impl FnOnce(&mut Client) -> Result<B, postgres::Error>,
+        f: impl FnOnce(&mut Client, B) -> Result<T, TxError>,
+    ) -> Result<T, Attempt> {
         let lost_or_failed = |error: postgres::Error, committing: bool| {
             if is_lost(&error) {
                 Attempt::Lost { committing, error }
@@ -656,13 +678,23 @@ impl PgStore {
                 Attempt::Failed(error)
             }
         };
-        client.batch_execute(begin).map_err(|e| lost_or_failed(e, false))?;
         let rollback = |client: &mut Client| {
             if let Err(e) = client.batch_execute("ROLLBACK") {
                 tracing::debug!(error = %e, "rollback failed; the server rolls back when the connection ends");
             }
         };
-        match f(client) {
+        let begun = match begin(client) {
+            Ok(begun) => begun,
+            Err(e) => {
+                // A statement after the `BEGIN` of a simple query failed:
+                // the transaction is open, and aborted.
+                if !is_lost(&e) {
+                    rollback(client);
+                }
+                return Err(lost_or_failed(e, false));
+            }
+        };
+        match f(client, begun) {
             Ok(value) => {
                 client.batch_execute("COMMIT").map_err(|e| lost_or_failed(e, true))?;
                 Ok(value)
@@ -1065,25 +1097,61 @@ impl PgStore {
         }
     }
 
-    /// Reads a session into `sink` inside a read transaction: the header,
-    /// then the events, decoded on another thread as rows come off the
-    /// socket. The first bad row by position is the error, whether its
-    /// columns or its contents are wrong.
-    fn read_session(
+    /// Runs `f` in one read-only snapshot of session `session_id`, begun
+    /// in the same round trip as the read of its header (`not-found`
+    /// without one), with the session named for the events `COPY`
+    /// ([`Sql::copy_events`]); after a lost connection it connects
+    /// again and retries once.
+    fn read_loaded<T>(
+        &self,
+        what: &str,
+        session_id: &str,
+        mut f: impl FnMut(&mut Client, SessionHeader) -> Result<T, TxError>,
+    ) -> Result<T, StoreError> {
+        // One simple query: `BEGIN` and its settings, the session's id for
+        // this transaction, the header. The id goes in as a literal
+        // (`check_id` refused NUL); every later statement reads the
+        // setting.
+        let begin = format!(
+            "{}; SET LOCAL {LOAD_SESSION} = {}; {}",
+            self.begin_read,
+            quote_literal(session_id),
+            self.sql.load_header
+        );
+        let mut inner = self.lock();
+        self.with_retry(&mut inner, what, |store, client| {
+            store.tx_begun_by(
+                client,
+                |client| client.simple_query(&begin),
+                |client, messages| {
+                    let row = messages.iter().find_map(|m| match m {
+                        SimpleQueryMessage::Row(row) => Some(row),
+                        _ => None,
+                    });
+                    let row =
+                        row.ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })?;
+                    let header =
+                        header_from_text(session_id, row).map_err(|e| self.corrupt(session_id, None, e))?;
+                    f(client, header)
+                },
+            )
+        })
+    }
+
+    /// Reads the events of the session named for this transaction (by
+    /// [`read_loaded`](PgStore::read_loaded)) into `sink`, decoded on
+    /// another thread as rows come off the socket. The first bad row by
+    /// position is the error, whether its columns or its contents are
+    /// wrong.
+    fn read_events(
         &self,
         client: &mut Client,
         session_id: &str,
         sink: &mut dyn LoadSink,
     ) -> Result<(), TxError> {
-        let header = self.stored_header(client, session_id)?;
-        if sink.header(header).is_break() {
-            return Ok(());
-        }
         // The rows as binary COPY: no result row to build per event, the
         // columns handed on borrowed from the client's buffer.
-        let (before, after) = &self.sql.copy_events;
-        let copy = format!("{before}{}{after}", quote_literal(session_id));
-        let mut rows = client.copy_out(copy.as_str())?;
+        let mut rows = client.copy_out(self.sql.copy_events.as_str())?;
         let mut rows_read = codec::RowReader::default();
         let decoded = codec::decode_into(
             codec::decode_threads(self.options.decode_threads),
@@ -1095,6 +1163,22 @@ impl PgStore {
         rows_read
             .finish(decoded)
             .map_err(|(index, e)| TxError::Refused(self.corrupt(session_id, Some(index), e)))
+    }
+
+    /// A whole session, collected: `header`, then the events of the
+    /// session named for this transaction.
+    fn collect(
+        &self,
+        client: &mut Client,
+        session_id: &str,
+        header: SessionHeader,
+    ) -> Result<StoredSession, TxError> {
+        let mut sink = CollectSink::default();
+        if sink.header(header).is_continue() {
+            self.read_events(client, session_id, &mut sink)?;
+        }
+        sink.finish(LoadReport::default())
+            .ok_or_else(|| TxError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }))
     }
 
     /// The header of session `session_id`, read in the caller's
@@ -1347,6 +1431,30 @@ fn header_from_row(id: &str, row: &postgres::Row, first: usize) -> Result<Sessio
     Ok(header)
 }
 
+/// [`header_from_row`] for a row of a simple query, its columns as text:
+/// `created_at, cwd, parent_session, seed_length`.
+fn header_from_text(id: &str, row: &SimpleQueryRow) -> Result<SessionHeader, LoadError> {
+    let malformed = |detail: String| LoadError::HeaderMalformed { detail };
+    let text = |i: usize| row.try_get(i).map_err(|e| malformed(e.to_string()));
+    let int = |column: &str, value: &str| {
+        value
+            .parse::<i64>()
+            .map(codec::from_sql_int)
+            .map_err(|e| malformed(format!("column `{column}`: {e}")))
+    };
+    let created_at = text(0)?.ok_or_else(|| malformed("column `created_at` is NULL".to_owned()))?;
+    let header = SessionHeader {
+        id: id.to_owned(),
+        created_at: int("created_at", created_at)?,
+        cwd: text(1)?.map(str::to_owned),
+        parent_session: text(2)?.map(str::to_owned),
+        seed_length: text(3)?.map(|v| int("seed_length", v)).transpose()?,
+    };
+    // The limit every reader holds a header line to, as written to JSONL.
+    header.check_size()?;
+    Ok(header)
+}
+
 /// Sessions per statement of [`PgStore::summaries`](SessionStore::summaries).
 const SUMMARY_BATCH: usize = 1000;
 
@@ -1387,12 +1495,8 @@ impl SessionStore for PgStore {
             check_id(session_id)?;
             // A fresh collector per attempt: after a lost connection the
             // read starts again from nothing.
-            self.read("loading a session", |client| {
-                let mut sink = CollectSink::default();
-                self.read_session(client, session_id, &mut sink)?;
-                sink.finish(LoadReport::default()).ok_or_else(|| {
-                    TxError::Refused(StoreError::NotFound { session_id: session_id.to_owned() })
-                })
+            self.read_loaded("loading a session", session_id, |client, header| {
+                self.collect(client, session_id, header)
             })
         })
     }
@@ -1401,7 +1505,7 @@ impl SessionStore for PgStore {
         off_the_runtime(|| {
             check_id(session_id)?;
             let mut attempts = 0;
-            self.read("loading a session", |client| {
+            self.read_loaded("loading a session", session_id, |client, header| {
                 attempts += 1;
                 if attempts > 1 {
                     // The sink has seen part of the session: it cannot be
@@ -1415,7 +1519,10 @@ impl SessionStore for PgStore {
                         source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
                     }));
                 }
-                self.read_session(client, session_id, &mut *sink)
+                if sink.header(header).is_break() {
+                    return Ok(());
+                }
+                self.read_events(client, session_id, &mut *sink)
             })?;
             Ok(LoadReport::default())
         })
@@ -1565,8 +1672,7 @@ impl SessionStore for PgStore {
     fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
         off_the_runtime(|| {
             check_id(session_id)?;
-            self.read("resuming a session", |client| {
-                let header = self.stored_header(client, session_id)?;
+            self.read_loaded("resuming a session", session_id, |client, header| {
                 if let Some(checkpoint) = self.matching_checkpoint(client, session_id, &header)? {
                     let from = checkpoint.log_len();
                     let rows = client.query_typed(
@@ -1588,12 +1694,7 @@ impl SessionStore for PgStore {
                         report: LoadReport::default(),
                     });
                 }
-                let mut sink = CollectSink::default();
-                self.read_session(client, session_id, &mut sink)?;
-                let stored = sink.finish(LoadReport::default()).ok_or_else(|| {
-                    TxError::Refused(StoreError::NotFound { session_id: session_id.to_owned() })
-                })?;
-                Ok(Resumable::whole(stored))
+                Ok(Resumable::whole(self.collect(client, session_id, header)?))
             })
         })
     }

@@ -484,9 +484,14 @@ pub fn decode_into<E>(
 /// (as in the SQL stores' options): `0` for the machine's choice, one
 /// reader and one decoder where there are two cores or more; any other
 /// number as it is (`1`: decode on the reading thread).
+///
+/// The machine's choice is asked once per process: on Linux
+/// `available_parallelism` reads the cgroup's CPU quota from files, some
+/// tens of microseconds that every load paid.
 pub fn decode_threads(option: usize) -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     match option {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         n => n,
     }
 }

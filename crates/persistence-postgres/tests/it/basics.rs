@@ -484,9 +484,10 @@ fn huge_messages_and_huge_words_are_still_found_exactly() {
     assert_eq!(seqs(&[&"x".repeat(3001)]), Vec::<u64>::new());
 }
 
-/// The load reads its rows with `COPY`, which takes the session id as a
-/// literal, not a parameter: ids with quotes, backslashes and escapes must
-/// load their own session and nothing else.
+/// The load names its session in a `SET LOCAL` that its header select and
+/// its `COPY` read (`COPY` takes no parameters), the id as a literal, not
+/// a parameter: ids with quotes, backslashes and escapes must load their
+/// own session and nothing else.
 #[test]
 fn ids_that_need_quoting_load_their_own_rows() {
     let Some(schema) = TestSchema::new() else { return };

@@ -111,3 +111,30 @@ fn eprintln_summary(rounds: u32, refused: u32, landed_anyway: u32, kills: u64) {
         );
     }
 }
+
+/// A load begins its transaction, names its session and reads the header
+/// in one simple query: after the connection is lost, the next load
+/// connects again, and every way of loading reads the same session.
+#[test]
+fn loads_read_the_same_session_after_a_lost_connection() {
+    let Some(schema) = TestSchema::new() else { return };
+    let app = format!("reload_{}", schema.name);
+    let store = PgStore::connect_with(&tagged_url(&app), schema.options()).unwrap_or_else(|e| panic!("{e}"));
+    let events = ticks(0, 50, "r");
+    store.create_with_events(&SessionHeader::new("r", 1), &events).unwrap_or_else(|e| panic!("{e}"));
+    let mut admin = admin().unwrap_or_else(|| panic!("the server went away"));
+    for round in 0..3 {
+        assert_eq!(store.load("r").unwrap_or_else(|e| panic!("round {round}: {e}")).events, events);
+        let resumed = store.load_resumable("r").unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(resumed.tail, events, "round {round}");
+        let killed: i64 = admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .and_then(|r| r.try_get(0))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(killed, 1, "round {round}");
+    }
+    assert_eq!(store.load("r").unwrap_or_else(|e| panic!("{e}")).events, events);
+}
