@@ -417,36 +417,19 @@ impl JsonlDecoder {
     /// Ends the file: `rest` is what the last [`feed`](JsonlDecoder::feed)
     /// did not use (a last line without its `\n`, or nothing). A rest that
     /// is not JSON is a torn write, dropped and reported.
-    pub fn finish(mut self, rest: &[u8]) -> Result<JsonlLog, LoadError> {
-        let Some(header) = self.header.take() else {
-            // The file is one line without its `\n`: the header alone.
-            let header = header_of(rest, self.options)?;
-            return Ok(JsonlLog { header, events: self.events, torn_tail: None, missing_newline: true });
-        };
-        let mut last = JsonlReader {
-            header,
-            bytes: rest,
-            text: None,
-            pos: 0,
-            line: self.lines,
-            options: self.options,
-            torn_tail: None,
-            missing_newline: false,
-            failed: false,
-        };
-        if let Some(event) = last.next() {
-            self.events.push(event?);
+    pub fn finish(self, rest: &[u8]) -> Result<JsonlLog, LoadError> {
+        let prefix = self.finish_prefix(rest)?;
+        if let Some(error) = prefix.error {
+            return Err(error);
         }
         Ok(JsonlLog {
-            header: last.header,
-            events: self.events,
-            torn_tail: last.torn_tail.map(|t| TornTail { offset: t.offset + self.offset, ..t }),
-            missing_newline: last.missing_newline,
+            header: prefix.header,
+            events: prefix.events,
+            torn_tail: prefix.torn_tail,
+            missing_newline: prefix.missing_newline,
         })
     }
-}
 
-impl JsonlDecoder {
     /// Ends the file as far as its first bad line, like
     /// [`JsonlLog::parse_prefix`]: `rest` is what the last
     /// [`feed`](JsonlDecoder::feed) did not use. The prefix holds the
