@@ -1,14 +1,20 @@
 //! [`Report`]: read and check one session the way `palimpsest validate`
 //! does, with what was found as data.
 //!
-//! Checking runs in two passes over one reading:
+//! Checking runs in one pass, one event at a time ([`ReportBuilder`]):
 //!
-//! 1. the header, then every rule of contract sections 1, 2 and 6, one
-//!    event at a time, **stopping at the first violation** (as
-//!    `Session::from_log` does): that one is [`Report::fatal`], and the
-//!    events before it are the accepted prefix, [`Report::session`];
-//! 2. the structural invariants of section 2a ([`check_log`]) over the
-//!    accepted prefix: **every** violation, [`Report::invariants`].
+//! 1. the header, then every rule of contract sections 1, 2 and 6,
+//!    **stopping at the first violation** (as `Session::from_log` does):
+//!    that one is [`Report::fatal`], and the events before it are the
+//!    accepted prefix, [`Report::session`];
+//! 2. beside them, the structural invariants of section 2a (those of
+//!    [`check_log`](crate::check_log)) on each accepted event: **every**
+//!    violation, [`Report::invariants`].
+//!
+//! What the report keeps of the session is the caller's choice
+//! ([`Retain`]): the whole log, or what an append needs, so that a log of
+//! any length is checked in memory bounded by its surface
+//! ([`Report::check_jsonl_read`], [`ReportBuilder`] fed by a store).
 //!
 //! Positions are typed ([`Position`]): an event's finding always has its
 //! seq, and a line only where the log is a file of lines (a JSONL file); a
