@@ -47,10 +47,7 @@ fn convert_leaves_a_checkpoint_and_reading_from_it_gives_what_the_whole_log_give
     // the surface no longer holds (seq 3, shadowed by the compaction).
     // `validate` reads the whole log and finds it; `surface` and `derive`
     // never read it. (A defect behind a checkpoint is `validate`'s to find.)
-    let conn = rusqlite::Connection::open(d.join("x.db")).expect("open the database");
-    let changed = conn.execute("UPDATE events SET data = 'not json' WHERE seq = 3", []).expect("tamper");
-    assert_eq!(changed, 1);
-    drop(conn);
+    break_stored_event(&d.join("x.db"), 3);
     let invalid = palimpsest(d, &["validate", "x.db"]);
     assert_eq!(invalid.code, 1, "{invalid:?}");
     assert_eq!(reads(d, "x.db"), whole, "read from the checkpoint, past the broken event");

@@ -118,10 +118,7 @@ fn a_streamed_validate_finds_a_late_violation_at_its_line_in_a_file_and_a_store(
 
     // A row broken deep in the store stops the check there, as a whole
     // read would.
-    let conn = rusqlite::Connection::open(d.join("long.db")).expect("open the database");
-    let changed = conn.execute("UPDATE events SET data = 'not json' WHERE seq = 9000", []).expect("tamper");
-    assert_eq!(changed, 1);
-    drop(conn);
+    break_stored_event(&d.join("long.db"), 9000);
     let broken = palimpsest(d, &["validate", "long.db"]);
     assert_eq!(broken.code, 1, "{broken:?}");
     assert!(broken.stderr.contains("seq 9000"), "{}", broken.stderr);

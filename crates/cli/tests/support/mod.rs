@@ -71,3 +71,12 @@ pub(crate) fn scratch(fixtures: &[&str]) -> tempfile::TempDir {
     }
     dir
 }
+
+/// Breaks the stored event `seq` of a SQLite store behind its back: its
+/// `data` is no longer JSON. The store holds one session.
+pub(crate) fn break_stored_event(db: &Path, seq: u64) {
+    let conn = rusqlite::Connection::open(db).expect("open the database");
+    let changed =
+        conn.execute("UPDATE events SET data = 'not json' WHERE seq = ?1", [seq as i64]).expect("tamper");
+    assert_eq!(changed, 1, "seq {seq} is stored once");
+}
