@@ -75,7 +75,7 @@ pub(crate) fn explain(
     let (_, checked) = open_checked(&args, crate::store_arg::Access::Read)?;
     let origin = checked.origin.clone();
     // What a replace took off, in surface order (the explanation lists it by seq).
-    let taken_off = checked.report.shadowing.took_off(seq).map(<[u64]>::to_vec);
+    let taken_off = checked.report.shadowing.took_off(seq).map(|r| r.shadowed().collect::<Vec<_>>());
     let chain = checked.report.shadowing.chain(seq);
     let session = readable_session(checked)?;
     let Some(found) = explain_event(&session, seq) else {

@@ -16,11 +16,12 @@
 //! * a **footer**: the final surface, message by message, which is exactly
 //!   what the model would be sent next.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use anstyle::AnsiColor;
+use palimpsest_core_session::explain::Replaced;
 use palimpsest_core_session::payload::{AssistantMessage, ToolResult, Usage};
 use palimpsest_core_session::repair::{repair, TOOL_NOT_STARTED};
 use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
@@ -28,6 +29,7 @@ use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
 use crate::check::{Checked, Finding, Shown};
 use crate::describe::{count, join, ranges, summarize};
 use crate::settings_view;
+use crate::store_arg::Target;
 use crate::timefmt;
 
 /// Replaces listed one by one in the header before "and N more".
@@ -85,8 +87,17 @@ impl Style {
     }
 }
 
-/// Writes the whole report.
-pub(crate) fn render(checked: &Checked, color: bool, out: &mut dyn Write) -> io::Result<()> {
+/// Writes the whole report. The session was checked keeping only its
+/// surface ([`Retain::Surface`](crate::check::Retain::Surface)); its
+/// events are read twice more from `target`, streamed: once to size the
+/// columns and count what the header shows, once to write the timeline
+/// line by line. Memory is bounded by the surface, not the log.
+pub(crate) fn render(
+    checked: &Checked,
+    target: &Target,
+    color: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let style = Style { on: color };
     let Some(session) = &checked.report.session else {
         // Not even a header: say so, and what was wrong.
@@ -96,45 +107,110 @@ pub(crate) fn render(checked: &Checked, color: bool, out: &mut dyn Write) -> io:
         }
         return Ok(());
     };
-    let view = View::new(checked, session);
+    let upto = session.next_seq();
+    let listed: HashSet<u64> =
+        checked.report.shadowing.replaces().iter().take(MAX_REPLACES_LISTED).map(|r| r.seq).collect();
+    let totals = target.replay(upto, |events| Totals::of(events, &listed))?;
+    let view = View::new(checked, session, totals);
+    let mut out = io::BufWriter::new(out);
     let mut text = String::new();
     view.header(&style, &mut text);
     text.push('\n');
-    view.timeline(&style, &mut text);
-    text.push('\n');
+    out.write_all(text.as_bytes())?;
+    target.replay(upto, |events| view.timeline(&style, events, &mut out))??;
+    let mut text = String::from("\n");
     view.footer(&style, &mut text);
-    out.write_all(text.as_bytes())
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// What the header counts and the timeline's columns need, from one
+/// streamed read of the log.
+#[derive(Debug, Default)]
+struct Totals {
+    events: u64,
+    /// The first event's time (times are shown from it) and the last
+    /// event's seq and time.
+    first_time: Option<u64>,
+    last: Option<(u64, u64)>,
+    turns: usize,
+    plugin: usize,
+    settings_events: usize,
+    usage: Usage,
+    responses: usize,
+    /// The width of the time column and of the indented type column.
+    time_w: usize,
+    type_w: usize,
+    /// The types of the replaces the header lists.
+    replace_types: HashMap<u64, EventType>,
+}
+
+impl Totals {
+    fn of(events: &mut dyn Iterator<Item = Event>, listed: &HashSet<u64>) -> Totals {
+        let mut t = Totals::default();
+        let mut depth = Depth::default();
+        for e in events {
+            let t0 = *t.first_time.get_or_insert(e.time());
+            t.events += 1;
+            t.last = Some((e.seq(), e.time()));
+            let ty = e.event_type();
+            match ty {
+                EventType::TurnStart => t.turns += 1,
+                EventType::SessionSettings => t.settings_events += 1,
+                EventType::AssistantMessage => {
+                    if let Ok(AssistantMessage { usage: Some(u), .. }) = e.data_as::<AssistantMessage>() {
+                        t.responses += 1;
+                        t.usage.input_tokens += u.input_tokens;
+                        t.usage.output_tokens += u.output_tokens;
+                        if let Some(c) = u.cached_input_tokens {
+                            *t.usage.cached_input_tokens.get_or_insert(0) += c;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if !ty.is_core() {
+                t.plugin += 1;
+            }
+            let d = depth.of(ty);
+            t.type_w = t.type_w.max(2 * d + ty.as_str().chars().count());
+            t.time_w = t.time_w.max(timefmt::offset(i128::from(e.time()) - i128::from(t0)).len());
+            if listed.contains(&e.seq()) {
+                t.replace_types.insert(e.seq(), ty.clone());
+            }
+        }
+        t.type_w = t.type_w.min(36);
+        t
+    }
 }
 
 /// Everything the report needs, computed once.
 struct View<'a> {
     checked: &'a Checked,
     session: &'a Session,
-    /// Seq → position on the final surface.
-    surface_pos: HashMap<u64, usize>,
+    totals: Totals,
+    /// The seqs on the final surface.
+    on_surface: HashSet<u64>,
     /// Seq → structural violations at that event.
     violations_at: HashMap<u64, Vec<&'a Finding>>,
 }
 
 impl<'a> View<'a> {
-    fn new(checked: &'a Checked, session: &'a Session) -> View<'a> {
-        let surface_pos = session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    fn new(checked: &'a Checked, session: &'a Session, totals: Totals) -> View<'a> {
+        let on_surface = session.surface().iter().copied().collect();
         let mut violations_at: HashMap<u64, Vec<&Finding>> = HashMap::new();
         for f in &checked.report.invariants {
             if let Some(seq) = f.seq() {
                 violations_at.entry(seq).or_default().push(f);
             }
         }
-        View { checked, session, surface_pos, violations_at }
-    }
-
-    fn events(&self) -> &'a [Event] {
-        self.session.events()
+        View { checked, session, totals, on_surface, violations_at }
     }
 
     fn header(&self, st: &Style, o: &mut String) {
         let h = self.session.header();
-        let events = self.events();
+        let t = &self.totals;
         let label = |o: &mut String, name: &str| {
             let _ = write!(o, "{} ", st.bold(&format!("{name:<9}")));
         };
@@ -161,21 +237,18 @@ impl<'a> View<'a> {
         let _ = writeln!(o, "{}", self.checked.origin);
 
         label(o, "events");
-        match (events.first(), events.last()) {
-            (Some(first), Some(last)) => {
-                let turns = events.iter().filter(|e| *e.event_type() == EventType::TurnStart).count();
-                let plugin = events.iter().filter(|e| !e.event_type().is_core()).count();
-                let span = last.time().saturating_sub(first.time());
+        match (t.first_time, t.last) {
+            (Some(first_time), Some((last_seq, last_time))) => {
+                let span = last_time.saturating_sub(first_time);
                 let _ = write!(
                     o,
-                    "{} (seq 0-{}) over {}, {}",
-                    events.len(),
-                    last.seq(),
+                    "{} (seq 0-{last_seq}) over {}, {}",
+                    t.events,
                     timefmt::span(span),
-                    count(turns, "turn")
+                    count(t.turns, "turn")
                 );
-                if plugin > 0 {
-                    let _ = write!(o, ", {}", count(plugin, "plugin event"));
+                if t.plugin > 0 {
+                    let _ = write!(o, ", {}", count(t.plugin, "plugin event"));
                 }
                 o.push('\n');
             }
@@ -184,13 +257,11 @@ impl<'a> View<'a> {
 
         if let Some(seq) = self.session.settings_seq() {
             label(o, "settings");
-            let changes =
-                self.events().iter().filter(|e| *e.event_type() == EventType::SessionSettings).count();
             let _ = writeln!(
                 o,
                 "{} (seq {seq}, {})",
                 settings_view::line(&self.session.settings()),
-                count(changes, "settings event")
+                count(t.settings_events, "settings event")
             );
         }
 
@@ -205,46 +276,35 @@ impl<'a> View<'a> {
             join(surface)
         );
 
-        if !self.checked.report.shadowing.replaces().is_empty() {
+        let replaces = self.checked.report.shadowing.replaces();
+        if !replaces.is_empty() {
             label(o, "replaces");
-            let ty_of =
-                |seq: u64| self.session.event(seq).map(|e| e.event_type().as_str()).unwrap_or_default();
-            let seq_w =
-                self.checked.report.shadowing.replaces().iter().map(|r| digits(r.seq)).max().unwrap_or(1);
-            let ty_w = self
-                .checked
-                .report
-                .shadowing
-                .replaces()
-                .iter()
-                .map(|r| ty_of(r.seq).len())
-                .max()
-                .unwrap_or(0);
-            for (i, r) in self.checked.report.shadowing.replaces().iter().enumerate() {
-                if i == MAX_REPLACES_LISTED {
-                    let more = self.checked.report.shadowing.replaces().len() - i;
-                    let _ = writeln!(o, "{:10}… and {more} more", "");
-                    break;
-                }
+            let listed = &replaces[..replaces.len().min(MAX_REPLACES_LISTED)];
+            let ty_of = |seq: u64| t.replace_types.get(&seq).map(EventType::as_str).unwrap_or_default();
+            let seq_w = listed.iter().map(|r| digits(r.seq)).max().unwrap_or(1);
+            let ty_w = listed.iter().map(|r| ty_of(r.seq).len()).max().unwrap_or(0);
+            for (i, r) in listed.iter().enumerate() {
                 if i > 0 {
                     o.push_str(&" ".repeat(10));
                 }
                 let _ =
-                    writeln!(o, "{:>seq_w$} {:ty_w$}  shadowed {}", r.seq, ty_of(r.seq), join(&r.shadowed));
+                    writeln!(o, "{:>seq_w$} {:ty_w$}  shadowed {}", r.seq, ty_of(r.seq), shadowed_runs(r));
+            }
+            if replaces.len() > listed.len() {
+                let _ = writeln!(o, "{:10}… and {} more", "", replaces.len() - listed.len());
             }
         }
 
-        let (usage, responses) = total_usage(events);
-        if responses > 0 {
+        if t.responses > 0 {
             label(o, "usage");
             let _ = write!(
                 o,
                 "{} input + {} output tokens over {}",
-                usage.input_tokens,
-                usage.output_tokens,
-                count(responses, "response")
+                t.usage.input_tokens,
+                t.usage.output_tokens,
+                count(t.responses, "response")
             );
-            if let Some(c) = usage.cached_input_tokens {
+            if let Some(c) = t.usage.cached_input_tokens {
                 let _ = write!(o, " ({c} input cached)");
             }
             o.push('\n');
@@ -258,7 +318,8 @@ impl<'a> View<'a> {
             o.push_str(&st.red(&format!("INVALID: {}", count(violations, "violation"))));
         }
         if self.checked.report.fatal.is_none() {
-            let closers = repair(events);
+            // The open turn is resident: what repair needs of the log.
+            let closers = repair(self.session.resident());
             if closers.is_empty() {
                 o.push_str("; nothing to repair");
             } else {
@@ -289,14 +350,21 @@ impl<'a> View<'a> {
         }
     }
 
-    fn timeline(&self, st: &Style, o: &mut String) {
-        let events = self.events();
-        let Some(first) = events.first() else {
+    /// The timeline, one line per event of `events` as they come.
+    fn timeline(
+        &self,
+        st: &Style,
+        events: &mut dyn Iterator<Item = Event>,
+        out: &mut dyn Write,
+    ) -> io::Result<()> {
+        let t = &self.totals;
+        let Some(t0) = t.first_time else {
+            let mut o = String::new();
             let _ = writeln!(o, "{}", st.bold("timeline  (no events)"));
-            self.fatal_line(st, o, 0);
-            return;
+            self.fatal_line(st, &mut o, 0);
+            return out.write_all(o.as_bytes());
         };
-        let t0 = first.time();
+        let mut o = String::new();
         let _ = writeln!(
             o,
             "{}  times from {}   {} on the surface   {} shadowed",
@@ -305,24 +373,19 @@ impl<'a> View<'a> {
             st.green("●"),
             st.dim("○")
         );
-        let depths = depths(events);
-        let seq_w = digits(events.len().saturating_sub(1) as u64).max(3);
-        let times: Vec<String> =
-            events.iter().map(|e| timefmt::offset(i128::from(e.time()) - i128::from(t0))).collect();
-        let time_w = times.iter().map(String::len).max().unwrap_or(0);
-        let type_w = events
-            .iter()
-            .zip(&depths)
-            .map(|(e, d)| 2 * d + e.event_type().as_str().chars().count())
-            .max()
-            .unwrap_or(0)
-            .min(36);
+        let seq_w = digits(t.events.saturating_sub(1)).max(3);
+        let (time_w, type_w) = (t.time_w, t.type_w);
         let _ = writeln!(o, "{}", st.dim(&format!("{:>seq_w$}  {:>time_w$}    event", "seq", "time")));
+        out.write_all(o.as_bytes())?;
         let mut settings: Option<palimpsest_core_session::payload::Settings> = None;
-        for ((event, depth), time) in events.iter().zip(&depths).zip(&times) {
+        let mut depths = Depth::default();
+        for event in events {
+            let mut o = String::new();
+            let depth = depths.of(event.event_type());
+            let time = timefmt::offset(i128::from(event.time()) - i128::from(t0));
             let seq = event.seq();
             let shadowed = self.checked.report.shadowing.shadowed_by(seq);
-            let mark = if self.surface_pos.contains_key(&seq) {
+            let mark = if self.on_surface.contains(&seq) {
                 st.green("●")
             } else if shadowed.is_some() {
                 st.dim("○")
@@ -331,9 +394,9 @@ impl<'a> View<'a> {
             };
             let ty = event.event_type().as_str();
             let pad = type_w.saturating_sub(2 * depth + ty.chars().count());
-            let mut summary = summarize(event);
+            let mut summary = summarize(&event);
             let mut notes = Vec::new();
-            if let Some(next) = settings_view::of_event(event) {
+            if let Some(next) = settings_view::of_event(&event) {
                 notes.push(match &settings {
                     None => "first settings".to_owned(),
                     Some(before) => {
@@ -373,7 +436,7 @@ impl<'a> View<'a> {
                 "{}  {}  {mark} {}{}{}  {summary}",
                 st.dim(&format!("{seq:>seq_w$}")),
                 st.dim(&format!("{time:>time_w$}")),
-                "  ".repeat(*depth),
+                "  ".repeat(depth),
                 st.kind(event.event_type(), ty),
                 " ".repeat(pad),
             );
@@ -382,8 +445,11 @@ impl<'a> View<'a> {
                 let indent = seq_w + time_w + 6;
                 let _ = writeln!(o, "{:indent$}{}", "", st.red(&format!("⚠ {}: {}", f.code, f.detail)));
             }
+            out.write_all(o.as_bytes())?;
         }
-        self.fatal_line(st, o, seq_w + time_w + 6);
+        let mut o = String::new();
+        self.fatal_line(st, &mut o, seq_w + time_w + 6);
+        out.write_all(o.as_bytes())
     }
 
     /// Where checking stopped, if it did.
@@ -431,35 +497,53 @@ impl<'a> View<'a> {
     }
 }
 
-/// Indentation depth of each event: 1 inside a turn, 2 inside a step;
-/// turn and step brackets sit at the level of what encloses them.
-fn depths(events: &[Event]) -> Vec<usize> {
-    let (mut turn, mut step) = (false, false);
-    events
+/// What a replace took off, seqs in surface order, runs of three or more
+/// shortened (`3-40`): a compaction of thousands of events is one word.
+fn shadowed_runs(r: &Replaced) -> String {
+    let parts: Vec<String> = r
+        .runs()
         .iter()
-        .map(|e| match e.event_type() {
+        .flat_map(|&(first, last)| match last - first {
+            0 => vec![first.to_string()],
+            1 => vec![first.to_string(), last.to_string()],
+            _ => vec![format!("{first}-{last}")],
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// Indentation depth of each event as the log is read: 1 inside a turn, 2
+/// inside a step; turn and step brackets sit at the level of what encloses
+/// them.
+#[derive(Debug, Default)]
+struct Depth {
+    turn: bool,
+    step: bool,
+}
+
+impl Depth {
+    /// The depth of the next event, of type `ty`.
+    fn of(&mut self, ty: &EventType) -> usize {
+        match ty {
             EventType::TurnStart => {
-                let d = 0;
-                turn = true;
-                step = false;
-                d
+                (self.turn, self.step) = (true, false);
+                0
             }
             EventType::TurnEnd => {
-                turn = false;
-                step = false;
+                (self.turn, self.step) = (false, false);
                 0
             }
             EventType::StepStart => {
-                step = true;
-                usize::from(turn)
+                self.step = true;
+                usize::from(self.turn)
             }
             EventType::StepEnd => {
-                step = false;
-                usize::from(turn)
+                self.step = false;
+                usize::from(self.turn)
             }
-            _ => usize::from(turn) + usize::from(step),
-        })
-        .collect()
+            _ => usize::from(self.turn) + usize::from(self.step),
+        }
+    }
 }
 
 /// The calls the repair closers answer, as `call_b (started at seq 10,
@@ -477,23 +561,6 @@ fn unanswered_calls(closers: &[Event]) -> Vec<String> {
             Some(format!("{} ({state})", r.call_id()))
         })
         .collect()
-}
-
-/// The usage of every `assistant/message`, summed, and how many carried one.
-fn total_usage(events: &[Event]) -> (Usage, usize) {
-    let mut total = Usage::default();
-    let mut n = 0;
-    for e in events.iter().filter(|e| *e.event_type() == EventType::AssistantMessage) {
-        if let Ok(AssistantMessage { usage: Some(u), .. }) = e.data_as::<AssistantMessage>() {
-            n += 1;
-            total.input_tokens += u.input_tokens;
-            total.output_tokens += u.output_tokens;
-            if let Some(c) = u.cached_input_tokens {
-                *total.cached_input_tokens.get_or_insert(0) += c;
-            }
-        }
-    }
-    (total, n)
 }
 
 fn digits(n: u64) -> usize {

@@ -32,6 +32,7 @@ mod open_store;
 mod output;
 mod pager;
 mod remove;
+mod replay;
 mod run;
 mod search;
 mod sessions;

@@ -109,7 +109,7 @@ impl Store {
     }
 
     /// The store behind a directory, database or server; `None` for a bare file.
-    fn backend(&self) -> Option<&dyn SessionStore> {
+    pub(crate) fn backend(&self) -> Option<&dyn SessionStore> {
         match self {
             Store::File(_) => None,
             Store::Dir(s) => Some(s),
@@ -443,7 +443,7 @@ impl Store {
         }
     }
 
-    fn load_error(&self, e: &StoreError, id: &str, origin: &str) -> CliError {
+    pub(crate) fn load_error(&self, e: &StoreError, id: &str, origin: &str) -> CliError {
         match e {
             StoreError::NotFound { .. } => self.not_found(id),
             e => from_store(e, origin),
@@ -523,6 +523,11 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// Session `id` of `store`.
+    pub(crate) fn new(store: Store, id: String) -> Target {
+        Target { store, wanted: Some(id.clone()), id: Some(id) }
+    }
+
     /// Reads and checks the session, held whole.
     pub(crate) fn check(&self) -> Result<Checked, CliError> {
         self.check_keeping(Retain::Whole)
@@ -574,6 +579,11 @@ impl Target {
                 Ok(None)
             }
         }
+    }
+
+    /// The session's id in its store; `None` for a bare file.
+    pub(crate) fn id(&self) -> Option<&str> {
+        self.id.as_deref()
     }
 
     /// How messages name the session: the file, or `STORE#ID`.

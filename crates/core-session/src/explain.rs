@@ -3,7 +3,7 @@
 //! and, if it left the surface, which replace shadowed it and what stands in
 //! its place now.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::event::{Event, EventType, SurfaceOp};
 use crate::session::Session;
@@ -89,23 +89,60 @@ pub fn explain(session: &Session, seq: u64) -> Option<Explanation> {
 /// For every seq that left the surface, the replace that shadowed it
 /// ([`Shadowing::of`], as a map).
 pub fn shadow_map(events: &[Event]) -> HashMap<u64, u64> {
-    Shadowing::of(events).by
+    Shadowing::of(events).to_map()
 }
 
 /// An accepted replace: its seq and the surface entries it took off, in
-/// surface order.
+/// surface order, kept as runs of consecutive seqs (a compaction of a
+/// thousand events is one or two runs, not a thousand seqs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replaced {
     /// The replacing event.
     pub seq: u64,
+    /// What it took off the surface, in surface order: `(first, last)`,
+    /// both included.
+    runs: Vec<(u64, u64)>,
+}
+
+impl Replaced {
+    /// A replace at `seq` that took `shadowed` (in surface order) off.
+    pub fn new(seq: u64, shadowed: &[u64]) -> Replaced {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &s in shadowed {
+            match runs.last_mut() {
+                Some((_, last)) if last.checked_add(1) == Some(s) => *last = s,
+                _ => runs.push((s, s)),
+            }
+        }
+        Replaced { seq, runs }
+    }
+
     /// What it took off the surface, in surface order.
-    pub shadowed: Vec<u64>,
+    pub fn shadowed(&self) -> impl Iterator<Item = u64> + '_ {
+        self.runs.iter().flat_map(|&(first, last)| first..=last)
+    }
+
+    /// How many surface entries it took off.
+    pub fn count(&self) -> u64 {
+        self.runs.iter().map(|&(first, last)| last - first + 1).sum()
+    }
+
+    /// What it took off, as runs of consecutive seqs `(first, last)` in
+    /// surface order.
+    pub fn runs(&self) -> &[(u64, u64)] {
+        &self.runs
+    }
 }
 
 /// Who shadowed whom in a log: every replace with what it took off the
 /// surface, and for every seq that left the surface the replace that took
-/// it off. Computed once, by replaying the surface (O(log length)); it is
-/// what `validate`, `inspect`, `explain` and the exports show.
+/// it off. Computed once, by replaying the surface (O(log length)), or
+/// recorded replace by replace while a log is read ([`Shadowing::record`]);
+/// it is what `validate`, `inspect`, `explain` and the exports show.
+///
+/// Its memory is O(runs of consecutive shadowed seqs), not O(shadowed
+/// events): a log of millions of compacted events costs a few words per
+/// replace.
 ///
 /// ```
 /// use palimpsest_core_session::explain::Shadowing;
@@ -116,7 +153,7 @@ pub struct Replaced {
 /// let shadowing = Shadowing::of(&log.events);
 /// // The prune at seq 18 shadowed a tool result; the compaction at seq 20
 /// // shadowed the prune's stand-in in turn.
-/// let pruned = shadowing.took_off(18).expect("seq 18 is a replace")[0];
+/// let pruned = shadowing.took_off(18).expect("seq 18 is a replace").shadowed().next().unwrap();
 /// assert_eq!(shadowing.chain(pruned), [18, 20]);
 /// assert_eq!(shadowing.shadowed_by(20), None, "the summary is on the surface");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -124,7 +161,9 @@ pub struct Replaced {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Shadowing {
     replaced: Vec<Replaced>,
-    by: HashMap<u64, u64>,
+    /// Every run, by its first seq: its last seq and the replace that took
+    /// it off. Runs never overlap: a seq leaves the surface once.
+    by: BTreeMap<u64, (u64, u64)>,
 }
 
 impl Shadowing {
@@ -153,23 +192,25 @@ impl Shadowing {
         if shadowed.is_empty() {
             return;
         }
-        for &s in shadowed {
-            self.by.insert(s, seq);
+        let replaced = Replaced::new(seq, shadowed);
+        for &(first, last) in replaced.runs() {
+            self.by.insert(first, (last, seq));
         }
-        self.replaced.push(Replaced { seq, shadowed: shadowed.to_vec() });
+        self.replaced.push(replaced);
     }
 
     /// The replace that took `seq` off the surface, if one did.
     pub fn shadowed_by(&self, seq: u64) -> Option<u64> {
-        self.by.get(&seq).copied()
+        let (_, &(last, by)) = self.by.range(..=seq).next_back()?;
+        (seq <= last).then_some(by)
     }
 
-    /// What the replace at `seq` took off the surface; `None` if `seq` is
-    /// not a replace.
-    pub fn took_off(&self, seq: u64) -> Option<&[u64]> {
+    /// The replace at `seq` and what it took off the surface; `None` if
+    /// `seq` is not a replace.
+    pub fn took_off(&self, seq: u64) -> Option<&Replaced> {
         // Replaces are kept in log order: a binary search by seq.
         let i = self.replaced.binary_search_by_key(&seq, |r| r.seq).ok()?;
-        Some(&self.replaced[i].shadowed)
+        Some(&self.replaced[i])
     }
 
     /// Every replace, in log order.
@@ -191,6 +232,12 @@ impl Shadowing {
             at = by;
         }
         chain
+    }
+
+    /// For every shadowed seq, the replace that took it off (a map as big
+    /// as the shadowed part of the log: for small logs and tests).
+    pub fn to_map(&self) -> HashMap<u64, u64> {
+        self.replaced.iter().flat_map(|r| r.shadowed().map(move |s| (s, r.seq))).collect()
     }
 }
 

@@ -207,8 +207,8 @@ pub struct Report {
     /// Findings about the store as a whole, added by the caller that
     /// checked it ([`Finding::store`]); none from this crate.
     pub store: Vec<Finding>,
-    /// Who shadowed whom in the accepted prefix ([`Retain::Whole`] only;
-    /// empty with [`Retain::Surface`]).
+    /// Who shadowed whom in the accepted prefix, whatever is retained
+    /// (its memory is per run of shadowed seqs, not per event).
     pub shadowing: Shadowing,
     /// A torn last line that was dropped (JSONL files only).
     pub torn_tail: Option<TornTail>,
@@ -364,8 +364,8 @@ impl Serialize for Report {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Retain {
-    /// The whole log, and who shadowed whom ([`Report::shadowing`]): what
-    /// a timeline or an explanation of every event shows.
+    /// The whole log: what a command that shows every event from memory
+    /// needs.
     Whole,
     /// What an append needs: the surface's events, the settings event and
     /// the open turn ([`Session::trim`], now and then). Memory is bounded by
@@ -430,10 +430,8 @@ impl ReportBuilder {
     /// check ends there (pass it to [`finish`](ReportBuilder::finish)), and
     /// the event was not appended.
     pub fn push(&mut self, event: Event, line: Option<u64>) -> Result<(), Finding> {
-        let shadowed = match (self.retain, event.surface_op()) {
-            (Retain::Whole, Some(op @ SurfaceOp::Replace { .. })) => {
-                self.session.view().shadowed_by(op).to_vec()
-            }
+        let shadowed = match event.surface_op() {
+            Some(op @ SurfaceOp::Replace { .. }) => self.session.view().shadowed_by(op).to_vec(),
             _ => Vec::new(),
         };
         // The invariants judge the event against the session before it, as
@@ -450,8 +448,9 @@ impl ReportBuilder {
             position: Position::Event { seq: v.seq, line },
             detail: v.message,
         }));
+        self.shadowing.record(seq, &shadowed);
         match self.retain {
-            Retain::Whole => self.shadowing.record(seq, &shadowed),
+            Retain::Whole => {}
             Retain::Surface => {
                 let tail = self.session.next_seq() - self.session.resident_log().resident_from();
                 if tail >= TRIM_EVERY.max(self.session.surface().len() as u64) {
@@ -867,7 +866,7 @@ mod tests {
             r#"{"seq":2,"time":0,"type":"context/message","data":{"message":{"id":"c","role":"user","content":[],"source":{"kind":"user"}}},"sourceEventSeqs":[0,1],"surfaceOp":{"op":"replace","start":0,"end":1}}"#,
         ]);
         assert!(c.is_valid());
-        assert_eq!(c.shadowing.replaces(), [Replaced { seq: 2, shadowed: vec![0, 1] }]);
+        assert_eq!(c.shadowing.replaces(), [Replaced::new(2, &[0, 1])]);
         assert_eq!((c.shadowing.shadowed_by(0), c.shadowing.shadowed_by(2)), (Some(2), None));
     }
 }

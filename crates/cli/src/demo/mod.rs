@@ -278,10 +278,11 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
 
     // Reopen the store from disk, as a new process would, and check it all.
     let reopened = Store::open_existing(&options.store, crate::store_arg::Access::Read)?;
-    let checked = reopened.check(&id)?;
+    let reopened = crate::store_arg::Target::new(reopened, id.clone());
+    let checked = reopened.check()?;
     if !options.quiet {
         writeln!(out, "\n── the full log beside the surface ──────────────────────────────")?;
-        crate::inspect::render(&checked, options.color, out)?;
+        crate::inspect::render(&checked, &reopened, options.color, out)?;
     }
     let session = checked.report.session.as_ref().context("the reopened session has no header")?;
     let replaces: Vec<_> = session

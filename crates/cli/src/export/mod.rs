@@ -305,12 +305,12 @@ pub(crate) fn build<'a>(session: &'a Session, shadowing: &Shadowing, view: Expor
         let carrier = e.data_as::<Carrier<'a>>().ok()?;
         let typed: Message = serde_json::from_str(carrier.message.get()).ok()?;
         let replaces = shadowing.took_off(e.seq()).map(|shadowed| Replace {
-            kind: match (e.event_type(), shadowed.len()) {
+            kind: match (e.event_type(), shadowed.count()) {
                 (EventType::ToolResult, _) => ReplaceKind::Prune,
                 (_, 1) => ReplaceKind::Rewrite,
                 _ => ReplaceKind::Compaction,
             },
-            shadowed: shadowed.to_vec(),
+            shadowed: shadowed.shadowed().collect(),
         });
         Some(Box::new(Msg {
             seq: e.seq(),
