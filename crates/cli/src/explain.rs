@@ -36,16 +36,19 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use palimpsest_core_session::explain::{explain as explain_event, Explanation, Provenance};
+use std::collections::{HashMap, HashSet};
+
+use palimpsest_core_session::explain::{Explanation, Provenance, TurnTracker};
 use palimpsest_core_session::payload::Settings;
-use palimpsest_core_session::{Session, SurfaceOp};
+use palimpsest_core_session::{Event, Session, SurfaceOp};
 use serde::Serialize;
 
-use crate::cmd::{open_checked, readable_session};
+use crate::check::Retain;
+use crate::cmd::{readable_session, report_tail};
 use crate::describe::{count, join, summarize};
 use crate::error::{CliError, Exit};
 use crate::settings_view;
-use crate::store_arg::StoreArgs;
+use crate::store_arg::{self, Access, StoreArgs};
 use crate::timefmt;
 
 /// STORE and SEQ from `explain`'s one or two words: `explain STORE SEQ`, or
@@ -65,6 +68,10 @@ fn store_and_seq(args: &StoreArgs, seq: Option<u64>) -> Result<(StoreArgs, u64),
 
 /// `palimpsest explain [STORE] SEQ`: with one word, it is SEQ and STORE is
 /// the default (`./palimpsest.db`).
+///
+/// The log is checked keeping only its surface, then read again, streamed,
+/// for what the explanation shows of other events (see [`Known`]): memory
+/// is bounded by the surface and by what is shown, not by the log.
 pub(crate) fn explain(
     args: &StoreArgs,
     seq: Option<u64>,
@@ -72,17 +79,19 @@ pub(crate) fn explain(
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
     let (args, seq) = store_and_seq(args, seq)?;
-    let (_, checked) = open_checked(&args, crate::store_arg::Access::Read)?;
+    let target = store_arg::open(&args, Access::Read)?;
+    let checked = target.check_keeping(Retain::Surface)?;
+    report_tail(&checked);
     let origin = checked.origin.clone();
-    // What a replace took off, in surface order (the explanation lists it by seq).
+    // What a replace took off, in surface order.
     let taken_off = checked.report.shadowing.took_off(seq).map(|r| r.shadowed().collect::<Vec<_>>());
     let chain = checked.report.shadowing.chain(seq);
     let session = readable_session(checked)?;
-    let Some(found) = explain_event(&session, seq) else {
-        let len = session.events().len();
+    if seq >= session.next_seq() {
+        let len = session.next_seq();
         let range = match len {
             0 => "it has no events".to_owned(),
-            n => format!("it has {} (seq 0 to {})", count(n, "event"), n - 1),
+            n => format!("it has {} (seq 0 to {})", count(n as usize, "event"), n - 1),
         };
         return Err(CliError {
             code: "not-found".into(),
@@ -91,58 +100,213 @@ pub(crate) fn explain(
             exit: Exit::Usage,
         }
         .into());
-    };
-    let mut found = found;
-    if let Some(in_surface_order) = taken_off {
-        found.shadowed = in_surface_order;
     }
+    let known = Known::gather(&session, seq, &chain, |upto, consume| target.replay(upto, consume))?;
+    let Some(found) = known.explanation(seq, taken_off.unwrap_or_default(), &chain) else {
+        return Err(CliError::io(origin, format!("seq {seq} could not be read again")).into());
+    };
     if json {
-        serde_json::to_writer(&mut *out, &JsonExplanation::new(&session, &found, chain))?;
+        serde_json::to_writer(&mut *out, &JsonExplanation::new(&known, &found, chain))?;
         writeln!(out)?;
     } else {
-        out.write_all(render(&session, &found, &chain).as_bytes())?;
+        out.write_all(render(&known, &found, &chain).as_bytes())?;
     }
     Ok(Exit::Success)
 }
 
-/// Where the settings of the `session/settings` at `seq` stand: what they
-/// replaced and changed, and whether they are still in effect.
-fn settings_history(session: &Session, seq: u64, settings: &Settings) -> String {
-    let events = session.events();
-    let before = usize::try_from(seq).map_or(&events[..0], |i| &events[..i.min(events.len())]);
-    let previous = before.iter().rev().find_map(|e| settings_view::of_event(e).map(|s| (e.seq(), s)));
-    let mut text = match &previous {
-        Some((p, old)) => {
-            let changed = settings_view::changes(old, settings);
-            if changed.is_empty() {
-                format!("replace those of {p}, unchanged")
-            } else {
-                format!("replace those of {p}, changing {}", changed.join(", "))
+/// Most levels of a provenance tree followed (as the library's explain).
+const MAX_DEPTH: usize = 32;
+
+/// What an explanation shows of the log, gathered by streamed reads: the
+/// event itself, where it stands in its turn, the events that cite it,
+/// the events it cites (recursively), the replaces that shadowed it, and
+/// the settings events around it. Events on the surface come from the
+/// session; every other event shown is kept here, and nothing else is.
+struct Known<'a> {
+    session: &'a Session,
+    /// Events shown that the session does not hold.
+    events: HashMap<u64, Event>,
+    /// The first event's time (times are shown from it).
+    t0: u64,
+    /// The explained event's turn and step.
+    turn_step: (Option<u64>, Option<u64>),
+    /// The events that cite it, in log order.
+    cited_by: Vec<u64>,
+    /// The `session/settings` before it (seq and settings), and the seq of
+    /// the one after it.
+    settings_before: Option<(u64, Settings)>,
+    settings_after: Option<u64>,
+}
+
+impl<'a> Known<'a> {
+    /// Reads what explaining `seq` needs: one read of the whole log, then
+    /// one read per level of its provenance, each as far as the latest seq
+    /// that level cites. `read(upto, consume)` hands the first `upto`
+    /// events of the log to `consume`.
+    fn gather<E>(
+        session: &'a Session,
+        seq: u64,
+        chain: &[u64],
+        mut read: impl FnMut(u64, &mut dyn FnMut(&mut dyn Iterator<Item = Event>)) -> Result<(), E>,
+    ) -> Result<Known<'a>, E> {
+        let mut known = Known {
+            session,
+            events: HashMap::new(),
+            t0: 0,
+            turn_step: (None, None),
+            cited_by: Vec::new(),
+            settings_before: None,
+            settings_after: None,
+        };
+        // The chain of replaces and what stands in its place are named by type.
+        let wanted: HashSet<u64> = chain.iter().copied().chain([seq]).collect();
+        read(session.next_seq(), &mut |events| {
+            let mut turns = TurnTracker::default();
+            for (i, e) in events.enumerate() {
+                if i == 0 {
+                    known.t0 = e.time();
+                }
+                let at = turns.observe(&e);
+                let s = e.seq();
+                if s == seq {
+                    known.turn_step = at;
+                }
+                if s < seq {
+                    if let Some(settings) = settings_view::of_event(&e) {
+                        known.settings_before = Some((s, settings));
+                    }
+                } else if s > seq {
+                    if known.settings_after.is_none() && settings_view::of_event(&e).is_some() {
+                        known.settings_after = Some(s);
+                    }
+                    if e.source_event_seqs().is_some_and(|c| c.contains(&seq)) {
+                        known.cited_by.push(s);
+                        known.keep(e);
+                        continue;
+                    }
+                }
+                if wanted.contains(&s) {
+                    known.keep(e);
+                }
+            }
+        })?;
+        // Provenance, a level at a time: what the known events cite and no
+        // read has brought yet. Cites point back, so each read stops early.
+        let mut level: Vec<u64> = known.cites_of(&[seq]);
+        for _ in 0..MAX_DEPTH {
+            let missing: HashSet<u64> = level.iter().copied().filter(|&s| known.event(s).is_none()).collect();
+            if let Some(&last) = missing.iter().max() {
+                read(last + 1, &mut |events| {
+                    for e in events.filter(|e| missing.contains(&e.seq())) {
+                        known.keep(e);
+                    }
+                })?;
+            }
+            level = known.cites_of(&level);
+            if level.is_empty() {
+                break;
             }
         }
-        None => "the session's first settings".to_owned(),
-    };
-    let next = events.iter().skip(before.len() + 1).find(|e| settings_view::of_event(e).is_some());
-    match next {
-        None => text.push_str("; in effect now: the next request is made with them"),
-        Some(next) => {
-            let _ = write!(text, "; replaced by those of {}", next.seq());
+        Ok(known)
+    }
+
+    /// Keeps `e` unless the session holds it.
+    fn keep(&mut self, e: Event) {
+        if self.session.event(e.seq()).is_none() {
+            self.events.insert(e.seq(), e);
         }
     }
-    text
+
+    /// Event `seq`, if it is known.
+    fn event(&self, seq: u64) -> Option<&Event> {
+        self.session.event(seq).or_else(|| self.events.get(&seq))
+    }
+
+    /// What the known events among `seqs` cite.
+    fn cites_of(&self, seqs: &[u64]) -> Vec<u64> {
+        seqs.iter()
+            .filter_map(|&s| self.event(s))
+            .flat_map(|e| e.source_event_seqs().unwrap_or_default().iter().copied())
+            .collect()
+    }
+
+    /// What the log says of `seq`: `shadowed` is what it took off the
+    /// surface if it is a replace, in surface order; `chain` the replaces
+    /// that shadowed it, in order.
+    fn explanation(&self, seq: u64, shadowed: Vec<u64>, chain: &[u64]) -> Option<Explanation> {
+        let event = self.event(seq)?;
+        let surface = self.session.surface_manager();
+        Some(Explanation {
+            seq,
+            event_type: event.event_type().clone(),
+            turn: self.turn_step.0,
+            step: self.turn_step.1,
+            surface_position: surface.position(seq),
+            surface_op: event.surface_op(),
+            cites: self.provenance(event, 0),
+            cited_by: self.cited_by.clone(),
+            shadowed,
+            shadowed_by: chain.first().copied(),
+            stands_in_its_place: chain.last().copied().filter(|&s| surface.contains(s)),
+        })
+    }
+
+    fn provenance(&self, event: &Event, depth: usize) -> Vec<Provenance> {
+        if depth >= MAX_DEPTH {
+            return Vec::new();
+        }
+        event
+            .source_event_seqs()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|&s| self.event(s))
+            .map(|cited| Provenance {
+                seq: cited.seq(),
+                event_type: cited.event_type().clone(),
+                cites: self.provenance(cited, depth + 1),
+            })
+            .collect()
+    }
+
+    /// Where the settings of the `session/settings` at `seq` stand: what
+    /// they replaced and changed, and whether they are still in effect.
+    fn settings_history(&self, settings: &Settings) -> String {
+        let mut text = match &self.settings_before {
+            Some((p, old)) => {
+                let changed = settings_view::changes(old, settings);
+                if changed.is_empty() {
+                    format!("replace those of {p}, unchanged")
+                } else {
+                    format!("replace those of {p}, changing {}", changed.join(", "))
+                }
+            }
+            None => "the session's first settings".to_owned(),
+        };
+        match self.settings_after {
+            None => text.push_str("; in effect now: the next request is made with them"),
+            Some(next) => {
+                let _ = write!(text, "; replaced by those of {next}");
+            }
+        }
+        text
+    }
+
+    fn type_of(&self, seq: u64) -> &str {
+        self.event(seq).map_or("?", |e| e.event_type().as_str())
+    }
 }
 
 /// The text report.
-fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
+fn render(k: &Known<'_>, e: &Explanation, chain: &[u64]) -> String {
     let mut o = String::new();
-    let Some(event) = session.event(e.seq) else { return o };
-    let surface_len = session.surface().len();
-    let t0 = session.events().first().map_or(0, |f| f.time());
+    let Some(event) = k.event(e.seq) else { return o };
+    let surface_len = k.session.surface().len();
+    let t0 = k.t0;
     let label = |o: &mut String, name: &str| {
         let _ = write!(o, "  {name:<9} ");
     };
 
-    let _ = writeln!(o, "event {} of {}: {}", e.seq, session.id(), e.event_type.as_str());
+    let _ = writeln!(o, "event {} of {}: {}", e.seq, k.session.id(), e.event_type.as_str());
     label(&mut o, "what");
     let _ = writeln!(o, "{}", summarize(event));
     label(&mut o, "time");
@@ -165,7 +329,7 @@ fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
 
     if let Some(settings) = settings_view::of_event(event) {
         label(&mut o, "settings");
-        o.push_str(&settings_history(session, e.seq, &settings));
+        o.push_str(&k.settings_history(&settings));
         o.push('\n');
     }
 
@@ -202,18 +366,18 @@ fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
     }
     if let Some(&first) = chain.first() {
         label(&mut o, "shadowed");
-        let _ = write!(o, "by {first} {}", type_of(session, first));
+        let _ = write!(o, "by {first} {}", k.type_of(first));
         for pair in chain.windows(2) {
-            let _ = write!(o, ", then {} by {} {}", pair[0], pair[1], type_of(session, pair[1]));
+            let _ = write!(o, ", then {} by {} {}", pair[0], pair[1], k.type_of(pair[1]));
         }
         o.push('\n');
         label(&mut o, "now");
-        match e.stands_in_its_place.and_then(|s| Some((s, session.surface_manager().position(s)?))) {
+        match e.stands_in_its_place.and_then(|s| Some((s, k.session.surface_manager().position(s)?))) {
             Some((s, p)) => {
                 let _ = writeln!(
                     o,
                     "{s} {} stands in its place, at position {} of {surface_len}",
-                    type_of(session, s),
+                    k.type_of(s),
                     p + 1
                 );
             }
@@ -229,7 +393,7 @@ fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
             _ => "  nothing\n",
         });
     } else {
-        tree(session, &e.cites, "  ", &mut o);
+        tree(k, &e.cites, "  ", &mut o);
     }
 
     o.push_str("\ncited by\n");
@@ -237,7 +401,7 @@ fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
         o.push_str("  nothing\n");
     }
     for &s in &e.cited_by {
-        if let Some(cited) = session.event(s) {
+        if let Some(cited) = k.event(s) {
             let _ = writeln!(o, "  {s} {}  {}", cited.event_type().as_str(), summarize(cited));
         }
     }
@@ -245,10 +409,10 @@ fn render(session: &Session, e: &Explanation, chain: &[u64]) -> String {
 }
 
 /// One level of the provenance tree, with `├─`/`└─` guides.
-fn tree(session: &Session, nodes: &[Provenance], prefix: &str, o: &mut String) {
+fn tree(k: &Known<'_>, nodes: &[Provenance], prefix: &str, o: &mut String) {
     for (i, node) in nodes.iter().enumerate() {
         let last = i + 1 == nodes.len();
-        let summary = session.event(node.seq).map(summarize).unwrap_or_default();
+        let summary = k.event(node.seq).map(summarize).unwrap_or_default();
         let _ = writeln!(
             o,
             "{prefix}{}{} {}  {summary}",
@@ -257,12 +421,8 @@ fn tree(session: &Session, nodes: &[Provenance], prefix: &str, o: &mut String) {
             node.event_type.as_str()
         );
         let deeper = format!("{prefix}{}", if last { "   " } else { "│  " });
-        tree(session, &node.cites, &deeper, o);
+        tree(k, &node.cites, &deeper, o);
     }
-}
-
-fn type_of(session: &Session, seq: u64) -> &str {
-    session.event(seq).map_or("?", |e| e.event_type().as_str())
 }
 
 /// The `--json` object.
@@ -306,12 +466,12 @@ impl<'a> JsonProvenance<'a> {
 }
 
 impl<'a> JsonExplanation<'a> {
-    fn new(session: &'a Session, e: &'a Explanation, chain: Vec<u64>) -> JsonExplanation<'a> {
+    fn new(k: &'a Known<'_>, e: &'a Explanation, chain: Vec<u64>) -> JsonExplanation<'a> {
         JsonExplanation {
-            session: session.id(),
+            session: k.session.id(),
             seq: e.seq,
             event_type: e.event_type.as_str(),
-            time: session.event(e.seq).map_or(0, |ev| ev.time()),
+            time: k.event(e.seq).map_or(0, |ev| ev.time()),
             turn: e.turn,
             step: e.step,
             surface_position: e.surface_position,
@@ -322,7 +482,7 @@ impl<'a> JsonExplanation<'a> {
             stands_in_its_place: e.stands_in_its_place,
             cites: e.cites.iter().map(JsonProvenance::new).collect(),
             cited_by: &e.cited_by,
-            error: session.event(e.seq).and_then(crate::output::event_error),
+            error: k.event(e.seq).and_then(crate::output::event_error),
         }
     }
 }
@@ -330,7 +490,27 @@ impl<'a> JsonExplanation<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palimpsest_core_session::explain::explain as explain_event;
     use palimpsest_core_session::jsonl::JsonlLog;
+
+    /// `f` of what the command knows of `seq` in `log`, with the session
+    /// holding only its surface (as a streamed check leaves it) and every
+    /// other event read from the log.
+    fn with_known<R>(log: &Session, seq: u64, f: impl FnOnce(&Known<'_>) -> R) -> R {
+        let chain = palimpsest_core_session::explain::Shadowing::of(log.events()).chain(seq);
+        let mut trimmed = Session::create(log.header().clone());
+        for e in log.events() {
+            trimmed.append(e.clone()).unwrap_or_else(|e| panic!("the log was accepted once: {e}"));
+        }
+        trimmed.trim();
+        assert!(trimmed.resident().len() < log.events().len(), "the session holds less than the log");
+        let read = |upto: u64, consume: &mut dyn FnMut(&mut dyn Iterator<Item = Event>)| {
+            consume(&mut log.events().iter().take(upto as usize).cloned());
+            Ok::<(), ()>(())
+        };
+        let known = Known::gather(&trimmed, seq, &chain, read).unwrap_or_else(|()| unreachable!());
+        f(&known)
+    }
 
     fn example() -> Session {
         let text = include_str!("../test_data/ok/compaction-and-prune.jsonl");
@@ -366,18 +546,37 @@ mod tests {
             .unwrap_or_else(|e| panic!("the log loads: {e}"));
         for seq in [1, 2] {
             let e = explain_event(&s, seq).unwrap_or_else(|| panic!("seq {seq}"));
-            let json = serde_json::to_value(JsonExplanation::new(&s, &e, vec![])).unwrap_or_default();
+            let json = with_known(&s, seq, |k| serde_json::to_value(JsonExplanation::new(k, &e, vec![])))
+                .unwrap_or_default();
             assert_eq!(json["error"]["message"], reason.as_str(), "seq {seq}");
-            let human = render(&s, &e, &[]);
+            let human = with_known(&s, seq, |k| render(k, &e, &[]));
             assert!(human.contains("(gave up after 3 attempts)"), "seq {seq}: {human}");
             assert_eq!(human.matches(&reason).count(), 1, "seq {seq}: {human}");
+        }
+    }
+
+    /// The streamed reads find what the library finds holding the log,
+    /// for every event (a replace's `shadowed` in surface order).
+    #[test]
+    fn what_is_gathered_streamed_is_what_the_whole_log_says() {
+        let s = example();
+        let shadowing = palimpsest_core_session::explain::Shadowing::of(s.events());
+        for seq in 0..s.next_seq() {
+            let taken_off: Vec<u64> =
+                shadowing.took_off(seq).map(|r| r.shadowed().collect()).unwrap_or_default();
+            let mut whole = explain_event(&s, seq).unwrap_or_else(|| panic!("seq {seq}"));
+            whole.shadowed = taken_off.clone();
+            let streamed = with_known(&s, seq, |k| k.explanation(seq, taken_off, &shadowing.chain(seq)));
+            assert_eq!(streamed.as_ref(), Some(&whole), "seq {seq}");
         }
     }
 
     #[test]
     fn never_on_the_surface_says_why() {
         let s = example();
-        let text = |seq| explain_event(&s, seq).map(|e| render(&s, &e, &[])).unwrap_or_default();
+        let text = |seq| {
+            explain_event(&s, seq).map(|e| with_known(&s, seq, |k| render(k, &e, &[]))).unwrap_or_default()
+        };
         assert!(text(0).contains("never on the surface: turn/start events never join it"), "{}", text(0));
         assert!(text(19).contains("never on the surface: plugin events never join it"), "{}", text(19));
     }

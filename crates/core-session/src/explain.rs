@@ -263,34 +263,63 @@ fn provenance(events: &[Event], event: &Event, depth: usize) -> Vec<Provenance> 
 /// The turn and step `seq` belongs to: its own `turn`/`step` fields when it
 /// has them, else the turn and step open when it was appended.
 fn position_in_turns(events: &[Event], seq: u64) -> (Option<u64>, Option<u64>) {
-    #[derive(serde::Deserialize)]
-    struct TurnStep {
-        turn: Option<u64>,
-        step: Option<u64>,
-    }
-    let own = |e: &Event| -> (Option<u64>, Option<u64>) {
-        if !e.event_type().is_core() || !e.data().starts_with('{') {
-            return (None, None);
-        }
-        e.data_as::<TurnStep>().map(|t| (t.turn, t.step)).unwrap_or((None, None))
-    };
-    let (mut turn, mut step) = (None, None);
+    let mut turns = TurnTracker::default();
     for e in &events[..=seq as usize] {
-        let (t, s) = own(e);
-        match e.event_type() {
-            EventType::TurnStart => (turn, step) = (t, None),
-            EventType::StepStart => step = s,
-            _ => {}
-        }
+        let at = turns.observe(e);
         if e.seq() == seq {
-            let (t, s) = own(e);
-            return (t.or(turn), s.or(step));
-        }
-        match e.event_type() {
-            EventType::TurnEnd => (turn, step) = (None, None),
-            EventType::StepEnd => step = None,
-            _ => {}
+            return at;
         }
     }
-    (turn, step)
+    (None, None)
+}
+
+/// Where each event of a log stands in its turns, as the log is read one
+/// event at a time: for a reader that streams the log instead of holding
+/// it ([`explain`] holds it).
+///
+/// ```
+/// use palimpsest_core_session::explain::TurnTracker;
+/// use palimpsest_core_session::Event;
+///
+/// let mut turns = TurnTracker::default();
+/// let start = Event::from_json(r#"{"seq":0,"time":1,"type":"turn/start","data":{"turn":3}}"#)?;
+/// let note = Event::from_json(r#"{"seq":1,"time":2,"type":"x/note","data":{}}"#)?;
+/// assert_eq!(turns.observe(&start), (Some(3), None));
+/// assert_eq!(turns.observe(&note), (Some(3), None), "inside turn 3, outside any step");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct TurnTracker {
+    turn: Option<u64>,
+    step: Option<u64>,
+}
+
+impl TurnTracker {
+    /// The turn and step of `e`, the next event of the log: its own
+    /// `turn`/`step` fields when it has them, else the turn and step open
+    /// when it was appended.
+    pub fn observe(&mut self, e: &Event) -> (Option<u64>, Option<u64>) {
+        #[derive(serde::Deserialize)]
+        struct TurnStep {
+            turn: Option<u64>,
+            step: Option<u64>,
+        }
+        let (t, s) = if !e.event_type().is_core() || !e.data().starts_with('{') {
+            (None, None)
+        } else {
+            e.data_as::<TurnStep>().map(|t| (t.turn, t.step)).unwrap_or((None, None))
+        };
+        match e.event_type() {
+            EventType::TurnStart => (self.turn, self.step) = (t, None),
+            EventType::StepStart => self.step = s,
+            _ => {}
+        }
+        let at = (t.or(self.turn), s.or(self.step));
+        match e.event_type() {
+            EventType::TurnEnd => (self.turn, self.step) = (None, None),
+            EventType::StepEnd => self.step = None,
+            _ => {}
+        }
+        at
+    }
 }
