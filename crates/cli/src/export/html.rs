@@ -9,11 +9,12 @@
 //! file (`#seq-20`) and nothing else.
 
 use std::fmt::Write as _;
+use std::io::Write;
 
 use palimpsest_core_session::payload::{Block, TurnEndReason};
 use palimpsest_core_session::SurfaceOp;
 
-use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
+use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg, Render};
 use crate::describe::{count, join, reason, usage};
 use crate::settings_view;
 use crate::timefmt;
@@ -156,23 +157,31 @@ pub(crate) fn safe_image(media_type: &str, data: &str) -> bool {
         && data.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b) || b.is_ascii_whitespace())
 }
 
-/// The whole file.
-pub(crate) fn render(doc: &Doc<'_>) -> String {
-    let h = doc.session.header();
-    let mut o = String::with_capacity(16 * 1024);
-    let _ = write!(
-        o,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">\n\
-         <meta name=\"generator\" content=\"palimpsest export\">\n\
-         <title>{} — {}</title>\n<style>{CSS}</style>\n</head>\n<body>\n",
-        escape(&h.id),
-        doc.view.name()
-    );
-    header(doc, &mut o);
-    o.push_str("<main>\n");
-    for item in &doc.items {
+/// The HTML writer: the head and header, then each item as it is made.
+#[derive(Debug)]
+pub(crate) struct Html;
+
+impl Render for Html {
+    fn begin(&mut self, doc: &Doc<'_>, out: &mut dyn Write) -> anyhow::Result<()> {
+        let h = doc.session.header();
+        let mut o = String::with_capacity(16 * 1024);
+        let _ = write!(
+            o,
+            "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+             <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">\n\
+             <meta name=\"generator\" content=\"palimpsest export\">\n\
+             <title>{} — {}</title>\n<style>{CSS}</style>\n</head>\n<body>\n",
+            escape(&h.id),
+            doc.view.name()
+        );
+        header(doc, &mut o);
+        o.push_str("<main>\n");
+        Ok(out.write_all(o.as_bytes())?)
+    }
+
+    fn item(&mut self, doc: &Doc<'_>, item: &Item<'_>, out: &mut dyn Write) -> anyhow::Result<()> {
+        let mut o = String::new();
         match item {
             Item::TurnStart { seq, time, turn } => {
                 let _ = writeln!(
@@ -205,12 +214,17 @@ pub(crate) fn render(doc: &Doc<'_>) -> String {
                 _ => message(doc, m, &mut o),
             },
         }
+        Ok(out.write_all(o.as_bytes())?)
     }
-    if doc.items.is_empty() {
-        o.push_str("<p class=\"ended\">No messages.</p>\n");
+
+    fn end(&mut self, _: &Doc<'_>, any: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        let mut o = String::new();
+        if !any {
+            o.push_str("<p class=\"ended\">No messages.</p>\n");
+        }
+        o.push_str("</main>\n<footer>Exported by palimpsest. Times are from the first event. Click a tool call, a result or a summary to unfold it.</footer>\n</body>\n</html>\n");
+        Ok(out.write_all(o.as_bytes())?)
     }
-    o.push_str("</main>\n<footer>Exported by palimpsest. Times are from the first event. Click a tool call, a result or a summary to unfold it.</footer>\n</body>\n</html>\n");
-    o
 }
 
 fn header(doc: &Doc<'_>, o: &mut String) {
@@ -252,7 +266,7 @@ fn header(doc: &Doc<'_>, o: &mut String) {
         "Log",
         &format!(
             "{}, {}; the model sees {} now{}",
-            count(doc.session.events().len(), "event"),
+            count(doc.events as usize, "event"),
             count(doc.turns, "turn"),
             count(doc.derived, "message"),
             if surface.is_empty() { String::new() } else { format!(" (surface {})", join(surface)) }

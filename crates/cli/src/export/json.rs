@@ -27,12 +27,14 @@
 //! New keys (and new `kind`s) may be added within version 1; consumers
 //! ignore what they do not know. Removing or changing a key bumps `version`.
 
+use std::io::Write;
+
 use palimpsest_core_session::payload::{ToolError, TurnEndReason, Usage};
 use palimpsest_core_session::SurfaceOp;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::{Doc, Item};
+use super::{Doc, Item, Render};
 
 /// The export format's version.
 pub(crate) const VERSION: u32 = 1;
@@ -43,6 +45,7 @@ struct JsonDoc<'a> {
     version: u32,
     view: &'static str,
     session: JsonSession<'a>,
+    /// Always empty: the items are written one by one ([`Json::item`]).
     items: Vec<JsonItem<'a>>,
 }
 
@@ -54,7 +57,7 @@ struct JsonSession<'a> {
     cwd: Option<&'a str>,
     parent_session: Option<&'a str>,
     seed_length: Option<u64>,
-    events: usize,
+    events: u64,
     turns: usize,
     surface: &'a [u64],
     /// The settings in effect, as logged (`{}` before any).
@@ -108,63 +111,95 @@ struct JsonReplace<'a> {
     shadowed: &'a [u64],
 }
 
-/// The whole document, ending in a newline.
-pub(crate) fn render(doc: &Doc<'_>) -> serde_json::Result<String> {
-    let h = doc.session.header();
-    let items = doc
-        .items
-        .iter()
-        .map(|item| match item {
-            Item::TurnStart { seq, time, turn } => {
-                JsonItem::TurnStart { seq: *seq, time: *time, turn: *turn }
-            }
-            Item::TurnEnd { seq, time, turn, reason } => {
-                JsonItem::TurnEnd { seq: *seq, time: *time, turn: *turn, reason }
-            }
-            Item::Settings { seq, time, raw, changes, .. } => {
-                JsonItem::Settings { seq: *seq, time: *time, changes, settings: raw }
-            }
-            Item::Message(m) => JsonItem::Message {
-                seq: m.seq,
-                time: m.time,
-                event_type: m.event_type.as_str(),
-                turn: m.turn,
-                step: m.step,
-                surface_position: m.position,
-                surface_op: m.surface_op,
-                source_event_seqs: m.sources,
-                shadowed_by: m.shadowed_by,
-                replaces: m
-                    .replaces
-                    .as_ref()
-                    .map(|r| JsonReplace { kind: r.kind.name(), shadowed: &r.shadowed }),
-                usage: m.usage.as_ref(),
-                tool_error: m.tool_error.as_ref(),
-                interrupted: m.interrupted,
-                message: m.raw,
+/// The JSON writer: the object up to `"items": [`, each item as it is
+/// made, then the closing brackets. The bytes are those of the whole
+/// document pretty-printed at once.
+#[derive(Debug, Default)]
+pub(crate) struct Json {
+    /// Items written so far.
+    written: u64,
+}
+
+/// What ends the object pretty-printed with no items: the start of the
+/// items array is everything before it, plus `[`.
+const NO_ITEMS_END: &str = "[]\n}";
+
+impl Render for Json {
+    fn begin(&mut self, doc: &Doc<'_>, out: &mut dyn Write) -> anyhow::Result<()> {
+        let h = doc.session.header();
+        let no_settings = RawValue::from_string("{}".to_owned())?;
+        let json = JsonDoc {
+            format: "palimpsest-export",
+            version: VERSION,
+            view: doc.view.name(),
+            session: JsonSession {
+                id: &h.id,
+                created_at: h.created_at,
+                cwd: h.cwd.as_deref(),
+                parent_session: h.parent_session.as_deref(),
+                seed_length: h.seed_length,
+                events: doc.events,
+                turns: doc.turns,
+                surface: doc.session.surface(),
+                settings: doc.settings.as_ref().map_or(&*no_settings, |(_, _, raw)| *raw),
+                settings_seq: doc.settings.as_ref().map(|(seq, _, _)| *seq),
             },
-        })
-        .collect();
-    let no_settings = RawValue::from_string("{}".to_owned())?;
-    let json = JsonDoc {
-        format: "palimpsest-export",
-        version: VERSION,
-        view: doc.view.name(),
-        session: JsonSession {
-            id: &h.id,
-            created_at: h.created_at,
-            cwd: h.cwd.as_deref(),
-            parent_session: h.parent_session.as_deref(),
-            seed_length: h.seed_length,
-            events: doc.session.events().len(),
-            turns: doc.turns,
-            surface: doc.session.surface(),
-            settings: doc.settings.as_ref().map_or(&*no_settings, |(_, _, raw)| *raw),
-            settings_seq: doc.settings.as_ref().map(|(seq, _, _)| *seq),
+            items: Vec::new(),
+        };
+        let text = serde_json::to_string_pretty(&json)?;
+        let Some(head) = text.strip_suffix(NO_ITEMS_END) else {
+            anyhow::bail!("the export's JSON does not end with its items");
+        };
+        out.write_all(head.as_bytes())?;
+        Ok(out.write_all(b"[")?)
+    }
+
+    fn item(&mut self, _: &Doc<'_>, item: &Item<'_>, out: &mut dyn Write) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(&json_item(item))?;
+        out.write_all(if self.written == 0 { b"\n" } else { b",\n" })?;
+        // Items sit two levels deep: four spaces before each line. JSON
+        // strings hold no raw line breaks, so lines are the printer's own.
+        for (i, line) in text.split('\n').enumerate() {
+            if i > 0 {
+                out.write_all(b"\n")?;
+            }
+            out.write_all(b"    ")?;
+            out.write_all(line.as_bytes())?;
+        }
+        self.written += 1;
+        Ok(())
+    }
+
+    fn end(&mut self, _: &Doc<'_>, _: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        Ok(out.write_all(if self.written == 0 { b"]\n}\n" } else { b"\n  ]\n}\n" })?)
+    }
+}
+
+/// The JSON of one item.
+fn json_item<'a>(item: &'a Item<'_>) -> JsonItem<'a> {
+    match item {
+        Item::TurnStart { seq, time, turn } => JsonItem::TurnStart { seq: *seq, time: *time, turn: *turn },
+        Item::TurnEnd { seq, time, turn, reason } => {
+            JsonItem::TurnEnd { seq: *seq, time: *time, turn: *turn, reason }
+        }
+        Item::Settings { seq, time, raw, changes, .. } => {
+            JsonItem::Settings { seq: *seq, time: *time, changes, settings: raw }
+        }
+        Item::Message(m) => JsonItem::Message {
+            seq: m.seq,
+            time: m.time,
+            event_type: m.event_type.as_str(),
+            turn: m.turn,
+            step: m.step,
+            surface_position: m.position,
+            surface_op: m.surface_op,
+            source_event_seqs: m.sources,
+            shadowed_by: m.shadowed_by,
+            replaces: m.replaces.as_ref().map(|r| JsonReplace { kind: r.kind.name(), shadowed: &r.shadowed }),
+            usage: m.usage.as_ref(),
+            tool_error: m.tool_error.as_ref(),
+            interrupted: m.interrupted,
+            message: m.raw,
         },
-        items,
-    };
-    let mut text = serde_json::to_string_pretty(&json)?;
-    text.push('\n');
-    Ok(text)
+    }
 }

@@ -10,20 +10,30 @@
 //! tag or a `javascript:` link in the export.
 
 use std::fmt::Write as _;
+use std::io::Write;
 
 use palimpsest_core_session::payload::Block;
 
 use super::md::{code, line, Md};
-use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg};
+use super::{pretty_arguments, result_text, Doc, ExportView, Item, Msg, Render};
 use crate::describe::{count, join, reason, usage};
 use crate::settings_view;
 use crate::timefmt;
 
-/// The whole document.
-pub(crate) fn render(doc: &Doc<'_>) -> String {
-    let mut o = Md::new();
-    header(doc, &mut o);
-    for item in &doc.items {
+/// The Markdown writer: a [`Md`] whose text is passed on after each item.
+#[derive(Debug, Default)]
+pub(crate) struct Markdown {
+    o: Md,
+}
+
+impl Render for Markdown {
+    fn begin(&mut self, doc: &Doc<'_>, out: &mut dyn Write) -> anyhow::Result<()> {
+        header(doc, &mut self.o);
+        Ok(out.write_all(self.o.take().as_bytes())?)
+    }
+
+    fn item(&mut self, doc: &Doc<'_>, item: &Item<'_>, out: &mut dyn Write) -> anyhow::Result<()> {
+        let o = &mut self.o;
         match item {
             Item::TurnStart { turn, .. } => o.paragraph(&format!("## Turn {turn}")),
             Item::TurnEnd { turn, reason: r, seq, .. } => {
@@ -41,15 +51,19 @@ pub(crate) fn render(doc: &Doc<'_>) -> String {
                 ));
             }
             Item::Message(m) => match (&m.replaces, doc.view) {
-                (Some(r), ExportView::Transcript) => marker(doc, m, &doc.marker(m, r), &mut o),
-                _ => message(doc, m, &mut o),
+                (Some(r), ExportView::Transcript) => marker(doc, m, &doc.marker(m, r), o),
+                _ => message(doc, m, o),
             },
         }
+        Ok(out.write_all(self.o.take().as_bytes())?)
     }
-    if doc.items.is_empty() {
-        o.paragraph("*No messages.*");
+
+    fn end(&mut self, _: &Doc<'_>, any: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        if !any {
+            self.o.paragraph("*No messages.*");
+        }
+        Ok(out.write_all(std::mem::take(&mut self.o).finish().as_bytes())?)
     }
-    o.finish()
 }
 
 fn header(doc: &Doc<'_>, o: &mut Md) {
@@ -73,11 +87,10 @@ fn header(doc: &Doc<'_>, o: &mut Md) {
     if let Some((seq, settings, _)) = &doc.settings {
         let _ = write!(list, "\n- **Settings:** {} (seq {seq})", line(&settings_view::line(settings)));
     }
-    let events = doc.session.events().len();
     let _ = write!(
         list,
         "\n- **Log:** {}, {}; the model sees {} now (surface: {})",
-        count(events, "event"),
+        count(doc.events as usize, "event"),
         count(doc.turns, "turn"),
         count(doc.derived, "message"),
         if doc.session.surface().is_empty() { "empty".to_owned() } else { join(doc.session.surface()) }
@@ -219,7 +232,7 @@ mod tests {
     use super::*;
 
     fn message(text: &str) -> String {
-        let mut o = Md::new();
+        let mut o = Md::default();
         o.message(text);
         o.finish()
     }
@@ -273,10 +286,10 @@ mod tests {
 
     #[test]
     fn fences_outgrow_the_backticks_inside() {
-        let mut o = Md::new();
+        let mut o = Md::default();
         o.fenced("a ```` b", "text");
         assert_eq!(o.finish(), "`````text\na ```` b\n`````\n");
-        let mut o = Md::new();
+        let mut o = Md::default();
         o.fenced("plain\n", "json");
         assert_eq!(o.finish(), "```json\nplain\n```\n");
     }
@@ -321,7 +334,9 @@ mod tests {
         let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}: {text}"));
         [ExportView::Transcript, ExportView::Model]
             .into_iter()
-            .map(|view| render(&super::super::build(&session, &shadowing, view)))
+            .map(|view| {
+                super::super::render_session(&session, &shadowing, view, super::super::Format::Markdown)
+            })
             .collect()
     }
 

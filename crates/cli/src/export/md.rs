@@ -148,9 +148,10 @@ pub(crate) struct Md {
 }
 
 impl Md {
-    /// A writer with nothing open.
-    pub(crate) fn new() -> Md {
-        Md::default()
+    /// What was written since the last take, to pass on: the open
+    /// containers stay open.
+    pub(crate) fn take(&mut self) -> String {
+        std::mem::take(&mut self.out)
     }
 
     /// What was written.

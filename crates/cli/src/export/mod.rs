@@ -13,18 +13,19 @@
 //!   order, each with its position, seq, how it entered the surface and
 //!   what it cites.
 //!
-//! Both are built once into a [`Doc`] (this module), then written by
-//! [`markdown`], [`html`] or [`json`]. The JSON shape is documented in
-//! `docs/export-format.md` and in [`json`].
+//! Both are made one item at a time from a streamed read of the log
+//! ([`Doc`], this module) and written as they are made by [`markdown`],
+//! [`html`] or [`json`]: an export holds the surface and the item at hand,
+//! never the log. The JSON shape is documented in `docs/export-format.md`
+//! and in [`json`].
 
 pub(crate) mod html;
 pub(crate) mod json;
 pub(crate) mod markdown;
 mod md;
 
-use std::collections::HashMap;
-use std::fs;
-use std::io::Write;
+use std::collections::{HashMap, HashSet};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use palimpsest_core_session::payload::{
@@ -34,10 +35,11 @@ use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::cmd::{open_checked, readable_session};
+use crate::check::Retain;
+use crate::cmd::{readable_session, report_tail};
 use crate::error::{CliError, Exit};
 use crate::settings_view;
-use crate::store_arg::StoreArgs;
+use crate::store_arg::{self, Access, StoreArgs};
 use palimpsest_core_session::explain::Shadowing;
 
 /// The file format.
@@ -73,22 +75,30 @@ impl ExportView {
     }
 }
 
-/// Everything an export shows, built once for every format.
+/// What every item of an export is shown against: the session as a
+/// streamed check left it (its surface resident), who shadowed whom, and
+/// what the header counts. The items themselves are made one event at a
+/// time ([`Doc::item`]) and written as they are made: nothing holds the log.
 #[derive(Debug)]
 pub(crate) struct Doc<'a> {
-    /// The session.
+    /// The session (its surface resident).
     pub(crate) session: &'a Session,
+    /// Who shadowed whom.
+    shadowing: &'a Shadowing,
     /// The view.
     pub(crate) view: ExportView,
-    /// What to show, in order.
-    pub(crate) items: Vec<Item<'a>>,
+    /// Seq → position on the current surface.
+    position: HashMap<u64, usize>,
     /// The time of the first event (times are shown from it).
     pub(crate) t0: u64,
-    /// How many turns the log has.
+    /// How many events and turns the log has.
+    pub(crate) events: u64,
     pub(crate) turns: usize,
     /// How many messages the model sees now.
     pub(crate) derived: usize,
-    /// Tool names by call id, from `tool/call` events and `tool-call` blocks.
+    /// Tool names by call id, from `tool/call` events and `tool-call`
+    /// blocks: those of the surface's calls, and in the transcript those
+    /// met so far (a call comes before its result).
     pub(crate) tool_names: HashMap<String, String>,
     /// The settings in effect (the next request's): the request's
     /// `session/settings` seq, typed and as logged; `None` before any.
@@ -296,15 +306,85 @@ struct Carrier<'a> {
     error: Option<ToolError>,
 }
 
-/// Builds the document of `view` over a session whose accepted replaces
-/// shadowed what `shadowing` says.
-pub(crate) fn build<'a>(session: &'a Session, shadowing: &Shadowing, view: ExportView) -> Doc<'a> {
-    let events = session.events();
-    let position: HashMap<u64, usize> = session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect();
-    let message = |e: &'a Event| -> Option<Box<Msg<'a>>> {
-        let carrier = e.data_as::<Carrier<'a>>().ok()?;
+/// A `tool/call`'s id and name.
+#[derive(Deserialize)]
+struct Call {
+    #[serde(rename = "callId")]
+    call_id: String,
+    name: String,
+}
+
+impl<'a> Doc<'a> {
+    /// The document of `view` over a session (its surface resident) whose
+    /// replaces shadowed what `shadowing` says. `read(upto, consume)`
+    /// hands the first `upto` events of the log to `consume`; it is called
+    /// once here, for what the header counts.
+    fn new<E>(
+        session: &'a Session,
+        shadowing: &'a Shadowing,
+        view: ExportView,
+        read: &mut Reader<'_, E>,
+    ) -> Result<Doc<'a>, E> {
+        let mut doc = Doc {
+            session,
+            shadowing,
+            view,
+            position: session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect(),
+            t0: session.header().created_at,
+            events: 0,
+            turns: 0,
+            derived: session.derive_messages().len(),
+            tool_names: HashMap::new(),
+            settings: {
+                let request = session.derive_request();
+                match (request.settings_seq, request.settings_raw) {
+                    (Some(seq), Some(raw)) => Some((seq, request.settings, raw)),
+                    _ => None,
+                }
+            },
+        };
+        // The model view names the tools of the surface's calls, wherever
+        // in the log the calls were made.
+        let mut wanted: HashSet<String> = HashSet::new();
+        if view == ExportView::Model {
+            for e in session.surface().iter().filter_map(|&s| session.event(s)) {
+                if let Some(m) = doc.message(e) {
+                    wanted.extend(m.message.content.iter().filter_map(|b| match b {
+                        Block::ToolCall { id, .. } => Some(id.clone()),
+                        Block::ToolResult { tool_call_id, .. } => Some(tool_call_id.clone()),
+                        _ => None,
+                    }));
+                }
+            }
+        }
+        read(session.next_seq(), &mut |events| {
+            for e in events {
+                if doc.events == 0 {
+                    doc.t0 = e.time();
+                }
+                doc.events += 1;
+                match e.event_type() {
+                    EventType::TurnStart => doc.turns += 1,
+                    EventType::ToolCall if !wanted.is_empty() => {
+                        if let Ok(c) = e.data_as::<Call>() {
+                            if wanted.contains(&c.call_id) {
+                                doc.tool_names.insert(c.call_id, c.name);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        })?;
+        Ok(doc)
+    }
+
+    /// The message `e` carries, and what the log says about it; `None`
+    /// for an event that carries none.
+    fn message<'e>(&self, e: &'e Event) -> Option<Box<Msg<'e>>> {
+        let carrier = e.data_as::<Carrier<'e>>().ok()?;
         let typed: Message = serde_json::from_str(carrier.message.get()).ok()?;
-        let replaces = shadowing.took_off(e.seq()).map(|shadowed| Replace {
+        let replaces = self.shadowing.took_off(e.seq()).map(|shadowed| Replace {
             kind: match (e.event_type(), shadowed.count()) {
                 (EventType::ToolResult, _) => ReplaceKind::Prune,
                 (_, 1) => ReplaceKind::Rewrite,
@@ -322,111 +402,136 @@ pub(crate) fn build<'a>(session: &'a Session, shadowing: &Shadowing, view: Expor
             raw: carrier.message,
             sources: e.source_event_seqs(),
             surface_op: e.surface_op(),
-            position: position.get(&e.seq()).copied(),
-            shadowed_by: shadowing.shadowed_by(e.seq()),
+            position: self.position.get(&e.seq()).copied(),
+            shadowed_by: self.shadowing.shadowed_by(e.seq()),
             replaces,
             usage: carrier.usage,
             interrupted: carrier.interrupted == Some(true),
             tool_error: carrier.error,
         }))
-    };
-    // An assistant message without content only carries usage: nobody saw it.
-    let shown = |m: &Msg<'_>| !(m.message.content.is_empty() && *m.event_type == EventType::AssistantMessage);
+    }
 
-    let mut items = Vec::new();
+    /// The message item of `e`, if it shows one: an assistant message
+    /// without content only carries usage, and nobody saw it. Its tool
+    /// calls name their tools from here on.
+    fn message_item<'e>(&mut self, e: &'e Event) -> Option<Item<'e>> {
+        let m = self.message(e)?;
+        if m.message.content.is_empty() && *m.event_type == EventType::AssistantMessage {
+            return None;
+        }
+        for b in &m.message.content {
+            if let Block::ToolCall { id, name, .. } = b {
+                self.tool_names.entry(id.clone()).or_insert_with(|| name.clone());
+            }
+        }
+        Some(Item::Message(m))
+    }
+
+    /// The transcript's item of `e`, the next event of the log, if it shows
+    /// one; `settings` are those in effect before it.
+    fn transcript_item<'e>(&mut self, e: &'e Event, settings: &mut Settings) -> Option<Item<'e>> {
+        match e.event_type() {
+            EventType::SessionSettings => {
+                let s = e.data_as::<SettingsCarrier<'e>>().ok()?;
+                let next = serde_json::from_str::<Settings>(s.settings.get()).ok()?;
+                let changes = settings_view::changes(settings, &next);
+                *settings = next.clone();
+                Some(Item::Settings {
+                    seq: e.seq(),
+                    time: e.time(),
+                    settings: Box::new(next),
+                    raw: s.settings,
+                    changes,
+                })
+            }
+            EventType::TurnStart => {
+                let t = e.data_as::<TurnStart>().ok()?;
+                Some(Item::TurnStart { seq: e.seq(), time: e.time(), turn: t.turn })
+            }
+            EventType::TurnEnd => {
+                let t = e.data_as::<TurnEnd>().ok()?;
+                Some(Item::TurnEnd { seq: e.seq(), time: e.time(), turn: t.turn, reason: t.reason })
+            }
+            EventType::ToolCall => {
+                if let Ok(c) = e.data_as::<Call>() {
+                    self.tool_names.insert(c.call_id, c.name);
+                }
+                None
+            }
+            _ if e.surface_op().is_some() => self.message_item(e),
+            _ => None,
+        }
+    }
+}
+
+/// How an export reads the log: `read(upto, consume)` hands the first
+/// `upto` events to `consume` ([`Target::replay`](crate::store_arg::Target::replay)).
+type Reader<'r, E> = dyn FnMut(u64, &mut dyn FnMut(&mut dyn Iterator<Item = Event>)) -> Result<(), E> + 'r;
+
+/// How one format writes a document: its start, each item as it is made,
+/// and its end (`any`: whether an item was written).
+pub(crate) trait Render {
+    /// The start of the document.
+    fn begin(&mut self, doc: &Doc<'_>, out: &mut dyn Write) -> anyhow::Result<()>;
+    /// One item.
+    fn item(&mut self, doc: &Doc<'_>, item: &Item<'_>, out: &mut dyn Write) -> anyhow::Result<()>;
+    /// The end of the document.
+    fn end(&mut self, doc: &Doc<'_>, any: bool, out: &mut dyn Write) -> anyhow::Result<()>;
+}
+
+/// The writer of `format`.
+fn renderer(format: Format) -> Box<dyn Render> {
+    match format {
+        Format::Markdown => Box::new(markdown::Markdown::default()),
+        Format::Html => Box::new(html::Html),
+        Format::Json => Box::new(json::Json::default()),
+    }
+}
+
+/// Writes the `view` of a session (its surface resident; its replaces
+/// shadowed what `shadowing` says) with `render`, reading the log with
+/// `read`: once for the header's counts, once more, item by item, for the
+/// transcript. Memory is bounded by the surface and the item at hand.
+fn write_doc(
+    session: &Session,
+    shadowing: &Shadowing,
+    view: ExportView,
+    render: &mut dyn Render,
+    read: &mut Reader<'_, CliError>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut doc = Doc::new(session, shadowing, view, read)?;
+    render.begin(&doc, out)?;
+    let mut any = false;
     match view {
         ExportView::Transcript => {
-            let mut settings = Settings::default();
-            for e in events {
-                match e.event_type() {
-                    EventType::SessionSettings => {
-                        if let Ok(s) = e.data_as::<SettingsCarrier<'a>>() {
-                            if let Ok(next) = serde_json::from_str::<Settings>(s.settings.get()) {
-                                let changes = settings_view::changes(&settings, &next);
-                                items.push(Item::Settings {
-                                    seq: e.seq(),
-                                    time: e.time(),
-                                    settings: Box::new(next.clone()),
-                                    raw: s.settings,
-                                    changes,
-                                });
-                                settings = next;
-                            }
+            let mut failed = None;
+            read(session.next_seq(), &mut |events| {
+                let mut settings = Settings::default();
+                for e in events {
+                    if let Some(item) = doc.transcript_item(&e, &mut settings) {
+                        any = true;
+                        if let Err(error) = render.item(&doc, &item, out) {
+                            failed = Some(error);
+                            return;
                         }
                     }
-                    EventType::TurnStart => {
-                        if let Ok(t) = e.data_as::<TurnStart>() {
-                            items.push(Item::TurnStart { seq: e.seq(), time: e.time(), turn: t.turn });
-                        }
-                    }
-                    EventType::TurnEnd => {
-                        if let Ok(t) = e.data_as::<TurnEnd>() {
-                            items.push(Item::TurnEnd {
-                                seq: e.seq(),
-                                time: e.time(),
-                                turn: t.turn,
-                                reason: t.reason,
-                            });
-                        }
-                    }
-                    _ if e.surface_op().is_some() => {
-                        if let Some(m) = message(e).filter(|m| shown(m)) {
-                            items.push(Item::Message(m));
-                        }
-                    }
-                    _ => {}
                 }
+            })?;
+            if let Some(error) = failed {
+                return Err(error);
             }
         }
         ExportView::Model => {
-            for &seq in session.surface() {
-                if let Some(m) = session.event(seq).and_then(message).filter(|m| shown(m)) {
-                    items.push(Item::Message(m));
+            for e in session.surface().iter().filter_map(|&s| session.event(s)) {
+                if let Some(item) = doc.message_item(e) {
+                    any = true;
+                    render.item(&doc, &item, out)?;
                 }
             }
         }
     }
-
-    let mut tool_names = HashMap::new();
-    for e in events {
-        #[derive(Deserialize)]
-        struct Call {
-            #[serde(rename = "callId")]
-            call_id: String,
-            name: String,
-        }
-        if *e.event_type() == EventType::ToolCall {
-            if let Ok(c) = e.data_as::<Call>() {
-                tool_names.insert(c.call_id, c.name);
-            }
-        }
-    }
-    for item in &items {
-        if let Item::Message(m) = item {
-            for b in &m.message.content {
-                if let Block::ToolCall { id, name, .. } = b {
-                    tool_names.entry(id.clone()).or_insert_with(|| name.clone());
-                }
-            }
-        }
-    }
-
-    Doc {
-        session,
-        view,
-        items,
-        t0: events.first().map_or(session.header().created_at, Event::time),
-        turns: events.iter().filter(|e| *e.event_type() == EventType::TurnStart).count(),
-        derived: session.derive_messages().len(),
-        tool_names,
-        settings: {
-            let request = session.derive_request();
-            match (request.settings_seq, request.settings_raw) {
-                (Some(seq), Some(raw)) => Some((seq, request.settings, raw)),
-                _ => None,
-            }
-        },
-    }
+    render.end(&doc, any, out)
 }
 
 /// `data` of a `session/settings`, the settings kept raw.
@@ -473,22 +578,36 @@ pub(crate) fn export(
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
     let format = chosen_format(format, output)?;
-    let (_, checked) = open_checked(args, crate::store_arg::Access::Read)?;
+    let target = store_arg::open(args, Access::Read)?;
+    let checked = target.check_keeping(Retain::Surface)?;
+    report_tail(&checked);
     let origin = checked.origin.clone();
     let shadowing = checked.report.shadowing.clone();
     let session = readable_session(checked)?;
-    let doc = build(&session, &shadowing, view);
-    let text = match format {
-        Format::Markdown => markdown::render(&doc),
-        Format::Html => html::render(&doc),
-        Format::Json => json::render(&doc)?,
-    };
+    let mut read =
+        |upto: u64, consume: &mut dyn FnMut(&mut dyn Iterator<Item = Event>)| target.replay(upto, consume);
+    let mut render = renderer(format);
     match output {
-        None => out.write_all(text.as_bytes())?,
+        None => {
+            let mut out = BufWriter::new(out);
+            write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut out)?;
+            out.flush()?;
+        }
         Some(path) => {
-            fs::write(path, text.as_bytes()).map_err(|e| {
+            // Written beside the file and renamed over it once whole: a
+            // failed export leaves no half file, and the old one stands.
+            let cannot = |e: &dyn std::fmt::Display| {
                 CliError::io(path.display().to_string(), format!("cannot write the export: {e}"))
-            })?;
+            };
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let file = tempfile::NamedTempFile::new_in(dir).map_err(|e| cannot(&e))?;
+            let mut writer = BufWriter::new(file);
+            write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut writer)?;
+            let file = writer.into_inner().map_err(|e| cannot(&e.into_error()))?;
+            file.persist(path).map_err(|e| cannot(&e.error))?;
             crate::output::note(&format!(
                 "{origin}: wrote the {} view as {} to {}",
                 view.name(),
@@ -584,59 +703,129 @@ pub(crate) fn result_text(content: &[Block]) -> String {
     text
 }
 
+/// The export of `view` as `format` of `log`, made as the command makes
+/// it: against the session trimmed to its surface, the log read streamed.
+#[cfg(test)]
+pub(crate) fn render_session(
+    log: &Session,
+    shadowing: &Shadowing,
+    view: ExportView,
+    format: Format,
+) -> String {
+    let mut out = Vec::new();
+    render_with(log, shadowing, view, &mut *renderer(format), &mut out);
+    String::from_utf8(out).unwrap_or_else(|e| panic!("the export is UTF-8: {e}"))
+}
+
+/// [`render_session`] with any [`Render`].
+#[cfg(test)]
+fn render_with(
+    log: &Session,
+    shadowing: &Shadowing,
+    view: ExportView,
+    render: &mut dyn Render,
+    out: &mut Vec<u8>,
+) {
+    let mut trimmed = Session::create(log.header().clone());
+    for e in log.events() {
+        trimmed.append(e.clone()).unwrap_or_else(|e| panic!("the log was accepted once: {e}"));
+    }
+    trimmed.trim();
+    let mut read = |upto: u64, consume: &mut dyn FnMut(&mut dyn Iterator<Item = Event>)| {
+        consume(&mut log.events().iter().take(upto as usize).cloned());
+        Ok::<(), CliError>(())
+    };
+    write_doc(&trimmed, shadowing, view, render, &mut read, out)
+        .unwrap_or_else(|e| panic!("the export: {e}"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::check::check_jsonl;
 
-    fn doc_of(view: ExportView, f: impl FnOnce(&Doc<'_>)) {
+    /// What the tests look at of an export: the items and the document.
+    #[derive(Debug, Default)]
+    struct Collect {
+        seqs: Vec<u64>,
+        turn_starts: usize,
+        markers: Vec<String>,
+        /// `turns`, `derived`, and the name of call_1's tool, at the end.
+        end: Option<(usize, usize, Option<String>)>,
+    }
+
+    impl Render for Collect {
+        fn begin(&mut self, _: &Doc<'_>, _: &mut dyn Write) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn item(&mut self, doc: &Doc<'_>, item: &Item<'_>, _: &mut dyn Write) -> anyhow::Result<()> {
+            match item {
+                Item::Message(m) => {
+                    self.seqs.push(m.seq);
+                    self.markers.extend(m.replaces.as_ref().map(|r| doc.marker(m, r)));
+                }
+                Item::TurnStart { .. } => self.turn_starts += 1,
+                _ => {}
+            }
+            Ok(())
+        }
+        fn end(&mut self, doc: &Doc<'_>, _: bool, _: &mut dyn Write) -> anyhow::Result<()> {
+            self.end = Some((doc.turns, doc.derived, doc.tool_name("call_1").map(str::to_owned)));
+            Ok(())
+        }
+    }
+
+    fn collect(view: ExportView) -> Collect {
         let text = include_str!("../../test_data/ok/compaction-and-prune.jsonl");
         let checked = check_jsonl(text.as_bytes(), "x".into());
         let shadowing = checked.report.shadowing.clone();
         let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}"));
-        f(&build(&session, &shadowing, view));
-    }
-
-    fn seqs(doc: &Doc<'_>) -> Vec<u64> {
-        doc.items
-            .iter()
-            .filter_map(|i| match i {
-                Item::Message(m) => Some(m.seq),
-                _ => None,
-            })
-            .collect()
+        let mut collect = Collect::default();
+        render_with(&session, &shadowing, view, &mut collect, &mut Vec::new());
+        collect
     }
 
     #[test]
     fn the_transcript_is_every_message_in_log_order_and_the_model_view_is_the_surface() {
-        doc_of(ExportView::Transcript, |doc| {
-            assert_eq!(seqs(doc), [1, 6, 8, 12, 15, 17, 18, 20, 24]);
-            let turns = doc.items.iter().filter(|i| matches!(i, Item::TurnStart { .. })).count();
-            assert_eq!((turns, doc.turns, doc.derived), (2, 2, 4));
-            assert_eq!(doc.tool_name("call_1"), Some("read_file"));
-        });
-        doc_of(ExportView::Model, |doc| assert_eq!(seqs(doc), [20, 15, 17, 24]));
+        let transcript = collect(ExportView::Transcript);
+        assert_eq!(transcript.seqs, [1, 6, 8, 12, 15, 17, 18, 20, 24]);
+        assert_eq!(transcript.turn_starts, 2);
+        assert_eq!(transcript.end, Some((2, 4, Some("read_file".to_owned()))));
+        let model = collect(ExportView::Model);
+        assert_eq!(model.seqs, [20, 15, 17, 24]);
+        assert_eq!(model.end.map(|(turns, derived, _)| (turns, derived)), Some((2, 4)));
     }
 
     #[test]
     fn replaces_are_told_apart_and_named() {
-        doc_of(ExportView::Transcript, |doc| {
-            let markers: Vec<String> = doc
-                .items
-                .iter()
-                .filter_map(|i| match i {
-                    Item::Message(m) => m.replaces.as_ref().map(|r| doc.marker(m, r)),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(
-                markers,
-                [
-                    "pruned the result of call_1 (seq 8) into seq 18",
-                    "compacted 4 messages into a summary (seq 20)"
-                ]
-            );
-        });
+        assert_eq!(
+            collect(ExportView::Transcript).markers,
+            [
+                "pruned the result of call_1 (seq 8) into seq 18",
+                "compacted 4 messages into a summary (seq 20)"
+            ]
+        );
+    }
+
+    /// The JSON written item by item is one document, its items indented
+    /// as a pretty printer indents them (the bytes are pinned by the
+    /// export tests' snapshot).
+    #[test]
+    fn the_streamed_json_is_one_document() {
+        let text = include_str!("../../test_data/ok/compaction-and-prune.jsonl");
+        let checked = check_jsonl(text.as_bytes(), "x".into());
+        let shadowing = checked.report.shadowing.clone();
+        let (session, _) = checked.into_session().unwrap_or_else(|e| panic!("{e}"));
+        // 9 messages, 2 turn starts and 2 turn ends; the 4 messages of the surface.
+        for (view, items) in [(ExportView::Transcript, 13), (ExportView::Model, 4)] {
+            let streamed = render_session(&session, &shadowing, view, Format::Json);
+            let whole: serde_json::Value =
+                serde_json::from_str(&streamed).unwrap_or_else(|e| panic!("{e}: {streamed}"));
+            assert_eq!(whole["items"].as_array().map(Vec::len), Some(items), "{view:?}: {streamed}");
+            assert_eq!(whole["session"]["events"], session.events().len());
+            assert!(streamed.contains("\n  \"items\": [\n    {\n      \"kind\": "), "{streamed}");
+            assert!(streamed.ends_with("\n    }\n  ]\n}\n"), "{streamed}");
+        }
     }
 
     #[test]
