@@ -36,7 +36,9 @@ fn resumed_or_checked(args: &StoreArgs) -> anyhow::Result<Session> {
     if let Some(session) = target.resumed()? {
         return Ok(session);
     }
-    let checked = target.check()?;
+    // Without a checkpoint: the log streamed through the checks, keeping
+    // what these commands show (the surface), not the log.
+    let checked = target.check_keeping(check::Retain::Surface)?;
     report_tail(&checked);
     readable_session(checked)
 }
@@ -185,7 +187,9 @@ pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyh
         let origin = target.origin();
         return write_closers(&target, &origin, session, write, out);
     }
-    let checked = target.check()?;
+    // The open turn, all repair needs, stays in a session checked keeping
+    // its surface.
+    let checked = target.check_keeping(check::Retain::Surface)?;
     report_tail(&checked);
     if !checked.is_valid() {
         report_violations(&checked);

@@ -123,3 +123,82 @@ fn a_streamed_validate_finds_a_late_violation_at_its_line_in_a_file_and_a_store(
     assert_eq!(broken.code, 1, "{broken:?}");
     assert!(broken.stderr.contains("seq 9000"), "{}", broken.stderr);
 }
+
+/// `inspect`, `explain` and `export` read the log streamed too (issue 18):
+/// on a session long enough that the checked session lets go of its early
+/// events, they still show every event, and what they say of an early
+/// event (shadowed many times over, its chunks long gone from memory) is
+/// what the log says. A file and a SQLite store say the same.
+#[test]
+fn inspect_explain_and_export_show_every_event_of_a_long_session_from_a_file_and_a_store() {
+    let (text, _) = long_session(1200, 0);
+    let events = text.lines().count() - 1;
+    let dir = scratch(&[]);
+    let d = dir.path();
+    fs::write(d.join("long.jsonl"), &text).expect("write");
+    ok(palimpsest(d, &["convert", "long.jsonl", "long.db"]));
+
+    // Eleven events a turn. Turn 1: turn/start 0, user 1, step/start 2,
+    // chunks 3-7, assistant 8, step/end 9, turn/end 10; the first
+    // compaction follows turn 10.
+    let first_summary = 11 * 10;
+    for store in ["long.jsonl", "long.db"] {
+        let inspect = ok(palimpsest(d, &["inspect", "--color", "never", store])).stdout;
+        let timeline: Vec<&str> = inspect
+            .lines()
+            .skip_while(|l| !l.starts_with("timeline"))
+            .skip(2)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(timeline.len(), events, "{store}: one line per event");
+        assert!(inspect.contains(&format!("{events} (seq 0-{}) over", events - 1)), "{store}");
+        assert!(inspect.contains("… and 108 more"), "{store}: 120 compactions, 12 listed");
+        let a1 = timeline[8];
+        assert!(a1.contains("○") && a1.contains(&format!("shadowed by {first_summary}")), "{store}: {a1}");
+        assert!(a1.contains("← cites 3-7"), "{store}: {a1}");
+        assert!(timeline[events - 1].contains("●"), "{store}: the last summary is on the surface");
+
+        let explain = ok(palimpsest(d, &["explain", store, "8", "--json"])).json();
+        assert_eq!(explain["type"], "assistant/message");
+        assert_eq!((explain["turn"].as_u64(), explain["step"].as_u64()), (Some(1), Some(1)));
+        let chain = explain["shadowChain"].as_array().map(Vec::len);
+        assert_eq!(chain, Some(120), "{store}: shadowed by every compaction in turn");
+        assert_eq!(explain["shadowedBy"], first_summary);
+        assert_eq!(explain["standsInItsPlace"].as_u64(), Some(events as u64 - 1));
+        let cited: Vec<u64> = explain["cites"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|n| n["seq"].as_u64()).collect())
+            .unwrap_or_default();
+        assert_eq!(cited, [3, 4, 5, 6, 7], "{store}");
+        let chunk = ok(palimpsest(d, &["explain", store, "3", "--json"])).json();
+        assert_eq!(chunk["citedBy"], json!([8]), "{store}");
+        let summary = ok(palimpsest(d, &["explain", store, &first_summary.to_string()])).stdout;
+        assert!(summary.contains("taking 1, 8, 12, 19"), "{store}: {summary}");
+        assert!(
+            summary.contains("├─ 8 assistant/message"),
+            "{store}: the tree reaches the chunks: {summary}"
+        );
+        assert!(summary.contains("│  ├─ 3 assistant/chunk"), "{store}: {summary}");
+
+        let export = ok(palimpsest(d, &["export", store, "--format", "json"])).json();
+        let items = export["items"].as_array().map(Vec::len);
+        // Every turn's start, user message, answer and end; every summary.
+        assert_eq!(items, Some(1200 * 4 + 120), "{store}");
+        assert_eq!(export["session"]["events"], events);
+        let model = ok(palimpsest(d, &["export", store, "--format", "json", "--view", "model"])).json();
+        assert_eq!(model["items"].as_array().map(Vec::len), Some(1), "{store}: the last summary alone");
+        let markdown = ok(palimpsest(d, &["export", store, "--format", "markdown"])).stdout;
+        assert_eq!(markdown.matches("## Turn ").count(), 1200, "{store}");
+    }
+    // The file and the store tell the same story.
+    let json = |store: &str, args: &[&str]| {
+        let mut all = vec![args[0], store];
+        all.extend(&args[1..]);
+        ok(palimpsest(d, &all)).stdout
+    };
+    for args in
+        [&["export", "--format", "json"][..], &["explain", "500", "--json"], &["explain", "8", "--json"]]
+    {
+        assert_eq!(json("long.jsonl", args), json("long.db", args), "{args:?}");
+    }
+}
