@@ -38,7 +38,9 @@ use std::io::Write;
 
 use std::collections::{HashMap, HashSet};
 
-use palimpsest_core_session::explain::{Explanation, Provenance, TurnTracker};
+use palimpsest_core_session::explain::{
+    provenance, Explanation, Provenance, TurnTracker, MAX_PROVENANCE_DEPTH,
+};
 use palimpsest_core_session::payload::Settings;
 use palimpsest_core_session::{Event, Session, SurfaceOp};
 use serde::Serialize;
@@ -113,9 +115,6 @@ pub(crate) fn explain(
     }
     Ok(Exit::Success)
 }
-
-/// Most levels of a provenance tree followed (as the library's explain).
-const MAX_DEPTH: usize = 32;
 
 /// What an explanation shows of the log, gathered by streamed reads: the
 /// event itself, where it stands in its turn, the events that cite it,
@@ -193,7 +192,7 @@ impl<'a> Known<'a> {
         // Provenance, a level at a time: what the known events cite and no
         // read has brought yet. Cites point back, so each read stops early.
         let mut level: Vec<u64> = known.cites_of(&[seq]);
-        for _ in 0..MAX_DEPTH {
+        for _ in 0..MAX_PROVENANCE_DEPTH {
             let missing: HashSet<u64> = level.iter().copied().filter(|&s| known.event(s).is_none()).collect();
             if let Some(&last) = missing.iter().max() {
                 read(last + 1, &mut |events| {
@@ -243,29 +242,12 @@ impl<'a> Known<'a> {
             step: self.turn_step.1,
             surface_position: surface.position(seq),
             surface_op: event.surface_op(),
-            cites: self.provenance(event, 0),
+            cites: provenance(event, &|s| self.event(s)),
             cited_by: self.cited_by.clone(),
             shadowed,
             shadowed_by: chain.first().copied(),
             stands_in_its_place: chain.last().copied().filter(|&s| surface.contains(s)),
         })
-    }
-
-    fn provenance(&self, event: &Event, depth: usize) -> Vec<Provenance> {
-        if depth >= MAX_DEPTH {
-            return Vec::new();
-        }
-        event
-            .source_event_seqs()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|&s| self.event(s))
-            .map(|cited| Provenance {
-                seq: cited.seq(),
-                event_type: cited.event_type().clone(),
-                cites: self.provenance(cited, depth + 1),
-            })
-            .collect()
     }
 
     /// Where the settings of the `session/settings` at `seq` stand: what

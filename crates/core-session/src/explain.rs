@@ -78,7 +78,7 @@ pub fn explain(session: &Session, seq: u64) -> Option<Explanation> {
         step,
         surface_position: session.surface_manager().position(seq),
         surface_op: event.surface_op(),
-        cites: provenance(events, event, 0),
+        cites: provenance(event, &|s| events.get(s as usize)),
         cited_by,
         shadowed,
         shadowed_by: shadowed_by.get(&seq).copied(),
@@ -241,21 +241,34 @@ impl Shadowing {
     }
 }
 
-const MAX_DEPTH: usize = 32;
+/// How many levels of a provenance tree [`provenance`] follows.
+pub const MAX_PROVENANCE_DEPTH: usize = 32;
 
-fn provenance(events: &[Event], event: &Event, depth: usize) -> Vec<Provenance> {
-    if depth >= MAX_DEPTH {
+/// What `event` cites, recursively (to [`MAX_PROVENANCE_DEPTH`] levels),
+/// as far as `lookup` finds the cited events: the tree [`explain`] shows,
+/// for a reader that holds the cited events some other way than a whole
+/// log.
+pub fn provenance<'a>(event: &'a Event, lookup: &dyn Fn(u64) -> Option<&'a Event>) -> Vec<Provenance> {
+    provenance_from(event, lookup, 0)
+}
+
+fn provenance_from<'a>(
+    event: &'a Event,
+    lookup: &dyn Fn(u64) -> Option<&'a Event>,
+    depth: usize,
+) -> Vec<Provenance> {
+    if depth >= MAX_PROVENANCE_DEPTH {
         return Vec::new();
     }
     event
         .source_event_seqs()
         .unwrap_or_default()
         .iter()
-        .filter_map(|&s| events.get(s as usize))
+        .filter_map(|&s| lookup(s))
         .map(|cited| Provenance {
             seq: cited.seq(),
             event_type: cited.event_type().clone(),
-            cites: provenance(events, cited, depth + 1),
+            cites: provenance_from(cited, lookup, depth + 1),
         })
         .collect()
 }
