@@ -21,10 +21,9 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use anstyle::AnsiColor;
-use palimpsest_core_session::explain::Replaced;
 use palimpsest_core_session::payload::{AssistantMessage, ToolResult, Usage};
 use palimpsest_core_session::repair::{repair, TOOL_NOT_STARTED};
-use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
+use palimpsest_core_session::{Event, EventType, Session, SurfaceManager, SurfaceOp};
 
 use crate::check::{Checked, Finding, Shown};
 use crate::describe::{count, join, ranges, summarize};
@@ -109,7 +108,7 @@ pub(crate) fn render(
     };
     let upto = session.next_seq();
     let listed: HashSet<u64> =
-        checked.report.shadowing.replaces().iter().take(MAX_REPLACES_LISTED).map(|r| r.seq).collect();
+        checked.report.shadowing.replaces().iter().take(MAX_REPLACES_LISTED).copied().collect();
     let totals = target.replay(upto, |events| Totals::of(events, &listed))?;
     let view = View::new(checked, session, totals);
     let mut out = io::BufWriter::new(out);
@@ -142,15 +141,20 @@ struct Totals {
     /// The width of the time column and of the indented type column.
     time_w: usize,
     type_w: usize,
-    /// The types of the replaces the header lists.
+    /// The types of the replaces the header lists, and what each took off
+    /// the surface (in surface order).
     replace_types: HashMap<u64, EventType>,
+    replace_took: HashMap<u64, Vec<u64>>,
 }
 
 impl Totals {
     fn of(events: &mut dyn Iterator<Item = Event>, listed: &HashSet<u64>) -> Totals {
         let mut t = Totals::default();
         let mut depth = Depth::default();
+        // The surface, followed: what a listed replace took off.
+        let mut surface = SurfaceManager::new();
         for e in events {
+            let took = surface.apply_accepted(&e);
             let t0 = *t.first_time.get_or_insert(e.time());
             t.events += 1;
             t.last = Some((e.seq(), e.time()));
@@ -178,6 +182,7 @@ impl Totals {
             t.time_w = t.time_w.max(timefmt::offset(i128::from(e.time()) - i128::from(t0)).len());
             if listed.contains(&e.seq()) {
                 t.replace_types.insert(e.seq(), ty.clone());
+                t.replace_took.insert(e.seq(), took);
             }
         }
         t.type_w = t.type_w.min(36);
@@ -281,14 +286,14 @@ impl<'a> View<'a> {
             label(o, "replaces");
             let listed = &replaces[..replaces.len().min(MAX_REPLACES_LISTED)];
             let ty_of = |seq: u64| t.replace_types.get(&seq).map(EventType::as_str).unwrap_or_default();
-            let seq_w = listed.iter().map(|r| digits(r.seq)).max().unwrap_or(1);
-            let ty_w = listed.iter().map(|r| ty_of(r.seq).len()).max().unwrap_or(0);
-            for (i, r) in listed.iter().enumerate() {
+            let seq_w = listed.iter().map(|&r| digits(r)).max().unwrap_or(1);
+            let ty_w = listed.iter().map(|&r| ty_of(r).len()).max().unwrap_or(0);
+            for (i, &r) in listed.iter().enumerate() {
                 if i > 0 {
                     o.push_str(&" ".repeat(10));
                 }
-                let _ =
-                    writeln!(o, "{:>seq_w$} {:ty_w$}  shadowed {}", r.seq, ty_of(r.seq), shadowed_runs(r));
+                let took = t.replace_took.get(&r).map(Vec::as_slice).unwrap_or_default();
+                let _ = writeln!(o, "{r:>seq_w$} {:ty_w$}  shadowed {}", ty_of(r), shadowed_list(took));
             }
             if replaces.len() > listed.len() {
                 let _ = writeln!(o, "{:10}… and {} more", "", replaces.len() - listed.len());
@@ -384,7 +389,8 @@ impl<'a> View<'a> {
             let depth = depths.of(event.event_type());
             let time = timefmt::offset(i128::from(event.time()) - i128::from(t0));
             let seq = event.seq();
-            let shadowed = self.checked.report.shadowing.shadowed_by(seq);
+            // Only an event that joined the surface can have left it.
+            let shadowed = event.surface_op().and(self.checked.report.shadowing.shadowed_by(seq));
             let mark = if self.on_surface.contains(&seq) {
                 st.green("●")
             } else if shadowed.is_some() {
@@ -497,19 +503,17 @@ impl<'a> View<'a> {
     }
 }
 
-/// What a replace took off, seqs in surface order, runs of three or more
-/// shortened (`3-40`): a compaction of thousands of events is one word.
-fn shadowed_runs(r: &Replaced) -> String {
-    let parts: Vec<String> = r
-        .runs()
-        .iter()
-        .flat_map(|&(first, last)| match last - first {
-            0 => vec![first.to_string()],
-            1 => vec![first.to_string(), last.to_string()],
-            _ => vec![format!("{first}-{last}")],
-        })
-        .collect();
-    parts.join(", ")
+/// Entries a replace took off the header lists one by one, at most.
+const MAX_SHADOWED_LISTED: usize = 16;
+
+/// What a replace took off, in surface order: every seq when there are a
+/// few, else the first and the last few and how many (a compaction of
+/// thousands of messages stays one line).
+fn shadowed_list(took: &[u64]) -> String {
+    if took.len() <= MAX_SHADOWED_LISTED {
+        return join(took);
+    }
+    format!("{}, …, {} ({} entries)", join(&took[..3]), join(&took[took.len() - 2..]), took.len())
 }
 
 /// Indentation depth of each event as the log is read: 1 inside a turn, 2

@@ -86,63 +86,36 @@ pub fn explain(session: &Session, seq: u64) -> Option<Explanation> {
     })
 }
 
-/// For every seq that left the surface, the replace that shadowed it
-/// ([`Shadowing::of`], as a map).
+/// For every seq that left the surface, the replace that shadowed it: a
+/// map as large as the shadowed part of the log, for a reader that holds
+/// the log anyway ([`Shadowing`] is the compact form).
 pub fn shadow_map(events: &[Event]) -> HashMap<u64, u64> {
-    Shadowing::of(events).to_map()
-}
-
-/// An accepted replace: its seq and the surface entries it took off, in
-/// surface order, kept as runs of consecutive seqs (a compaction of a
-/// thousand events is one or two runs, not a thousand seqs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replaced {
-    /// The replacing event.
-    pub seq: u64,
-    /// What it took off the surface, in surface order: `(first, last)`,
-    /// both included.
-    runs: Vec<(u64, u64)>,
-}
-
-impl Replaced {
-    /// A replace at `seq` that took `shadowed` (in surface order) off.
-    pub fn new(seq: u64, shadowed: &[u64]) -> Replaced {
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for &s in shadowed {
-            match runs.last_mut() {
-                Some((_, last)) if last.checked_add(1) == Some(s) => *last = s,
-                _ => runs.push((s, s)),
-            }
+    let mut surface = SurfaceManager::new();
+    let mut by = HashMap::new();
+    for e in events {
+        let Ok(step) = surface.plan(events, e) else { break };
+        if let SurfaceStep::Replace { start_pos, end_pos } = step {
+            by.extend(surface.seqs()[start_pos..=end_pos].iter().map(|&s| (s, e.seq())));
         }
-        Replaced { seq, runs }
+        surface.apply(e.seq(), step);
     }
-
-    /// What it took off the surface, in surface order.
-    pub fn shadowed(&self) -> impl Iterator<Item = u64> + '_ {
-        self.runs.iter().flat_map(|&(first, last)| first..=last)
-    }
-
-    /// How many surface entries it took off.
-    pub fn count(&self) -> u64 {
-        self.runs.iter().map(|&(first, last)| last - first + 1).sum()
-    }
-
-    /// What it took off, as runs of consecutive seqs `(first, last)` in
-    /// surface order.
-    pub fn runs(&self) -> &[(u64, u64)] {
-        &self.runs
-    }
+    by
 }
 
-/// Who shadowed whom in a log: every replace with what it took off the
-/// surface, and for every seq that left the surface the replace that took
-/// it off. Computed once, by replaying the surface (O(log length)), or
-/// recorded replace by replace while a log is read ([`Shadowing::record`]);
-/// it is what `validate`, `inspect`, `explain` and the exports show.
+/// Who shadowed whom in a log, in memory that grows with the replaces, not
+/// with the events they shadowed: for every event that joined the surface
+/// and left it, the replace that took it off, kept as disjoint runs of
+/// seqs, and the seqs of the replaces. A compaction of a thousand messages
+/// is one run (the chunks and calls between them never joined the surface,
+/// so a run may span them); a prune is one; an entry still on the surface
+/// splits a run, and an entry shadowed earlier keeps its own.
 ///
-/// Its memory is O(runs of consecutive shadowed seqs), not O(shadowed
-/// events): a log of millions of compacted events costs a few words per
-/// replace.
+/// Built by replaying the surface ([`Shadowing::of`]), or replace by
+/// replace while a log is read ([`Shadowing::record`]). Lookups are for
+/// events that joined the surface (they have a `surfaceOp`): a run may
+/// cover other events, which never were on it. What a replace took off,
+/// entry by entry, is not kept: a reader that streams the log replays the
+/// surface for it ([`SurfaceManager::apply_accepted`]).
 ///
 /// ```
 /// use palimpsest_core_session::explain::Shadowing;
@@ -151,19 +124,20 @@ impl Replaced {
 /// let log = include_str!("../test_data/ok/compaction-and-prune.jsonl");
 /// let log = JsonlLog::parse(log.as_bytes())?;
 /// let shadowing = Shadowing::of(&log.events);
-/// // The prune at seq 18 shadowed a tool result; the compaction at seq 20
-/// // shadowed the prune's stand-in in turn.
-/// let pruned = shadowing.took_off(18).expect("seq 18 is a replace").shadowed().next().unwrap();
-/// assert_eq!(shadowing.chain(pruned), [18, 20]);
+/// // The prune at seq 18 shadowed the tool result at seq 8; the compaction
+/// // at seq 20 shadowed the prune's stand-in in turn.
+/// assert_eq!(shadowing.replaces(), [18, 20]);
+/// assert_eq!(shadowing.chain(8), [18, 20]);
 /// assert_eq!(shadowing.shadowed_by(20), None, "the summary is on the surface");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Shadowing {
-    replaced: Vec<Replaced>,
+    /// The replaces that took something off, in log order.
+    replaces: Vec<u64>,
     /// Every run, by its first seq: its last seq and the replace that took
-    /// it off. Runs never overlap: a seq leaves the surface once.
-    by: BTreeMap<u64, (u64, u64)>,
+    /// it off. Runs never overlap.
+    runs: BTreeMap<u64, (u64, u64)>,
 }
 
 impl Shadowing {
@@ -174,52 +148,85 @@ impl Shadowing {
         let mut shadowing = Shadowing::default();
         for e in events {
             let Ok(step) = surface.plan(events, e) else { break };
-            if let SurfaceStep::Replace { start_pos, end_pos } = step {
-                shadowing.record(e.seq(), &surface.seqs()[start_pos..=end_pos]);
-            }
+            let shadowed = match step {
+                SurfaceStep::Replace { start_pos, end_pos } => surface.seqs()[start_pos..=end_pos].to_vec(),
+                _ => Vec::new(),
+            };
             surface.apply(e.seq(), step);
+            shadowing.record(e.seq(), &shadowed, surface.seqs());
         }
         shadowing
     }
 
     /// Records that the replace at `seq` (later than every replace recorded
-    /// so far) took `shadowed` off the surface: for a reader that appends
-    /// the log to a [`Session`] anyway and has the shadowed entries at
-    /// hand ([`SessionView::shadowed_by`](crate::SessionView::shadowed_by)),
-    /// instead of replaying the surface a second time. Nothing for an empty
-    /// `shadowed`.
-    pub fn record(&mut self, seq: u64, shadowed: &[u64]) {
-        if shadowed.is_empty() {
-            return;
+    /// so far) took `shadowed` off the surface, leaving `surface` (the
+    /// surface after it, in any order): for a reader that appends the log
+    /// to a [`Session`] anyway and has both at hand
+    /// ([`SessionView::shadowed_by`](crate::SessionView::shadowed_by)).
+    /// Nothing for an empty `shadowed`. O(`shadowed` + `surface`) for a
+    /// replace of several entries, O(log replaces) for one.
+    pub fn record(&mut self, seq: u64, shadowed: &[u64], surface: &[u64]) {
+        let mut sorted = shadowed.to_vec();
+        sorted.sort_unstable();
+        let (Some(&lowest), Some(&highest)) = (sorted.first(), sorted.last()) else { return };
+        self.replaces.push(seq);
+        // What stays on the surface between two shadowed entries splits
+        // their run; nothing else can be asked about.
+        let mut staying: Vec<u64> = surface.iter().copied().filter(|&s| lowest < s && s < highest).collect();
+        staying.sort_unstable();
+        let (mut first, mut last) = (lowest, lowest);
+        for &s in &sorted[1..] {
+            let next_staying = staying.partition_point(|&t| t <= last);
+            if staying.get(next_staying).is_some_and(|&t| t < s) {
+                self.insert_run(first, last, seq);
+                first = s;
+            }
+            last = s;
         }
-        let replaced = Replaced::new(seq, shadowed);
-        for &(first, last) in replaced.runs() {
-            self.by.insert(first, (last, seq));
-        }
-        self.replaced.push(replaced);
+        self.insert_run(first, last, seq);
     }
 
-    /// The replace that took `seq` off the surface, if one did.
+    /// Adds the run `first..=last` taken off by `by`, around the runs of
+    /// earlier replaces inside it (their events left the surface before).
+    fn insert_run(&mut self, first: u64, last: u64, by: u64) {
+        let inside: Vec<(u64, u64)> = self.runs.range(first..=last).map(|(&f, &(l, _))| (f, l)).collect();
+        let mut from = first;
+        for (f, l) in inside {
+            if f > from {
+                self.runs.insert(from, (f - 1, by));
+            }
+            from = l.saturating_add(1);
+        }
+        if from <= last {
+            self.runs.insert(from, (last, by));
+        }
+    }
+
+    /// The replace that took `seq` off the surface, if `seq` joined the
+    /// surface and one did (for any other event the answer means nothing).
     pub fn shadowed_by(&self, seq: u64) -> Option<u64> {
-        let (_, &(last, by)) = self.by.range(..=seq).next_back()?;
+        let (_, &(last, by)) = self.runs.range(..=seq).next_back()?;
         (seq <= last).then_some(by)
     }
 
-    /// The replace at `seq` and what it took off the surface; `None` if
-    /// `seq` is not a replace.
-    pub fn took_off(&self, seq: u64) -> Option<&Replaced> {
-        // Replaces are kept in log order: a binary search by seq.
-        let i = self.replaced.binary_search_by_key(&seq, |r| r.seq).ok()?;
-        Some(&self.replaced[i])
+    /// Whether the event at `seq` is a replace that took something off.
+    pub fn is_replace(&self, seq: u64) -> bool {
+        self.replaces.binary_search(&seq).is_ok()
     }
 
-    /// Every replace, in log order.
-    pub fn replaces(&self) -> &[Replaced] {
-        &self.replaced
+    /// The seqs of every replace, in log order.
+    pub fn replaces(&self) -> &[u64] {
+        &self.replaces
     }
 
-    /// The replaces that shadowed `seq`, one after the other: the one that
-    /// took it off the surface, the one that took that one off, and so on.
+    /// How many runs are kept: what this index costs (for the record).
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The replaces that shadowed `seq` (an event that joined the surface),
+    /// one after the other: the one that took it off the surface, the one
+    /// that took that one off, and so on.
     pub fn chain(&self, seq: u64) -> Vec<u64> {
         let mut chain = Vec::new();
         let mut at = seq;
@@ -232,12 +239,6 @@ impl Shadowing {
             at = by;
         }
         chain
-    }
-
-    /// For every shadowed seq, the replace that took it off (a map as big
-    /// as the shadowed part of the log: for small logs and tests).
-    pub fn to_map(&self) -> HashMap<u64, u64> {
-        self.replaced.iter().flat_map(|r| r.shadowed().map(move |s| (s, r.seq))).collect()
     }
 }
 

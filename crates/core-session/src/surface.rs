@@ -175,6 +175,28 @@ impl SurfaceManager {
         }
     }
 
+    /// Applies `event`, which a check of the log already accepted (the
+    /// rules are not checked again), and returns what it took off the
+    /// surface, in surface order: empty unless it is a replace. How a
+    /// reader that streams a log it checked before follows the surface.
+    pub fn apply_accepted(&mut self, event: &Event) -> Vec<u64> {
+        let step = match event.surface_op() {
+            None => SurfaceStep::None,
+            Some(SurfaceOp::Append) => SurfaceStep::Append,
+            Some(SurfaceOp::Replace { start, end }) => match (self.position(start), self.position(end)) {
+                (Some(start_pos), Some(end_pos)) if start_pos <= end_pos => {
+                    SurfaceStep::Replace { start_pos, end_pos }
+                }
+                // Not a log that was accepted: the event stays off.
+                _ => SurfaceStep::None,
+            },
+        };
+        match self.apply_with_undo(event.seq(), step) {
+            SurfaceUndo::Unreplace { removed, .. } => removed,
+            _ => Vec::new(),
+        }
+    }
+
     /// Position of `seq` on the surface.
     pub fn position(&self, seq: u64) -> Option<usize> {
         self.seqs.iter().position(|&s| s == seq)

@@ -207,8 +207,8 @@ pub struct Report {
     /// Findings about the store as a whole, added by the caller that
     /// checked it ([`Finding::store`]); none from this crate.
     pub store: Vec<Finding>,
-    /// Who shadowed whom in the accepted prefix, whatever is retained
-    /// (its memory is per run of shadowed seqs, not per event).
+    /// Who shadowed whom in the accepted prefix, whatever is retained (its
+    /// memory grows with the replaces, not with what they shadowed).
     pub shadowing: Shadowing,
     /// A torn last line that was dropped (JSONL files only).
     pub torn_tail: Option<TornTail>,
@@ -448,7 +448,7 @@ impl ReportBuilder {
             position: Position::Event { seq: v.seq, line },
             detail: v.message,
         }));
-        self.shadowing.record(seq, &shadowed);
+        self.shadowing.record(seq, &shadowed, self.session.surface());
         match self.retain {
             Retain::Whole => {}
             Retain::Surface => {
@@ -652,7 +652,6 @@ fn count_to_line_end(read: &mut impl Read) -> io::Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use palimpsest_core_session::explain::Replaced;
 
     use super::*;
 
@@ -866,7 +865,7 @@ mod tests {
             r#"{"seq":2,"time":0,"type":"context/message","data":{"message":{"id":"c","role":"user","content":[],"source":{"kind":"user"}}},"sourceEventSeqs":[0,1],"surfaceOp":{"op":"replace","start":0,"end":1}}"#,
         ]);
         assert!(c.is_valid());
-        assert_eq!(c.shadowing.replaces(), [Replaced::new(2, &[0, 1])]);
+        assert_eq!(c.shadowing.replaces(), [2]);
         assert_eq!((c.shadowing.shadowed_by(0), c.shadowing.shadowed_by(2)), (Some(2), None));
     }
 }

@@ -31,7 +31,7 @@ use std::path::Path;
 use palimpsest_core_session::payload::{
     Block, Message, Settings, Source, ToolError, TurnEnd, TurnEndReason, TurnStart, Usage,
 };
-use palimpsest_core_session::{Event, EventType, Session, SurfaceOp};
+use palimpsest_core_session::{Event, EventType, Session, SurfaceManager, SurfaceOp};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -89,6 +89,9 @@ pub(crate) struct Doc<'a> {
     pub(crate) view: ExportView,
     /// Seq → position on the current surface.
     position: HashMap<u64, usize>,
+    /// What each replace on the current surface took off it, in surface
+    /// order (the model view's replaces).
+    surface_took: HashMap<u64, Vec<u64>>,
     /// The time of the first event (times are shown from it).
     pub(crate) t0: u64,
     /// How many events and turns the log has.
@@ -330,6 +333,7 @@ impl<'a> Doc<'a> {
             shadowing,
             view,
             position: session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect(),
+            surface_took: HashMap::new(),
             t0: session.header().created_at,
             events: 0,
             turns: 0,
@@ -348,7 +352,7 @@ impl<'a> Doc<'a> {
         let mut wanted: HashSet<String> = HashSet::new();
         if view == ExportView::Model {
             for e in session.surface().iter().filter_map(|&s| session.event(s)) {
-                if let Some(m) = doc.message(e) {
+                if let Some(m) = doc.message(e, None) {
                     wanted.extend(m.message.content.iter().filter_map(|b| match b {
                         Block::ToolCall { id, .. } => Some(id.clone()),
                         Block::ToolResult { tool_call_id, .. } => Some(tool_call_id.clone()),
@@ -358,7 +362,13 @@ impl<'a> Doc<'a> {
             }
         }
         read(session.next_seq(), &mut |events| {
+            // The surface, followed: what the replaces still on it took off.
+            let mut surface = SurfaceManager::new();
             for e in events {
+                let took = surface.apply_accepted(&e);
+                if !took.is_empty() && doc.position.contains_key(&e.seq()) {
+                    doc.surface_took.insert(e.seq(), took);
+                }
                 if doc.events == 0 {
                     doc.t0 = e.time();
                 }
@@ -380,17 +390,18 @@ impl<'a> Doc<'a> {
     }
 
     /// The message `e` carries, and what the log says about it; `None`
-    /// for an event that carries none.
-    fn message<'e>(&self, e: &'e Event) -> Option<Box<Msg<'e>>> {
+    /// for an event that carries none. `took` is what `e` took off the
+    /// surface, if it is a replace.
+    fn message<'e>(&self, e: &'e Event, took: Option<Vec<u64>>) -> Option<Box<Msg<'e>>> {
         let carrier = e.data_as::<Carrier<'e>>().ok()?;
         let typed: Message = serde_json::from_str(carrier.message.get()).ok()?;
-        let replaces = self.shadowing.took_off(e.seq()).map(|shadowed| Replace {
-            kind: match (e.event_type(), shadowed.count()) {
+        let replaces = took.filter(|t| !t.is_empty()).map(|shadowed| Replace {
+            kind: match (e.event_type(), shadowed.len()) {
                 (EventType::ToolResult, _) => ReplaceKind::Prune,
                 (_, 1) => ReplaceKind::Rewrite,
                 _ => ReplaceKind::Compaction,
             },
-            shadowed: shadowed.shadowed().collect(),
+            shadowed,
         });
         Some(Box::new(Msg {
             seq: e.seq(),
@@ -414,8 +425,8 @@ impl<'a> Doc<'a> {
     /// The message item of `e`, if it shows one: an assistant message
     /// without content only carries usage, and nobody saw it. Its tool
     /// calls name their tools from here on.
-    fn message_item<'e>(&mut self, e: &'e Event) -> Option<Item<'e>> {
-        let m = self.message(e)?;
+    fn message_item<'e>(&mut self, e: &'e Event, took: Option<Vec<u64>>) -> Option<Item<'e>> {
+        let m = self.message(e, took)?;
         if m.message.content.is_empty() && *m.event_type == EventType::AssistantMessage {
             return None;
         }
@@ -428,8 +439,14 @@ impl<'a> Doc<'a> {
     }
 
     /// The transcript's item of `e`, the next event of the log, if it shows
-    /// one; `settings` are those in effect before it.
-    fn transcript_item<'e>(&mut self, e: &'e Event, settings: &mut Settings) -> Option<Item<'e>> {
+    /// one; `settings` are those in effect before it, `took` what it took
+    /// off the surface.
+    fn transcript_item<'e>(
+        &mut self,
+        e: &'e Event,
+        settings: &mut Settings,
+        took: Vec<u64>,
+    ) -> Option<Item<'e>> {
         match e.event_type() {
             EventType::SessionSettings => {
                 let s = e.data_as::<SettingsCarrier<'e>>().ok()?;
@@ -458,7 +475,7 @@ impl<'a> Doc<'a> {
                 }
                 None
             }
-            _ if e.surface_op().is_some() => self.message_item(e),
+            _ if e.surface_op().is_some() => self.message_item(e, Some(took)),
             _ => None,
         }
     }
@@ -508,8 +525,10 @@ fn write_doc(
             let mut failed = None;
             read(session.next_seq(), &mut |events| {
                 let mut settings = Settings::default();
+                let mut surface = SurfaceManager::new();
                 for e in events {
-                    if let Some(item) = doc.transcript_item(&e, &mut settings) {
+                    let took = surface.apply_accepted(&e);
+                    if let Some(item) = doc.transcript_item(&e, &mut settings, took) {
                         any = true;
                         if let Err(error) = render.item(&doc, &item, out) {
                             failed = Some(error);
@@ -524,7 +543,8 @@ fn write_doc(
         }
         ExportView::Model => {
             for e in session.surface().iter().filter_map(|&s| session.event(s)) {
-                if let Some(item) = doc.message_item(e) {
+                let took = doc.surface_took.get(&e.seq()).cloned();
+                if let Some(item) = doc.message_item(e, took) {
                     any = true;
                     render.item(&doc, &item, out)?;
                 }
