@@ -29,7 +29,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use palimpsest_core_session::payload::{
-    Block, Message, Settings, Source, ToolError, TurnEnd, TurnEndReason, TurnStart, Usage,
+    Block, Message, Settings, Source, ToolError, ToolResult, TurnEnd, TurnEndReason, TurnStart, Usage,
 };
 use palimpsest_core_session::{Event, EventType, Session, SurfaceManager, SurfaceOp};
 use serde::Deserialize;
@@ -101,8 +101,15 @@ pub(crate) struct Doc<'a> {
     pub(crate) derived: usize,
     /// Tool names by call id, from `tool/call` events and `tool-call`
     /// blocks: those of the surface's calls, and in the transcript those
-    /// met so far (a call comes before its result).
+    /// met so far (a call comes before its result) that a result still to
+    /// come may name: a call's name is let go once it has a result and
+    /// none of its results is on the surface (only a result on the surface
+    /// can be pruned into another).
     pub(crate) tool_names: HashMap<String, String>,
+    /// The transcript's followed surface: the call of each tool result on
+    /// it, and how many results of each call are on it.
+    result_calls: HashMap<u64, String>,
+    live_results: HashMap<String, usize>,
     /// The settings in effect (the next request's): the request's
     /// `session/settings` seq, typed and as logged; `None` before any.
     pub(crate) settings: Option<(u64, Settings, &'a RawValue)>,
@@ -339,6 +346,8 @@ impl<'a> Doc<'a> {
             turns: 0,
             derived: session.derive_messages().len(),
             tool_names: HashMap::new(),
+            result_calls: HashMap::new(),
+            live_results: HashMap::new(),
             settings: {
                 let request = session.derive_request();
                 match (request.settings_seq, request.settings_raw) {
@@ -481,6 +490,30 @@ impl<'a> Doc<'a> {
     }
 }
 
+impl Doc<'_> {
+    /// After the transcript showed `e`, which took `took` off the surface:
+    /// counts the tool result `e` put on the surface, and lets go of the
+    /// names of calls none of whose results is left on it.
+    fn followed(&mut self, e: &Event, took: &[u64]) {
+        if *e.event_type() == EventType::ToolResult && e.surface_op().is_some() {
+            if let Ok(result) = e.data_as::<ToolResult>() {
+                let call = result.call_id().to_owned();
+                *self.live_results.entry(call.clone()).or_default() += 1;
+                self.result_calls.insert(e.seq(), call);
+            }
+        }
+        for s in took {
+            let Some(call) = self.result_calls.remove(s) else { continue };
+            let live = self.live_results.entry(call.clone()).or_default();
+            *live = live.saturating_sub(1);
+            if *live == 0 {
+                self.live_results.remove(&call);
+                self.tool_names.remove(&call);
+            }
+        }
+    }
+}
+
 /// How an export reads the log: `read(upto, consume)` hands the first
 /// `upto` events to `consume` ([`Target::replay`](crate::store_arg::Target::replay)).
 type Reader<'r, E> = dyn FnMut(u64, &mut dyn FnMut(&mut dyn Iterator<Item = Event>)) -> Result<(), E> + 'r;
@@ -528,13 +561,14 @@ fn write_doc(
                 let mut surface = SurfaceManager::new();
                 for e in events {
                     let took = surface.apply_accepted(&e);
-                    if let Some(item) = doc.transcript_item(&e, &mut settings, took) {
+                    if let Some(item) = doc.transcript_item(&e, &mut settings, took.clone()) {
                         any = true;
                         if let Err(error) = render.item(&doc, &item, out) {
                             failed = Some(error);
                             return;
                         }
                     }
+                    doc.followed(&e, &took);
                 }
             })?;
             if let Some(error) = failed {
@@ -770,8 +804,10 @@ mod tests {
         seqs: Vec<u64>,
         turn_starts: usize,
         markers: Vec<String>,
-        /// `turns`, `derived`, and the name of call_1's tool, at the end.
-        end: Option<(usize, usize, Option<String>)>,
+        /// Each tool result's seq and the name of its call's tool, as shown.
+        named: Vec<(u64, Option<String>)>,
+        /// `turns` and `derived`, at the end.
+        end: Option<(usize, usize)>,
     }
 
     impl Render for Collect {
@@ -783,6 +819,9 @@ mod tests {
                 Item::Message(m) => {
                     self.seqs.push(m.seq);
                     self.markers.extend(m.replaces.as_ref().map(|r| doc.marker(m, r)));
+                    if let Some(call) = m.call_id() {
+                        self.named.push((m.seq, doc.tool_name(call).map(str::to_owned)));
+                    }
                 }
                 Item::TurnStart { .. } => self.turn_starts += 1,
                 _ => {}
@@ -790,7 +829,7 @@ mod tests {
             Ok(())
         }
         fn end(&mut self, doc: &Doc<'_>, _: bool, _: &mut dyn Write) -> anyhow::Result<()> {
-            self.end = Some((doc.turns, doc.derived, doc.tool_name("call_1").map(str::to_owned)));
+            self.end = Some((doc.turns, doc.derived));
             Ok(())
         }
     }
@@ -810,10 +849,12 @@ mod tests {
         let transcript = collect(ExportView::Transcript);
         assert_eq!(transcript.seqs, [1, 6, 8, 12, 15, 17, 18, 20, 24]);
         assert_eq!(transcript.turn_starts, 2);
-        assert_eq!(transcript.end, Some((2, 4, Some("read_file".to_owned()))));
+        assert_eq!(transcript.end, Some((2, 4)));
+        let read_file = Some("read_file".to_owned());
+        assert_eq!(transcript.named, [(8, read_file.clone()), (18, read_file.clone())], "the prune too");
         let model = collect(ExportView::Model);
         assert_eq!(model.seqs, [20, 15, 17, 24]);
-        assert_eq!(model.end.map(|(turns, derived, _)| (turns, derived)), Some((2, 4)));
+        assert_eq!(model.end, Some((2, 4)));
     }
 
     #[test]
