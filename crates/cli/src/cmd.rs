@@ -1,7 +1,7 @@
 //! The commands: each reads a session through [`crate::check`], then
 //! renders. Results go to stdout; errors, warnings and notes to stderr.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use palimpsest_core_session::repair::repair as repair_closers;
 use palimpsest_core_session::Session;
@@ -243,16 +243,9 @@ pub(crate) fn inspect(
 ) -> anyhow::Result<Exit> {
     let target = store_arg::open(args, Access::Read)?;
     let checked = target.check_keeping(check::Retain::Surface)?;
-    if std::io::stdout().is_terminal() {
-        // Rendered whole first: on a terminal it is fitted and paged (see
-        // `crate::pager`).
-        let mut text = Vec::new();
-        crate::inspect::render(&checked, &target, color, &mut text)?;
-        crate::pager::show(&text, out, no_pager)?;
-    } else {
-        // Piped, it goes out as it is rendered: nothing holds the log.
-        crate::inspect::render(&checked, &target, color, out)?;
-    }
+    // On a terminal each line is fitted to it and paged as it is made (see
+    // `crate::pager`); piped, it goes out as it is. Nothing holds the log.
+    crate::pager::paged(out, no_pager, |out| crate::inspect::render(&checked, &target, color, out))?;
     if checked.is_valid() {
         Ok(Exit::Success)
     } else {

@@ -1,7 +1,8 @@
 //! Fitting `inspect`'s output to the terminal, as git does: when stdout is
 //! a terminal, every line is clipped to its width (`…` marks a cut; colours
-//! are closed), and the whole goes through a pager: `$PALIMPSEST_PAGER`,
-//! else `$PAGER`, else `less -FRX` (which prints short output and exits).
+//! are closed) as it is written, and the lines go through a pager as they
+//! are made: `$PALIMPSEST_PAGER`, else `$PAGER`, else `less -FRX` (which
+//! prints short output and exits).
 //! An empty value or `cat` means no pager, as does `--no-pager`; a pager
 //! that cannot be started is skipped and the text written directly. When
 //! stdout is not a terminal nothing changes: the bytes go out as rendered.
@@ -17,22 +18,109 @@ use unicode_width::UnicodeWidthChar;
 /// The pager when neither variable names one.
 pub(crate) const DEFAULT_PAGER: &str = "less -FRX";
 
-/// Writes `text` to stdout (`out`) as a person at a terminal should see it;
-/// unchanged when stdout is not a terminal.
-pub(crate) fn show(text: &[u8], out: &mut dyn Write, no_pager: bool) -> io::Result<()> {
+/// Runs `render` with where its output should go for a person at a
+/// terminal: `out` itself when stdout is not a terminal; otherwise each
+/// line clipped to the terminal's width and piped into the pager as it is
+/// written (or written to `out` when there is no pager, or it cannot
+/// start). Nothing is held whole: a timeline of millions of events pages
+/// as it is made. The person quitting the pager early ends the rendering
+/// quietly.
+pub(crate) fn paged(
+    out: &mut dyn Write,
+    no_pager: bool,
+    render: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     if !io::stdout().is_terminal() {
-        return out.write_all(text);
+        return render(out);
     }
-    let fitted = fit(&String::from_utf8_lossy(text), width());
+    let width = width();
     let pager = if no_pager { None } else { pager_command(|name| std::env::var(name).ok()) };
-    if let Some(pager) = pager {
-        out.flush()?;
-        match page(&pager, fitted.as_bytes()) {
-            Ok(()) => return Ok(()),
-            Err(e) => tracing::debug!(pager, error = %e, "the pager could not run; writing directly"),
+    let child = pager.and_then(|pager| {
+        out.flush().ok()?;
+        spawn(&pager)
+            .map_err(|e| tracing::debug!(pager, error = %e, "the pager could not run; writing directly"))
+            .ok()
+    });
+    let Some(mut child) = child else {
+        let mut fitted = Fitted::new(out, width);
+        return quit_is_fine(render(&mut fitted).and_then(|()| Ok(fitted.finish()?)));
+    };
+    // Ctrl-C in the pager reaches this process too: it must not end it
+    // and hand the terminal back to the shell while the pager still runs.
+    let _calm = IgnoreInterrupts::start();
+    let rendered = match child.stdin.take() {
+        Some(stdin) => {
+            let mut stdin = io::BufWriter::new(stdin);
+            let mut fitted = Fitted::new(&mut stdin, width);
+            let written = render(&mut fitted).and_then(|()| Ok(fitted.finish()?));
+            quit_is_fine(written.and_then(|()| Ok(stdin.flush()?)))
         }
+        None => Ok(()),
+    };
+    child.wait()?;
+    rendered
+}
+
+/// A pager that stopped reading (the person quit it) is not an error.
+fn quit_is_fine(result: anyhow::Result<()>) -> anyhow::Result<()> {
+    match result {
+        Err(e) if e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) => {
+            Ok(())
+        }
+        other => other,
     }
-    out.write_all(fitted.as_bytes())
+}
+
+/// A writer that clips every line to `width` columns ([`clip`]) on its way
+/// to `inner`.
+struct Fitted<'w> {
+    inner: &'w mut dyn Write,
+    width: usize,
+    /// The start of a line not yet ended.
+    line: Vec<u8>,
+}
+
+impl<'w> Fitted<'w> {
+    fn new(inner: &'w mut dyn Write, width: usize) -> Fitted<'w> {
+        Fitted { inner, width, line: Vec::new() }
+    }
+
+    fn emit(&mut self, line: &[u8], end: &[u8]) -> io::Result<()> {
+        let text = String::from_utf8_lossy(line);
+        self.inner.write_all(clip(&text, self.width).as_bytes())?;
+        self.inner.write_all(end)
+    }
+
+    /// Writes a last line without its `\n`, then flushes.
+    fn finish(&mut self) -> io::Result<()> {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.emit(&line, b"")?;
+        }
+        self.inner.flush()
+    }
+}
+
+impl Write for Fitted<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let mut rest = bytes;
+        while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+            if self.line.is_empty() {
+                self.emit(&rest[..at], b"\n")?;
+            } else {
+                self.line.extend_from_slice(&rest[..at]);
+                let line = std::mem::take(&mut self.line);
+                self.emit(&line, b"\n")?;
+            }
+            rest = &rest[at + 1..];
+        }
+        self.line.extend_from_slice(rest);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The terminal's width in columns (see the module docs).
@@ -61,11 +149,10 @@ pub(crate) fn pager_command(env: impl Fn(&str) -> Option<String>) -> Option<Stri
     (!chosen.is_empty() && chosen != "cat").then(|| chosen.to_owned())
 }
 
-/// Runs `pager` with `text` on its stdin and waits for it. A command with
-/// shell syntax runs through `sh -c`; a plain one (`less -FRX`) directly,
-/// so one that does not exist is an error here, not a shell's complaint.
-/// The person quitting before the end (a closed pipe) is not an error.
-fn page(pager: &str, text: &[u8]) -> io::Result<()> {
+/// Starts `pager` reading its stdin from a pipe. A command with shell
+/// syntax runs through `sh -c`; a plain one (`less -FRX`) directly, so one
+/// that does not exist is an error here, not a shell's complaint.
+fn spawn(pager: &str) -> io::Result<std::process::Child> {
     let shell = pager.contains(['|', '&', ';', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?']);
     let mut command = if shell {
         let mut c = Command::new("sh");
@@ -77,21 +164,7 @@ fn page(pager: &str, text: &[u8]) -> io::Result<()> {
         c.args(words);
         c
     };
-    let mut child = command.stdin(Stdio::piped()).spawn()?;
-    // Ctrl-C in the pager reaches this process too: it must not end it
-    // and hand the terminal back to the shell while the pager still runs.
-    let _calm = IgnoreInterrupts::start();
-    if let Some(mut stdin) = child.stdin.take() {
-        match stdin.write_all(text) {
-            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-                let _ = child.wait();
-                return Err(e);
-            }
-            _ => {}
-        }
-    }
-    child.wait()?;
-    Ok(())
+    command.stdin(Stdio::piped()).spawn()
 }
 
 /// While it lives, SIGINT is caught and dropped (a tokio signal listener,
@@ -121,6 +194,7 @@ impl IgnoreInterrupts {
 }
 
 /// Every line of `text` clipped to `width` columns ([`clip`]).
+#[cfg(test)]
 pub(crate) fn fit(text: &str, width: usize) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
@@ -228,7 +302,22 @@ mod tests {
 
     #[test]
     fn a_pager_that_cannot_start_is_an_error_to_fall_back_from() {
-        assert!(page("/no/such/pager -x", b"text").is_err());
-        assert!(page("true", b"text").is_ok(), "one that quits early is fine");
+        assert!(spawn("/no/such/pager -x").is_err());
+        let started = spawn("true").and_then(|mut c| c.wait());
+        assert!(started.is_ok_and(|s| s.success()));
+    }
+
+    #[test]
+    fn lines_are_clipped_as_they_are_written_in_any_pieces() {
+        let text = "a long line\nok\nlast one";
+        for piece in 1..text.len() {
+            let mut out = Vec::new();
+            let mut fitted = Fitted::new(&mut out, 6);
+            for chunk in text.as_bytes().chunks(piece) {
+                fitted.write_all(chunk).unwrap_or_else(|e| panic!("{e}"));
+            }
+            fitted.finish().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(String::from_utf8_lossy(&out), fit(text, 6), "pieces of {piece}");
+        }
     }
 }

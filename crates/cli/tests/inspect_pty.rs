@@ -36,10 +36,15 @@ fn marking_pager(dir: &Path) -> PathBuf {
 /// `palimpsest inspect FIXTURE ARGS` on a pty with `env` (and no pager
 /// variables but those); the screen (CRs dropped) and the exit code.
 fn inspect(env: &[(&str, &str)], args: &[&str]) -> (String, i32) {
+    inspect_file(&fixture(), env, args)
+}
+
+/// [`inspect`] of `file`.
+fn inspect_file(file: &Path, env: &[(&str, &str)], args: &[&str]) -> (String, i32) {
     let mut command = Command::new(BIN);
     command
         .arg("inspect")
-        .arg(fixture())
+        .arg(file)
         .args(args)
         .env("TERM", "xterm")
         .env_remove("PAGER")
@@ -199,4 +204,24 @@ fn ctrl_c_while_the_pager_runs_does_not_end_inspect_before_it() {
     let status = session.get_process().wait();
     assert!(matches!(status, Ok(WaitStatus::Exited(_, 0))), "inspect waited for the pager: {status:?}");
     assert!(String::from_utf8_lossy(&bytes).contains(END));
+}
+
+/// A person who quits the pager after a screen of a long session (the
+/// pager stops reading while the timeline is still being written to it)
+/// ends `inspect` quietly: exit 0, no broken-pipe error.
+#[test]
+fn quitting_the_pager_early_ends_inspect_quietly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = String::from(r#"{"type":"session","version":0,"id":"long","createdAt":0}"#);
+    text.push('\n');
+    for seq in 0..20_000u64 {
+        text.push_str(&format!(r#"{{"seq":{seq},"time":{seq},"type":"x/tick","data":{{"n":{seq}}}}}"#));
+        text.push('\n');
+    }
+    let file = dir.path().join("long.jsonl");
+    std::fs::write(&file, text).expect("write the session");
+    let (screen, code) = inspect_file(&file, &[("COLUMNS", "60"), ("PALIMPSEST_PAGER", "head -n 3")], &[]);
+    assert_eq!(code, 0, "{screen}");
+    assert_eq!(screen.lines().count(), 3, "the pager's three lines: {screen}");
+    assert!(!screen.contains("error"), "{screen}");
 }
