@@ -504,10 +504,13 @@ impl SurfaceTools {
     fn check(&self, view: SessionView<'_>, event: &Event, fact: &Fact, out: &mut Vec<Violation>) {
         let Some(op @ SurfaceOp::Replace { .. }) = event.surface_op() else { return };
         let shadowed = view.shadowed_by(op);
+        // In order of first touch (the findings' order), each call once: a
+        // compaction touches hundreds of calls, so membership is a set.
         let mut touched: Vec<&str> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for seq in shadowed {
             for id in self.by_seq.get(seq).map(Side::ids).unwrap_or_default() {
-                if !touched.contains(&id.as_str()) {
+                if seen.insert(id.as_str()) {
                     touched.push(id);
                 }
             }
