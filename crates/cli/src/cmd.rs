@@ -91,14 +91,16 @@ pub(crate) fn warn_invariants(origin: &str, found: &[check::Finding]) {
 
 /// `palimpsest validate STORE [--json]`: the session, and for a SQLite
 /// store the store as a whole too (`store-orphan-events`, `store-seq-gap`,
-/// `store-integrity`: see [`Store::check_store`](crate::store_arg::Store::check_store)).
+/// `store-integrity`: see [`Store::check_store_beside`](crate::store_arg::Store::check_store_beside)).
 pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     // The log streams through the checks: memory is bounded by the
     // surface, not the log (issue 18).
     let target = store_arg::open(args, Access::Read)?;
-    let mut checked = target.check_keeping(check::Retain::Surface)?;
+    // A SQLite store is audited as a whole beside the session's check.
+    let (checked, store) = target.store.check_store_beside(|| target.check_keeping(check::Retain::Surface));
+    let mut checked = checked?;
     report_tail(&checked);
-    if let Some(store) = target.store.check_store()? {
+    if let Some(store) = store? {
         checked.add_store(store);
     }
     report_violations(&checked);

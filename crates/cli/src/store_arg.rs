@@ -152,13 +152,36 @@ impl Store {
     }
 
     /// Checks a SQLite store as a whole, beyond the session being read
-    /// (`SqliteStore::check_store`): every finding is a violation without a
-    /// seq, named by its stable code (`store-integrity`,
-    /// `store-orphan-events`, `store-seq-gap`). `None` for JSONL stores,
-    /// whose files hold one session each.
-    pub(crate) fn check_store(&self) -> Result<Option<StoreFindings>, CliError> {
-        let Store::Sqlite(s) = self else { return Ok(None) };
-        let found = s.check_store().map_err(|e| from_store(&e, &self.shown()))?;
+    /// (`SqliteStore::check_store`), while `beside` runs: every finding is a
+    /// violation without a seq, named by its stable code
+    /// (`store-integrity`, `store-orphan-events`, `store-seq-gap`); `None`
+    /// for JSONL stores, whose files hold one session each. The audit runs
+    /// on a thread of its own with a connection of its own: it reads every
+    /// page of the store while the session's check reads its rows, and the
+    /// two overlap (both only read). An in-memory store is audited after.
+    pub(crate) fn check_store_beside<R: Send>(
+        &self,
+        beside: impl FnOnce() -> R + Send,
+    ) -> (R, Result<Option<StoreFindings>, CliError>) {
+        let Store::Sqlite(s) = self else { return (beside(), Ok(None)) };
+        let Some(path) = s.path() else {
+            let value = beside();
+            return (value, self.store_findings(s));
+        };
+        std::thread::scope(|scope| {
+            let audit = scope.spawn(|| {
+                let own = SqliteStore::open_read_only(path).map_err(|e| from_store(&e, &self.shown()))?;
+                self.store_findings(&own)
+            });
+            let value = beside();
+            let found =
+                audit.join().unwrap_or_else(|_| Err(CliError::io(self.shown(), "the store's audit failed")));
+            (value, found)
+        })
+    }
+
+    fn store_findings(&self, store: &SqliteStore) -> Result<Option<StoreFindings>, CliError> {
+        let found = store.check_store().map_err(|e| from_store(&e, &self.shown()))?;
         let findings = found.into_iter().map(|v| Finding::store(v.code, v.message)).collect();
         Ok(Some(StoreFindings { origin: self.shown(), findings }))
     }

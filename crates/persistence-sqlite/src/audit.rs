@@ -59,39 +59,40 @@ pub(crate) fn check(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<Stor
         return Ok(found);
     }
 
+    // One scan of the events for both: per session id, its rows and seqs,
+    // and whether a sessions row names it.
     let mut stmt = tx.prepare(
-        "SELECT session_id, count(*), min(seq), max(seq) FROM events \
-         WHERE session_id NOT IN (SELECT id FROM sessions) \
-         GROUP BY session_id ORDER BY session_id",
+        "SELECT session_id, count(*), min(seq), max(seq), session_id IN (SELECT id FROM sessions) \
+         FROM events GROUP BY session_id ORDER BY session_id",
     )?;
-    let orphans = stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+    let groups = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, bool>(4)?,
+        ))
     })?;
-    for orphan in orphans {
-        let (id, count, min, max) = orphan?;
-        found.push(StoreViolation::new(
-            STORE_ORPHAN_EVENTS,
-            Some(id.clone()),
-            format!(
-                "{count} event rows (seqs {} to {}) belong to session {id:?}, which has no sessions row: \
-                 no command sees them",
-                codec::from_sql_int(min),
-                codec::from_sql_int(max)
-            ),
-        ));
-    }
-
-    let mut stmt = tx.prepare(
-        "SELECT session_id, count(*), min(seq), max(seq) FROM events \
-         WHERE session_id IN (SELECT id FROM sessions) \
-         GROUP BY session_id HAVING min(seq) <> 0 OR max(seq) <> count(*) - 1 \
-         ORDER BY session_id",
-    )?;
-    let gaps = stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
-    })?;
-    for gap in gaps {
-        let (id, count, min, max) = gap?;
+    let mut gaps = Vec::new();
+    for group in groups {
+        let (id, count, min, max, has_session) = group?;
+        if !has_session {
+            found.push(StoreViolation::new(
+                STORE_ORPHAN_EVENTS,
+                Some(id.clone()),
+                format!(
+                    "{count} event rows (seqs {} to {}) belong to session {id:?}, which has no sessions row: \
+                     no command sees them",
+                    codec::from_sql_int(min),
+                    codec::from_sql_int(max)
+                ),
+            ));
+            continue;
+        }
+        if min == 0 && max == count - 1 {
+            continue;
+        }
         let (min, max) = (codec::from_sql_int(min), codec::from_sql_int(max));
         let detail = if min != 0 {
             format!("its first stored seq is {min}, not 0")
@@ -100,11 +101,13 @@ pub(crate) fn check(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<Stor
             // max + 1 - count of them are missing.
             format!("{} seqs between 0 and {max} are missing", i128::from(max) + 1 - i128::from(count))
         };
-        found.push(StoreViolation::new(
+        gaps.push(StoreViolation::new(
             STORE_SEQ_GAP,
             Some(id.clone()),
             format!("session {id:?} holds {count} events with seqs {min} to {max}: {detail}"),
         ));
     }
+    // Orphans first, then gaps, each in session id order.
+    found.extend(gaps);
     Ok(found)
 }
