@@ -9,10 +9,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use palimpsest_core_session::jsonl::ReadOptions;
+use palimpsest_core_session::SessionHeader;
 use palimpsest_invariants::{Report, Retain};
+use palimpsest_persistence::SessionStore;
+use palimpsest_persistence_jsonl::JsonlStore;
+use palimpsest_persistence_sqlite::SqliteStore;
 
 use crate::report::Row;
 use crate::sections::{per_sec, row, with_baseline};
@@ -109,6 +114,47 @@ fn measure(dir: &Path, runs: usize, args: &[&str]) -> Result<Run, String> {
     })
 }
 
+/// Sessions in the many-sessions store of [`many_sessions`].
+const MANY: usize = 10_000;
+
+/// Events in each of them.
+const MANY_EVENTS: usize = 27;
+
+/// Set once the many-sessions rows ran: they do not depend on the
+/// workload's size, so they are measured at the first size only.
+static MANY_DONE: AtomicBool = AtomicBool::new(false);
+
+/// `palimpsest sessions` on a SQLite store and a JSONL directory of
+/// [`MANY`] sessions of [`MANY_EVENTS`] events each (issue 18: at most
+/// 300 ms): what a picker costs on a store people have used for a while.
+fn many_sessions(w: &Workload, dir: &Path) -> Result<Vec<Row>, String> {
+    let db = SqliteStore::open(&dir.join("many.db")).map_err(|e| e.to_string())?;
+    let jsonl = JsonlStore::open(&dir.join("many")).map_err(|e| e.to_string())?;
+    let (header, events) = crate::workload::generate(MANY_EVENTS, 7);
+    for i in 0..MANY {
+        let header = SessionHeader { id: format!("session-{i:05}"), ..header.clone() };
+        for store in [&db as &dyn SessionStore, &jsonl] {
+            store.create_with_events(&header, &events).map_err(|e| e.to_string())?;
+        }
+    }
+    drop((db, jsonl));
+    let mut rows = Vec::new();
+    for (name, store) in [("SQLite", "many.db"), ("JSONL store", "many/")] {
+        let run = measure(dir, 3, &["sessions", store])?;
+        rows.push(Row {
+            higher_is_better: false,
+            ..row(
+                "cli",
+                &format!("palimpsest sessions, {MANY} sessions ({name}), whole process"),
+                w,
+                run.seconds * 1e3,
+                "ms",
+            )
+        });
+    }
+    Ok(rows)
+}
+
 /// Runs the whole section on `w`.
 pub(crate) fn cli(w: &Workload) -> Result<Vec<Row>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -183,6 +229,10 @@ pub(crate) fn cli(w: &Workload) -> Result<Vec<Row>, String> {
             higher_is_better: false,
             ..row("cli", &format!("peak RSS, derive --request ({name})"), w, mb(run), "MB")
         });
+    }
+
+    if !MANY_DONE.swap(true, Ordering::Relaxed) {
+        rows.extend(many_sessions(w, d)?);
     }
 
     // sessions: O(sessions), whatever the session's length.

@@ -15,6 +15,10 @@ use palimpsest_core_session::jsonl::ReadOptions;
 use crate::file::{read_header, read_session_file_with, sync_dir, SessionFile};
 use crate::name::{file_name, session_id, SUFFIX};
 
+/// Sessions a thread of [`JsonlStore::summaries`] takes at least: below
+/// that, starting a thread costs more than it saves.
+const SUMMARIES_PER_THREAD: usize = 64;
+
 type Handle = Arc<Mutex<SessionFile>>;
 
 /// A [`SessionStore`] keeping each session in its own JSONL file
@@ -129,6 +133,68 @@ impl JsonlStore {
         if let Some(handle) = self.cached(session_id) {
             lock_handle(&handle).fault = Some(fault);
         }
+    }
+
+    /// Every session file of the directory and the id its name encodes,
+    /// in no order; a `.jsonl` file whose name encodes no id is `corrupt`.
+    fn session_files(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
+        let context = || format!("list {}", self.dir.display());
+        let mut files = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(|e| StoreError::io(context(), e))? {
+            let entry = entry.map_err(|e| StoreError::io(context(), e))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || !name.ends_with(SUFFIX) {
+                continue;
+            }
+            let path = entry.path();
+            // The directory entry says what it is (no stat), unless it is a
+            // link, which is followed as before.
+            let is_dir = match entry.file_type() {
+                Ok(t) if !t.is_symlink() => t.is_dir(),
+                _ => path.is_dir(),
+            };
+            if is_dir {
+                continue;
+            }
+            let Some(id) = session_id(&name) else {
+                return Err(StoreError::Corrupt {
+                    location: path.display().to_string(),
+                    detail: "a .jsonl file whose name is not the encoding of a session id".into(),
+                    cause: None,
+                });
+            };
+            files.push((path, id));
+        }
+        Ok(files)
+    }
+
+    /// The summaries of `files` (see [`SessionStore::summaries`]).
+    fn summaries_of(
+        &self,
+        files: &[(PathBuf, String)],
+    ) -> Result<palimpsest_persistence::Summaries, StoreError> {
+        let mut all = Vec::with_capacity(files.len());
+        for (path, id) in files {
+            let summary = match self.cached(id) {
+                // A session this store writes: as `summary` reads it.
+                Some(_) => self.summary(id),
+                None => crate::read_session_summary(path, self.read).map_err(|e| with_id(e, id)),
+            };
+            match summary {
+                Ok(summary) => {
+                    check_id(path, &summary.header.id, id)?;
+                    all.push((summary.header.clone(), Ok(summary)));
+                }
+                Err(e) => {
+                    if let Some(header) = read_header(path, self.read)? {
+                        check_id(path, &header.id, id)?;
+                        all.push((header, Err(e)));
+                    }
+                }
+            }
+        }
+        Ok(all)
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<String, Handle>> {
@@ -269,26 +335,8 @@ impl SessionStore for JsonlStore {
     /// an id's encoding, or whose header is unreadable or names another id,
     /// fails the listing with `corrupt` (or `version-unsupported`).
     fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
-        let context = || format!("list {}", self.dir.display());
         let mut headers = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(|e| StoreError::io(context(), e))? {
-            let entry = entry.map_err(|e| StoreError::io(context(), e))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') || !name.ends_with(SUFFIX) {
-                continue;
-            }
-            let path = entry.path();
-            if path.is_dir() {
-                continue;
-            }
-            let Some(id) = session_id(&name) else {
-                return Err(StoreError::Corrupt {
-                    location: path.display().to_string(),
-                    detail: "a .jsonl file whose name is not the encoding of a session id".into(),
-                    cause: None,
-                });
-            };
+        for (path, id) in self.session_files()? {
             if let Some(header) = read_header(&path, self.read)? {
                 check_id(&path, &header.id, &id)?;
                 headers.push(header);
@@ -296,6 +344,36 @@ impl SessionStore for JsonlStore {
         }
         headers.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(headers)
+    }
+
+    /// One open of each file: its summary reads the header too (listing
+    /// the sessions, then summarizing each, opened every file twice), and
+    /// the files are shared among the machine's cores (decoding the head
+    /// and tail lines is most of the work). A file whose summary cannot be
+    /// read is read again as `list` reads it, so the errors are `list`'s
+    /// and `summary`'s, as the default's.
+    fn summaries(&self) -> Result<palimpsest_persistence::Summaries, StoreError> {
+        let files = self.session_files()?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+        let share = files.len().div_ceil(threads).max(SUMMARIES_PER_THREAD);
+        let parts: Vec<Result<palimpsest_persistence::Summaries, StoreError>> = std::thread::scope(|scope| {
+            let workers: Vec<_> =
+                files.chunks(share.max(1)).map(|part| scope.spawn(move || self.summaries_of(part))).collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join().unwrap_or_else(|_| {
+                        Err(StoreError::io("summarize", io::Error::other("a thread failed")))
+                    })
+                })
+                .collect()
+        });
+        let mut all = Vec::with_capacity(files.len());
+        for part in parts {
+            all.extend(part?);
+        }
+        all.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        Ok(all)
     }
 
     /// Writes the session's checkpoint sidecar (`<stem>.checkpoint.json`,

@@ -80,3 +80,43 @@ fn a_torn_tail_is_left_out_as_a_load_leaves_it_out() {
     assert_eq!((summary.events, summary.turns()), (21, 10));
     assert_eq!(summary.last_turn.as_ref().map(|e| e.seq()), Some(20));
 }
+
+/// `summaries` opens each file once and shares the files among threads:
+/// on a store of hundreds of sessions, some damaged near their end, it
+/// returns what listing them and asking `summary` of each returns, in the
+/// same order, errors included.
+#[test]
+fn summaries_of_many_sessions_are_each_sessions_summary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JsonlStore::open(dir.path()).expect("open");
+    for i in 0..300u64 {
+        let mut s = Session::create(SessionHeader::new(format!("s{i:03}"), i));
+        let prompt = UserMessage { turn: None, message: Message::user("u1", &format!("prompt {i}")) };
+        s.append_surface(1, prompt, SurfaceIntent::append()).expect("prompt");
+        for turn in 1..=(i % 5) {
+            s.append_log(turn * 10, TurnStart { turn }).expect("turn/start");
+            s.append_log(turn * 10 + 1, TurnEnd { turn, reason: TurnEndReason::Completed })
+                .expect("turn/end");
+        }
+        store.create_with_events(s.header(), s.events()).expect("create");
+    }
+    drop(store);
+    for i in (7..300).step_by(41) {
+        break_line(&dir.path().join(format!("s{i:03}.jsonl")), 1);
+    }
+    let store = JsonlStore::open(dir.path()).expect("reopen");
+    let all = store.summaries().expect("summaries");
+    let one_by_one: Vec<_> =
+        store.list().expect("list").into_iter().map(|h| (h.clone(), store.summary(&h.id))).collect();
+    assert_eq!(all.len(), 300);
+    let errors = all.iter().filter(|(_, s)| s.is_err()).count();
+    assert_eq!(errors, 8, "the damaged ones hold their error");
+    for ((h1, s1), (h2, s2)) in all.iter().zip(&one_by_one) {
+        assert_eq!(h1, h2);
+        match (s1, s2) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", h1.id),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", h1.id),
+            _ => panic!("{}: {s1:?} against {s2:?}", h1.id),
+        }
+    }
+}
