@@ -128,8 +128,8 @@ static MANY_DONE: AtomicBool = AtomicBool::new(false);
 /// [`MANY`] sessions of [`MANY_EVENTS`] events each (issue 18: at most
 /// 300 ms): what a picker costs on a store people have used for a while.
 fn many_sessions(w: &Workload, dir: &Path) -> Result<Vec<Row>, String> {
-    let db = SqliteStore::open(&dir.join("many.db")).map_err(|e| e.to_string())?;
-    let jsonl = JsonlStore::open(&dir.join("many")).map_err(|e| e.to_string())?;
+    let db = SqliteStore::open(dir.join("many.db")).map_err(|e| e.to_string())?;
+    let jsonl = JsonlStore::open(dir.join("many")).map_err(|e| e.to_string())?;
     let (header, events) = crate::workload::generate(MANY_EVENTS, 7);
     for i in 0..MANY {
         let header = SessionHeader { id: format!("session-{i:05}"), ..header.clone() };

@@ -72,7 +72,7 @@ macro_rules! every_session {
         concat!(
             "WITH x AS MATERIALIZED (SELECT id, (",
             $seq,
-            ") AS m FROM sessions) SELECT e.seq, e.time, e.type, e.data, e.source_event_seqs, \
+            ") AS m FROM sessions WHERE id >= ?1 AND id <= ?2) SELECT e.seq, e.time, e.type, e.data, e.source_event_seqs, \
              e.surface_op, e.session_id FROM x JOIN events e ON e.session_id = x.id AND e.seq = x.m"
         )
     };
@@ -85,6 +85,9 @@ const ALL_LAST_TURNS: &str = every_session!(
 const ALL_FIRST_PROMPTS: &str = every_session!(
     "SELECT seq FROM events WHERE session_id = sessions.id AND type = 'user/message' ORDER BY seq LIMIT 1"
 );
+/// Sessions a connection of [`SqliteStore::summaries`] takes at least:
+/// below that, a second connection costs more than it saves.
+const SUMMARIES_PER_CONNECTION: usize = 500;
 const LIST_SESSIONS: &str =
     "SELECT id, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY id";
 
@@ -368,6 +371,57 @@ impl SqliteStore {
     }
 
     /// Every header, sorted by id, in the caller's read transaction.
+    /// The summaries of the sessions of `headers` (sorted by id), in one
+    /// read transaction: three statements over the id range they span.
+    fn summaries_of(
+        &self,
+        headers: Vec<SessionHeader>,
+    ) -> Result<palimpsest_persistence::Summaries, StoreError> {
+        let (Some(low), Some(high)) = (headers.first(), headers.last()) else { return Ok(Vec::new()) };
+        let (low, high) = (low.id.clone(), high.id.clone());
+        let summaries = self.read("summarizing every session", |tx| {
+            let mut found: HashMap<String, Result<SessionSummary, StoreError>> =
+                headers.iter().map(|h| (h.id.clone(), Ok(SessionSummary::empty(h.clone())))).collect();
+            for (sql, part) in [
+                (ALL_LAST_EVENTS, SummaryPart::LastEvent),
+                (ALL_LAST_TURNS, SummaryPart::LastTurn),
+                (ALL_FIRST_PROMPTS, SummaryPart::FirstPrompt),
+            ] {
+                let mut stmt = tx.prepare_cached(sql)?;
+                let mut rows = stmt.query([&low, &high])?;
+                while let Some(row) = rows.next()? {
+                    let id: String = row.get(6)?;
+                    let Some(Ok(summary)) = found.get_mut(&id) else { continue };
+                    let seq = match row.get::<_, i64>(0) {
+                        Ok(seq) => codec::from_sql_int(seq),
+                        Err(e) => {
+                            found.insert(id, Err(sql_err(e, &self.location, "summarizing a session")));
+                            continue;
+                        }
+                    };
+                    let event = match codec::read_row(row, None).and_then(|r| r.decode(seq)) {
+                        Ok(event) => event,
+                        Err(e) => {
+                            let error = self.corrupt(&id, Some(seq), e);
+                            found.insert(id, Err(error));
+                            continue;
+                        }
+                    };
+                    summary.record(part, event);
+                }
+            }
+            Ok(found)
+        })?;
+        let mut summaries = summaries;
+        Ok(headers
+            .into_iter()
+            .map(|h| {
+                let summary = summaries.remove(&h.id).unwrap_or_else(|| Ok(SessionSummary::empty(h.clone())));
+                (h, summary)
+            })
+            .collect())
+    }
+
     fn list_in(&self, tx: &Transaction<'_>) -> Result<Vec<SessionHeader>, ReadError> {
         let mut stmt = tx.prepare_cached(LIST_SESSIONS)?;
         let mut rows = stmt.query([])?;
@@ -835,47 +889,34 @@ impl SessionStore for SqliteStore {
     /// bracket and first prompt (each one look-up on the primary key's
     /// order per session). Only those rows are read and checked; a row
     /// that does not decode is its session's error.
+    /// The sessions, then their summaries in a few statements over the
+    /// whole store. A store of a file with many sessions is summarized in
+    /// two halves at once, the second on a read-only connection of its own
+    /// (each session's summary is read in one snapshot, as the default's
+    /// one read per session is): the look-ups are most of the time.
     fn summaries(&self) -> Result<palimpsest_persistence::Summaries, StoreError> {
-        self.read("summarizing every session", |tx| {
-            let headers = self.list_in(tx)?;
-            let mut found: HashMap<String, Result<SessionSummary, StoreError>> =
-                headers.iter().map(|h| (h.id.clone(), Ok(SessionSummary::empty(h.clone())))).collect();
-            for (sql, part) in [
-                (ALL_LAST_EVENTS, SummaryPart::LastEvent),
-                (ALL_LAST_TURNS, SummaryPart::LastTurn),
-                (ALL_FIRST_PROMPTS, SummaryPart::FirstPrompt),
-            ] {
-                let mut stmt = tx.prepare_cached(sql)?;
-                let mut rows = stmt.query([])?;
-                while let Some(row) = rows.next()? {
-                    let id: String = row.get(6)?;
-                    let Some(Ok(summary)) = found.get_mut(&id) else { continue };
-                    let seq = match row.get::<_, i64>(0) {
-                        Ok(seq) => codec::from_sql_int(seq),
-                        Err(e) => {
-                            found.insert(id, Err(sql_err(e, &self.location, "summarizing a session")));
-                            continue;
-                        }
-                    };
-                    let event = match codec::read_row(row, None).and_then(|r| r.decode(seq)) {
-                        Ok(event) => event,
-                        Err(e) => {
-                            let error = self.corrupt(&id, Some(seq), e);
-                            found.insert(id, Err(error));
-                            continue;
-                        }
-                    };
-                    summary.record(part, event);
-                }
-            }
-            Ok(headers
-                .into_iter()
-                .map(|h| {
-                    let summary = found.remove(&h.id).unwrap_or_else(|| Ok(SessionSummary::empty(h.clone())));
-                    (h, summary)
-                })
-                .collect())
-        })
+        let headers = self.read("listing the sessions", |tx| self.list_in(tx))?;
+        let split = match &self.path {
+            Some(path) if headers.len() >= 2 * SUMMARIES_PER_CONNECTION => Some(path),
+            _ => None,
+        };
+        let Some(path) = split else { return self.summaries_of(headers) };
+        let mut first = headers;
+        let second = first.split_off(first.len() / 2);
+        let (first, second) = std::thread::scope(|scope| {
+            let other = scope.spawn(|| {
+                SqliteStore::open_read_only_with(path, self.options)
+                    .and_then(|store| store.summaries_of(second))
+            });
+            let first = self.summaries_of(first);
+            let second = other.join().unwrap_or_else(|_| {
+                Err(StoreError::io("summarizing every session", std::io::Error::other("a thread failed")))
+            });
+            (first, second)
+        });
+        let mut all = first?;
+        all.extend(second?);
+        Ok(all)
     }
 
     /// Replaces the session's row of the `checkpoints` table, in one write

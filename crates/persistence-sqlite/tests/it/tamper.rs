@@ -296,3 +296,53 @@ fn a_summary_reads_only_its_rows_and_refuses_them_as_a_load_does() {
     assert_corrupt_at(&id, &err, bracket, "event-malformed");
     drop(dir);
 }
+
+/// `summaries` of a store of many sessions reads them in two halves, the
+/// second on a connection of its own: it returns what `list` and `summary`
+/// of each return, in order, a session with a tampered row holding its
+/// `corrupt` error in both halves.
+#[test]
+fn summaries_of_many_sessions_in_two_halves_are_each_sessions_summary() {
+    use palimpsest_core_session::SessionHeader;
+    let (_dir, path) = temp_db();
+    let (header, events) = {
+        let (_, bytes) = fixtures()
+            .into_iter()
+            .find(|(n, _)| n == "compaction-and-prune.jsonl")
+            .expect("the worked example");
+        parse(&bytes)
+    };
+    let store = SqliteStore::open(&path).expect("open");
+    for i in 0..1_200 {
+        let h = SessionHeader { id: format!("s{i:04}"), ..header.clone() };
+        store.create_with_events(&h, &events[..events.len() - i % 7]).expect("create");
+    }
+    drop(store);
+    let conn = Connection::open(&path).expect("raw open");
+    for id in ["s0003", "s1100"] {
+        conn.execute("UPDATE events SET data = '{\"turn\":' WHERE session_id = ?1 AND seq = 0", [id])
+            .expect("tamper");
+        conn.execute(
+            "UPDATE events SET data = '{' WHERE session_id = ?1 \
+             AND seq = (SELECT max(seq) FROM events WHERE session_id = ?1)",
+            [id],
+        )
+        .expect("tamper");
+    }
+    drop(conn);
+    let store = SqliteStore::open_read_only(&path).expect("reopen");
+    let all = store.summaries().expect("summaries");
+    let one_by_one: Vec<_> =
+        store.list().expect("list").into_iter().map(|h| (h.clone(), store.summary(&h.id))).collect();
+    assert_eq!(all.len(), 1_200);
+    let broken: Vec<&str> = all.iter().filter(|(_, s)| s.is_err()).map(|(h, _)| h.id.as_str()).collect();
+    assert_eq!(broken, ["s0003", "s1100"], "one in each half");
+    for ((h1, s1), (h2, s2)) in all.iter().zip(&one_by_one) {
+        assert_eq!(h1, h2);
+        match (s1, s2) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", h1.id),
+            (Err(a), Err(b)) => assert_eq!(a.code(), b.code(), "{}: {a} / {b}", h1.id),
+            _ => panic!("{}: {s1:?} against {s2:?}", h1.id),
+        }
+    }
+}
