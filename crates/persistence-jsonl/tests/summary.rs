@@ -91,7 +91,7 @@ fn summaries_of_many_sessions_are_each_sessions_summary() {
     let store = JsonlStore::open(dir.path()).expect("open");
     for i in 0..300u64 {
         let mut s = Session::create(SessionHeader::new(format!("s{i:03}"), i));
-        let prompt = UserMessage { turn: None, message: Message::user("u1", &format!("prompt {i}")) };
+        let prompt = UserMessage { turn: None, message: Message::user("u1", format!("prompt {i}")) };
         s.append_surface(1, prompt, SurfaceIntent::append()).expect("prompt");
         for turn in 1..=(i % 5) {
             s.append_log(turn * 10, TurnStart { turn }).expect("turn/start");
