@@ -78,7 +78,8 @@ impl ExportView {
 /// What every item of an export is shown against: the session as a
 /// streamed check left it (its surface resident), who shadowed whom, and
 /// what the header counts. The items themselves are made one event at a
-/// time ([`Doc::item`]) and written as they are made: nothing holds the log.
+/// time ([`Doc::transcript_item`], [`Doc::message_item`]) and written as
+/// they are made: nothing holds the log.
 #[derive(Debug)]
 pub(crate) struct Doc<'a> {
     /// The session (its surface resident).
