@@ -99,9 +99,15 @@ fn demo_sessions_inspect_export_fork_and_convert_work_on_a_postgres_url() {
     assert_eq!(valid["valid"], true, "{valid}");
     let events = valid["events"].as_u64().unwrap_or_default();
     assert!(events > 50, "{valid}");
-    no_secret(&ok(palimpsest(d, &["inspect", &url, "--session", &id, "--color", "never"])));
+    let inspect = ok(palimpsest(d, &["inspect", &url, "--session", &id, "--color", "never"]));
+    no_secret(&inspect);
+    // The timeline is streamed from the server a second time: every event.
+    let timeline = inspect.stdout.lines().skip_while(|l| !l.starts_with("timeline")).skip(2);
+    assert_eq!(timeline.take_while(|l| !l.is_empty()).count() as u64, events, "{}", inspect.stdout);
     let md = ok(palimpsest(d, &["export", &url, "--session", &id, "--format", "markdown"]));
     assert!(md.stdout.contains("# "), "{}", md.stdout);
+    let explained = ok(palimpsest(d, &["explain", &url, "--session", &id, "1", "--json"])).json();
+    assert_eq!(explained["seq"], 1, "{explained}");
 
     // Fork inside the store: the child is written whole, and is valid.
     let fork = ok(palimpsest(d, &["fork", &url, "--session", &id, "--at", "10"]));
