@@ -131,33 +131,68 @@ fn history_after_each_append(session: &mut Session, count: u64) -> Result<f64, S
 }
 
 /// Parent side: runs the memory probe in a fresh child process, so nothing
-/// else this process allocated counts.
+/// else this process allocated counts: on the workload, and on a log of
+/// as many small events (issue 20, item 5: every shape of event, small
+/// ones included, should cost at most twice its JSON).
 fn resident_memory(w: &Workload) -> Result<Vec<Row>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let path = dir.path().join("bench.jsonl");
-    std::fs::write(&path, &w.bytes).map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for (shape, bytes) in [("", w.bytes.clone()), (", small events", small_events(w.n))] {
+        let path = dir.path().join("bench.jsonl");
+        std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
+        let v = probe(&path)?;
+        let json = bytes.len() as f64;
+        let get = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        let per_event = json / w.n.max(1) as f64;
+        let what = if shape.is_empty() { String::new() } else { format!("{shape} ({per_event:.0} B each)") };
+        rows.push(Row {
+            higher_is_better: false,
+            ..row(
+                "rss",
+                &format!("resident memory of a loaded session / JSON bytes{what}"),
+                w,
+                get("resident") / json,
+                "x",
+            )
+        });
+        rows.push(Row {
+            higher_is_better: false,
+            ..row(
+                "rss",
+                &format!("peak resident memory while loading / JSON bytes{what}"),
+                w,
+                get("peak") / json,
+                "x",
+            )
+        });
+    }
+    Ok(rows)
+}
+
+/// A log of `n` small plugin events (`{"n":k}` payloads, a few dozen bytes
+/// a line): the shape where the fixed cost per event dominates.
+fn small_events(n: usize) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut bytes = Vec::with_capacity(n * 56 + 64);
+    let _ = writeln!(bytes, r#"{{"type":"session","version":0,"id":"small","createdAt":0}}"#);
+    for k in 0..n {
+        let _ = writeln!(bytes, r#"{{"seq":{k},"time":{k},"type":"x/tick","data":{{"n":{k}}}}}"#);
+    }
+    bytes
+}
+
+/// Runs `--memory-probe` of `path` in a child process.
+fn probe(path: &std::path::Path) -> Result<serde_json::Value, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe)
         .arg("--memory-probe")
-        .arg(&path)
+        .arg(path)
         .output()
         .map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    let json = w.bytes.len() as f64;
-    let get = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-    Ok(vec![
-        Row {
-            higher_is_better: false,
-            ..row("rss", "resident memory of a loaded session / JSON bytes", w, get("resident") / json, "x")
-        },
-        Row {
-            higher_is_better: false,
-            ..row("rss", "peak resident memory while loading / JSON bytes", w, get("peak") / json, "x")
-        },
-    ])
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
 }
 
 /// Child side: loads `file` and reports resident memory growth, in bytes.
