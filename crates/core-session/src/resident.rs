@@ -176,6 +176,12 @@ impl ResidentLog {
 
     /// Appends `event`, whose seq must be [`len`](ResidentLog::len) (the
     /// session checked it).
+    /// Room for `more` events, exactly: a log read whole is sized once,
+    /// with no growth slack left over.
+    pub(crate) fn reserve_exact(&mut self, more: usize) {
+        self.events.reserve_exact(more);
+    }
+
     pub(crate) fn push(&mut self, event: Event) {
         self.len = event.seq() + 1;
         self.events.push(event);

@@ -234,6 +234,7 @@ impl Session {
             guard,
             history: Mutex::default(),
         };
+        s.events.reserve_exact(events.len());
         for event in events {
             s.append(event)?;
         }

@@ -93,7 +93,7 @@ impl Event {
             if check_payload(seq, &event_type, &data).is_ok()
                 && check_metadata(seq, &event_type, sources.as_deref(), op).is_ok()
             {
-                return Ok(Event { seq, time, event_type, data, source_event_seqs: sources, surface_op: op });
+                return Ok(Event::from_fields(seq, time, event_type, data, sources, op));
             }
         }
         Event::from_general_parts(seq, time, event_type, data, source_event_seqs, surface_op)
@@ -145,8 +145,8 @@ impl Event {
             self.time,
             &self.event_type,
             &self.data,
-            self.source_event_seqs.as_deref(),
-            self.surface_op,
+            self.source_event_seqs(),
+            self.surface_op(),
         )
     }
 
@@ -182,7 +182,7 @@ impl Event {
         }
         out.extend_from_slice(b",\"data\":");
         out.extend_from_slice(self.data.as_bytes());
-        if let Some(sources) = &self.source_event_seqs {
+        if let Some(sources) = &self.source_event_seqs() {
             out.extend_from_slice(b",\"sourceEventSeqs\":[");
             for (i, s) in sources.iter().enumerate() {
                 if i > 0 {
@@ -192,7 +192,7 @@ impl Event {
             }
             out.push(b']');
         }
-        match self.surface_op {
+        match self.surface_op() {
             None => {}
             Some(SurfaceOp::Append) => out.extend_from_slice(b",\"surfaceOp\":\"append\""),
             Some(SurfaceOp::Replace { start, end }) => {
@@ -271,7 +271,8 @@ pub(crate) fn seq_prefix(line: &str) -> Option<u64> {
 
 impl Serialize for Event {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 4 + usize::from(self.source_event_seqs.is_some()) + usize::from(self.surface_op.is_some());
+        let n =
+            4 + usize::from(self.source_event_seqs().is_some()) + usize::from(self.surface_op().is_some());
         let mut st = s.serialize_struct("Event", n)?;
         st.serialize_field("seq", &self.seq)?;
         st.serialize_field("time", &self.time)?;
@@ -279,10 +280,10 @@ impl Serialize for Event {
         // `data` is JSON text: serde_json embeds a RawValue as it is.
         let data: &RawValue = serde_json::from_str(&self.data).map_err(serde::ser::Error::custom)?;
         st.serialize_field("data", data)?;
-        if let Some(sources) = &self.source_event_seqs {
+        if let Some(sources) = &self.source_event_seqs() {
             st.serialize_field("sourceEventSeqs", sources)?;
         }
-        if let Some(op) = &self.surface_op {
+        if let Some(op) = &self.surface_op() {
             st.serialize_field("surfaceOp", op)?;
         }
         st.end()

@@ -27,7 +27,10 @@
 //! lines and database columns, and serde's general reading) is in
 //! `event/codec.rs`.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
@@ -71,8 +74,35 @@ pub enum EventType {
     ToolResult,
     /// `session/settings`
     SessionSettings,
-    /// Any other type, e.g. `compaction/start`.
-    Plugin(Box<str>),
+    /// Any other type, e.g. `compaction/start`. The name is shared: every
+    /// event of one plugin type parsed on a thread holds the same
+    /// allocation ([`EventType::parse`]), so a log of millions of small
+    /// plugin events does not hold millions of copies of its type.
+    Plugin(Arc<str>),
+}
+
+/// Plugin type names a thread keeps shared, at most: a log with more
+/// distinct plugin types than this allocates a name per event beyond them.
+const SHARED_PLUGIN_TYPES: usize = 256;
+
+thread_local! {
+    /// The plugin type names parsed on this thread.
+    static PLUGIN_TYPES: RefCell<HashMap<Box<str>, Arc<str>>> = RefCell::new(HashMap::new());
+}
+
+/// `name` as a shared plugin type name (see [`EventType::Plugin`]).
+fn plugin_type(name: &str) -> Arc<str> {
+    PLUGIN_TYPES.with(|names| {
+        let mut names = names.borrow_mut();
+        if let Some(shared) = names.get(name) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(name);
+        if names.len() < SHARED_PLUGIN_TYPES {
+            names.insert(name.into(), Arc::clone(&shared));
+        }
+        shared
+    })
 }
 
 impl EventType {
@@ -91,7 +121,7 @@ impl EventType {
             "tool/call" => EventType::ToolCall,
             "tool/result" => EventType::ToolResult,
             "session/settings" => EventType::SessionSettings,
-            other => EventType::Plugin(other.into()),
+            other => EventType::Plugin(plugin_type(other)),
         }
     }
 
@@ -218,6 +248,15 @@ pub struct Event {
     /// The payload's JSON text, exactly as written: checked to be one JSON
     /// value (and for a core type, its payload shape) when the event was built.
     data: Box<str>,
+    /// Provenance and surface op, behind one pointer: most events of a long
+    /// log (chunks, brackets, calls, plugin events) have neither, and an
+    /// event is 32 bytes smaller for it.
+    surfacing: Option<Box<Surfacing>>,
+}
+
+/// What an event says of the surface: its provenance and how it joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Surfacing {
     source_event_seqs: Option<Box<[u64]>>,
     surface_op: Option<SurfaceOp>,
 }
@@ -228,12 +267,26 @@ impl PartialEq for Event {
             && self.time == other.time
             && self.event_type == other.event_type
             && self.data == other.data
-            && self.source_event_seqs == other.source_event_seqs
-            && self.surface_op == other.surface_op
+            && self.source_event_seqs() == other.source_event_seqs()
+            && self.surface_op() == other.surface_op()
     }
 }
 
 impl Event {
+    /// An event of these fields, checked by the caller.
+    pub(crate) fn from_fields(
+        seq: u64,
+        time: u64,
+        event_type: EventType,
+        data: Box<str>,
+        source_event_seqs: Option<Box<[u64]>>,
+        surface_op: Option<SurfaceOp>,
+    ) -> Event {
+        let surfacing = (source_event_seqs.is_some() || surface_op.is_some())
+            .then(|| Box::new(Surfacing { source_event_seqs, surface_op }));
+        Event { seq, time, event_type, data, surfacing }
+    }
+
     /// The event's position in the log.
     pub fn seq(&self) -> u64 {
         self.seq
@@ -257,12 +310,12 @@ impl Event {
 
     /// Provenance, when present (`Some(&[])` is a known empty stream).
     pub fn source_event_seqs(&self) -> Option<&[u64]> {
-        self.source_event_seqs.as_deref()
+        self.surfacing.as_ref().and_then(|s| s.source_event_seqs.as_deref())
     }
 
     /// How the event entered the surface, when it did.
     pub fn surface_op(&self) -> Option<SurfaceOp> {
-        self.surface_op
+        self.surfacing.as_ref().and_then(|s| s.surface_op)
     }
 
     /// Parses `data` into `T` (for example a payload type of
@@ -324,8 +377,8 @@ impl Event {
             time,
             self.event_type.clone(),
             self.data.clone(),
-            self.source_event_seqs.clone(),
-            self.surface_op,
+            self.source_event_seqs().map(Box::from),
+            self.surface_op(),
         )
     }
 }

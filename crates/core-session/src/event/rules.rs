@@ -79,7 +79,7 @@ impl Event {
         check_payload(seq, &event_type, &data)?;
         // `assemble` without its size check: the size was checked above.
         check_metadata(seq, &event_type, source_event_seqs.as_deref(), surface_op)?;
-        Ok(Event { seq, time, event_type, data, source_event_seqs, surface_op })
+        Ok(Event::from_fields(seq, time, event_type, data, source_event_seqs, surface_op))
     }
 
     /// Checks rules 1, 2 and 4 on an event whose payload was checked, and
@@ -95,7 +95,7 @@ impl Event {
         check_metadata(seq, &event_type, source_event_seqs.as_deref(), surface_op)?;
         let len = line_len(seq, time, &event_type, &data, source_event_seqs.as_deref(), surface_op);
         check_line_len(Some(seq), len)?;
-        Ok(Event { seq, time, event_type, data, source_event_seqs, surface_op })
+        Ok(Event::from_fields(seq, time, event_type, data, source_event_seqs, surface_op))
     }
 }
 
