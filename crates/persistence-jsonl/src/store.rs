@@ -176,16 +176,9 @@ impl JsonlStore {
     ) -> Result<palimpsest_persistence::Summaries, StoreError> {
         let mut all = Vec::with_capacity(files.len());
         for (path, id) in files {
-            let summary = match self.cached(id) {
-                // A session this store writes: as `summary` reads it.
-                Some(_) => self.summary(id),
-                None => crate::read_session_summary(path, self.read).map_err(|e| with_id(e, id)),
-            };
-            match summary {
-                Ok(summary) => {
-                    check_id(path, &summary.header.id, id)?;
-                    all.push((summary.header.clone(), Ok(summary)));
-                }
+            // `summary` reads the header too, and checks it names `id`.
+            match self.summary(id) {
+                Ok(summary) => all.push((summary.header.clone(), Ok(summary))),
                 Err(e) => {
                     if let Some(header) = read_header(path, self.read)? {
                         check_id(path, &header.id, id)?;
