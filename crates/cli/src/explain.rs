@@ -49,6 +49,7 @@ use crate::check::Retain;
 use crate::cmd::{readable_session, report_tail};
 use crate::describe::{count, join, summarize};
 use crate::error::{CliError, Exit};
+use crate::replay::Consume;
 use crate::settings_view;
 use crate::store_arg::{self, Access, StoreArgs};
 use crate::timefmt;
@@ -148,7 +149,7 @@ impl<'a> Known<'a> {
         session: &'a Session,
         seq: u64,
         chain: &[u64],
-        mut read: impl FnMut(u64, &mut dyn FnMut(&mut dyn Iterator<Item = Event>)) -> Result<(), E>,
+        mut read: impl FnMut(u64, &mut Consume<'_>) -> Result<(), E>,
     ) -> Result<Known<'a>, E> {
         let mut known = Known {
             session,
@@ -486,16 +487,9 @@ mod tests {
     /// other event read from the log.
     fn with_known<R>(log: &Session, seq: u64, f: impl FnOnce(&Known<'_>) -> R) -> R {
         let chain = palimpsest_core_session::explain::Shadowing::of(log.events()).chain(seq);
-        let mut trimmed = Session::create(log.header().clone());
-        for e in log.events() {
-            trimmed.append(e.clone()).unwrap_or_else(|e| panic!("the log was accepted once: {e}"));
-        }
-        trimmed.trim();
+        let trimmed = crate::replay::in_memory::trimmed(log);
         assert!(trimmed.resident().len() < log.events().len(), "the session holds less than the log");
-        let read = |upto: u64, consume: &mut dyn FnMut(&mut dyn Iterator<Item = Event>)| {
-            consume(&mut log.events().iter().take(upto as usize).cloned());
-            Ok::<(), ()>(())
-        };
+        let read = crate::replay::in_memory::reader::<()>(log);
         let known = Known::gather(&trimmed, seq, &chain, read).unwrap_or_else(|()| unreachable!());
         f(&known)
     }

@@ -30,6 +30,14 @@ use palimpsest_persistence::LoadSink;
 use crate::error::CliError;
 use crate::store_arg::{Store, Target};
 
+/// What a streamed read hands its events to, a piece of the log at a time.
+pub(crate) type Consume<'c> = dyn FnMut(&mut dyn Iterator<Item = Event>) + 'c;
+
+/// How a command reads the log again: `read(upto, consume)` hands the first
+/// `upto` events to `consume` ([`Target::replay`], or a log in memory in
+/// tests).
+pub(crate) type Reader<'r, E> = dyn FnMut(u64, &mut Consume<'_>) -> Result<(), E> + 'r;
+
 /// Bytes read from a file at a time.
 const PIECE_BYTES: usize = 4 << 20;
 
@@ -187,5 +195,31 @@ impl Iterator for FileEvents {
             }
         }
         None
+    }
+}
+
+/// What the streamed commands' unit tests stand on: a whole log in memory
+/// standing in for a store.
+#[cfg(test)]
+pub(crate) mod in_memory {
+    use palimpsest_core_session::Session;
+
+    /// `log` as a streamed check leaves it: trimmed to what an append needs.
+    pub(crate) fn trimmed(log: &Session) -> Session {
+        let mut trimmed = Session::create(log.header().clone());
+        for e in log.events() {
+            trimmed.append(e.clone()).unwrap_or_else(|e| panic!("the log was accepted once: {e}"));
+        }
+        trimmed.trim();
+        trimmed
+    }
+
+    /// A reader of `log` as [`Target::replay`](crate::store_arg::Target::replay)
+    /// reads a store: the first `upto` events to `consume`.
+    pub(crate) fn reader<E>(log: &Session) -> impl FnMut(u64, &mut super::Consume<'_>) -> Result<(), E> + '_ {
+        move |upto, consume: &mut super::Consume<'_>| {
+            consume(&mut log.events().iter().take(upto as usize).cloned());
+            Ok(())
+        }
     }
 }

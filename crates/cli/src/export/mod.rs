@@ -38,6 +38,7 @@ use serde_json::value::RawValue;
 use crate::check::Retain;
 use crate::cmd::{readable_session, report_tail};
 use crate::error::{CliError, Exit};
+use crate::replay::{Consume, Reader};
 use crate::settings_view;
 use crate::store_arg::{self, Access, StoreArgs};
 use palimpsest_core_session::explain::Shadowing;
@@ -515,10 +516,6 @@ impl Doc<'_> {
     }
 }
 
-/// How an export reads the log: `read(upto, consume)` hands the first
-/// `upto` events to `consume` ([`Target::replay`](crate::store_arg::Target::replay)).
-type Reader<'r, E> = dyn FnMut(u64, &mut dyn FnMut(&mut dyn Iterator<Item = Event>)) -> Result<(), E> + 'r;
-
 /// How one format writes a document: its start, each item as it is made,
 /// and its end (`any`: whether an item was written).
 pub(crate) trait Render {
@@ -639,8 +636,7 @@ pub(crate) fn export(
     let origin = checked.origin.clone();
     let shadowing = checked.report.shadowing.clone();
     let session = readable_session(checked)?;
-    let mut read =
-        |upto: u64, consume: &mut dyn FnMut(&mut dyn Iterator<Item = Event>)| target.replay(upto, consume);
+    let mut read = |upto: u64, consume: &mut Consume<'_>| target.replay(upto, consume);
     let mut render = renderer(format);
     match output {
         None => {
@@ -781,15 +777,8 @@ fn render_with(
     render: &mut dyn Render,
     out: &mut Vec<u8>,
 ) {
-    let mut trimmed = Session::create(log.header().clone());
-    for e in log.events() {
-        trimmed.append(e.clone()).unwrap_or_else(|e| panic!("the log was accepted once: {e}"));
-    }
-    trimmed.trim();
-    let mut read = |upto: u64, consume: &mut dyn FnMut(&mut dyn Iterator<Item = Event>)| {
-        consume(&mut log.events().iter().take(upto as usize).cloned());
-        Ok::<(), CliError>(())
-    };
+    let trimmed = crate::replay::in_memory::trimmed(log);
+    let mut read = crate::replay::in_memory::reader::<CliError>(log);
     write_doc(&trimmed, shadowing, view, render, &mut read, out)
         .unwrap_or_else(|e| panic!("the export: {e}"));
 }
