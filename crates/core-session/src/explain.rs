@@ -90,16 +90,28 @@ pub fn explain(session: &Session, seq: u64) -> Option<Explanation> {
 /// map as large as the shadowed part of the log, for a reader that holds
 /// the log anyway ([`Shadowing`] is the compact form).
 pub fn shadow_map(events: &[Event]) -> HashMap<u64, u64> {
-    let mut surface = SurfaceManager::new();
     let mut by = HashMap::new();
+    each_replace(events, |seq, shadowed, _| by.extend(shadowed.iter().map(|&s| (s, seq))));
+    by
+}
+
+/// Replays the surface of `events` (seqs contiguous from 0), calling
+/// `replaced(seq, shadowed, surface)` for each replace with what it took
+/// off (in surface order) and the surface after it; stops at the first
+/// event the surface rules refuse.
+fn each_replace(events: &[Event], mut replaced: impl FnMut(u64, &[u64], &[u64])) {
+    let mut surface = SurfaceManager::new();
     for e in events {
         let Ok(step) = surface.plan(events, e) else { break };
-        if let SurfaceStep::Replace { start_pos, end_pos } = step {
-            by.extend(surface.seqs()[start_pos..=end_pos].iter().map(|&s| (s, e.seq())));
-        }
+        let shadowed = match step {
+            SurfaceStep::Replace { start_pos, end_pos } => surface.seqs()[start_pos..=end_pos].to_vec(),
+            _ => Vec::new(),
+        };
         surface.apply(e.seq(), step);
+        if !shadowed.is_empty() {
+            replaced(e.seq(), &shadowed, surface.seqs());
+        }
     }
-    by
 }
 
 /// Who shadowed whom in a log, in memory that grows with the replaces, not
@@ -144,17 +156,8 @@ impl Shadowing {
     /// Replays the surface of `events` (seqs contiguous from 0); stops at
     /// the first event the surface rules refuse.
     pub fn of(events: &[Event]) -> Shadowing {
-        let mut surface = SurfaceManager::new();
         let mut shadowing = Shadowing::default();
-        for e in events {
-            let Ok(step) = surface.plan(events, e) else { break };
-            let shadowed = match step {
-                SurfaceStep::Replace { start_pos, end_pos } => surface.seqs()[start_pos..=end_pos].to_vec(),
-                _ => Vec::new(),
-            };
-            surface.apply(e.seq(), step);
-            shadowing.record(e.seq(), &shadowed, surface.seqs());
-        }
+        each_replace(events, |seq, shadowed, surface| shadowing.record(seq, shadowed, surface));
         shadowing
     }
 
