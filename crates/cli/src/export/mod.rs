@@ -344,7 +344,7 @@ impl<'a> Doc<'a> {
             position: session.surface().iter().enumerate().map(|(i, &s)| (s, i)).collect(),
             surface_took: HashMap::new(),
             t0: session.header().created_at,
-            events: 0,
+            events: session.next_seq(),
             turns: 0,
             derived: session.derive_messages().len(),
             tool_names: HashMap::new(),
@@ -380,10 +380,9 @@ impl<'a> Doc<'a> {
                 if !took.is_empty() && doc.position.contains_key(&e.seq()) {
                     doc.surface_took.insert(e.seq(), took);
                 }
-                if doc.events == 0 {
+                if e.seq() == 0 {
                     doc.t0 = e.time();
                 }
-                doc.events += 1;
                 match e.event_type() {
                     EventType::TurnStart => doc.turns += 1,
                     EventType::ToolCall if !wanted.is_empty() => {
