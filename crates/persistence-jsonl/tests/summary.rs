@@ -105,18 +105,7 @@ fn summaries_of_many_sessions_are_each_sessions_summary() {
         break_line(&dir.path().join(format!("s{i:03}.jsonl")), 1);
     }
     let store = JsonlStore::open(dir.path()).expect("reopen");
-    let all = store.summaries().expect("summaries");
-    let one_by_one: Vec<_> =
-        store.list().expect("list").into_iter().map(|h| (h.clone(), store.summary(&h.id))).collect();
-    assert_eq!(all.len(), 300);
-    let errors = all.iter().filter(|(_, s)| s.is_err()).count();
-    assert_eq!(errors, 8, "the damaged ones hold their error");
-    for ((h1, s1), (h2, s2)) in all.iter().zip(&one_by_one) {
-        assert_eq!(h1, h2);
-        match (s1, s2) {
-            (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", h1.id),
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", h1.id),
-            _ => panic!("{}: {s1:?} against {s2:?}", h1.id),
-        }
-    }
+    let broken = palimpsest_persistence::testkit::summaries_match_each_summary(&store);
+    assert_eq!(store.list().expect("list").len(), 300);
+    assert_eq!(broken.len(), 8, "the damaged ones hold their error: {broken:?}");
 }
