@@ -236,3 +236,31 @@ fn search_on_a_postgres_url_matches_sqlite_and_creates_nothing() {
         }
     }
 }
+
+/// The README's recipe for a schema of one's own (`?options=-csearch_path%3D
+/// NAME`) works on a schema that does not exist yet: a writing command
+/// creates it with the store's tables; a reading command on another new one
+/// creates nothing and says there is no store.
+#[test]
+fn a_url_naming_a_new_schema_gets_it_on_the_first_write() {
+    let Some(schema) = Schema::new() else { return };
+    let mut client = postgres::Client::connect(&base_url(), postgres::NoTls).expect("connect");
+    client.batch_execute(&format!("DROP SCHEMA {} CASCADE", schema.name)).expect("drop");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let url = schema.url();
+    let fixture = test_data("ok/crash-open.jsonl");
+    ok(palimpsest(d, &["convert", fixture.to_str().expect("utf-8"), &url]));
+    assert!(schema.tables() > 0, "the writer created the schema and its tables");
+    assert!(ok(palimpsest(d, &["sessions", &url])).stdout.contains("crash-1"));
+
+    let other = Schema { name: format!("{}_unread", schema.name) };
+    let listed = palimpsest(d, &["sessions", &other.url()]);
+    assert_ne!(listed.code, 0, "{listed:?}");
+    no_secret(&listed);
+    let exists: bool = client
+        .query_one("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", &[&other.name])
+        .and_then(|r| r.try_get(0))
+        .expect("query");
+    assert!(!exists, "reading created nothing: {}", listed.stderr);
+}

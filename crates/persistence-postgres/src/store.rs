@@ -415,16 +415,22 @@ impl PgStore {
             let (mut client, pid) = connect(&config, &location)?;
             let schema = match &options.schema {
                 Some(s) => s.clone(),
-                None => client
-                    .query_typed_one("SELECT current_schema()::text", &[])
-                    .and_then(|r| r.try_get::<_, Option<String>>(0))
-                    .map_err(|e| pg_err(e, &location, "the schema", "reading current_schema()"))?
-                    .ok_or_else(|| {
+                None => {
+                    let (current, path) = client
+                        .query_typed_one("SELECT current_schema()::text, current_setting('search_path')", &[])
+                        .and_then(|r| Ok((r.try_get::<_, Option<String>>(0)?, r.try_get::<_, String>(1)?)))
+                        .map_err(|e| pg_err(e, &location, "the schema", "reading current_schema()"))?;
+                    // No schema of the search path exists yet (a URL naming a
+                    // new one with `options=-csearch_path=...`): its first
+                    // schema is the store's, created by a writer as a schema
+                    // named in PgOptions is.
+                    current.or_else(|| first_in_search_path(&path)).ok_or_else(|| {
                         invalid_input(
                             format!("opening a store at {location}"),
                             "the connection has no current schema (empty search_path): name one in PgOptions",
                         )
-                    })?,
+                    })?
+                }
             };
             if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
                 return Err(invalid_input(
@@ -1794,5 +1800,33 @@ impl SessionStore for PgStore {
 
     fn release(&self, hold: &Hold) -> Result<(), StoreError> {
         PgStore::release(self, hold)
+    }
+}
+
+/// The first schema a `search_path` setting names, as PostgreSQL reads it:
+/// unquoted names fold to lower case, `"..."` keeps its case (a doubled
+/// `""` is one quote), and `"$user"` (the role's own schema) is skipped.
+/// `None` when it names none.
+fn first_in_search_path(path: &str) -> Option<String> {
+    path.split(',').map(str::trim).filter(|n| !n.is_empty() && *n != "\"$user\"" && *n != "$user").find_map(
+        |name| match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+            Some(quoted) => (!quoted.is_empty()).then(|| quoted.replace("\"\"", "\"")),
+            None => Some(name.to_lowercase()),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_in_search_path;
+
+    #[test]
+    fn the_first_schema_of_a_search_path_is_read_as_postgresql_reads_it() {
+        assert_eq!(first_in_search_path("my_schema").as_deref(), Some("my_schema"));
+        assert_eq!(first_in_search_path("\"$user\", public").as_deref(), Some("public"));
+        assert_eq!(first_in_search_path("  Mixed , public").as_deref(), Some("mixed"), "unquoted folds");
+        assert_eq!(first_in_search_path("\"Mixed\"\"Q\", x").as_deref(), Some("Mixed\"Q"), "quoted keeps");
+        assert_eq!(first_in_search_path(""), None);
+        assert_eq!(first_in_search_path("\"$user\""), None);
     }
 }
