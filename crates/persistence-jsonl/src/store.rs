@@ -349,9 +349,15 @@ impl SessionStore for JsonlStore {
         let files = self.session_files()?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
         let share = files.len().div_ceil(threads).max(SUMMARIES_PER_THREAD);
+        if files.len() <= share {
+            // One share: no thread to start.
+            let mut all = self.summaries_of(&files)?;
+            all.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+            return Ok(all);
+        }
         let parts: Vec<Result<palimpsest_persistence::Summaries, StoreError>> = std::thread::scope(|scope| {
             let workers: Vec<_> =
-                files.chunks(share.max(1)).map(|part| scope.spawn(move || self.summaries_of(part))).collect();
+                files.chunks(share).map(|part| scope.spawn(move || self.summaries_of(part))).collect();
             workers
                 .into_iter()
                 .map(|w| {

@@ -73,9 +73,9 @@ struct Sql {
     /// `COPY (` the events select `) TO STDOUT (FORMAT binary)`, split
     /// where the session id goes as a literal: `COPY` takes no parameters.
     copy_events: (String, String),
-    /// The header select, split where the session id goes as a literal:
-    /// it is sent after the `BEGIN` in the same simple query.
-    load_header: (String, String),
+    /// The header select up to the session id, which follows it as a
+    /// literal: it is sent after the `BEGIN` in the same simple query.
+    load_header: String,
     events_between: String,
     delete_session: String,
     delete_events: String,
@@ -141,9 +141,8 @@ impl Sql {
                 ),
                 " ORDER BY seq) TO STDOUT (FORMAT binary)".to_owned(),
             ),
-            load_header: (
-                format!("SELECT created_at, cwd, parent_session, seed_length FROM {s}.sessions WHERE id = "),
-                String::new(),
+            load_header: format!(
+                "SELECT created_at, cwd, parent_session, seed_length FROM {s}.sessions WHERE id = "
             ),
             events_between: format!(
                 "SELECT seq, time, type, data, source_event_seqs, surface_op FROM {s}.events \
@@ -1123,8 +1122,12 @@ impl PgStore {
     ) -> Result<T, StoreError> {
         // One simple query: `BEGIN` and its settings, the header. The id
         // goes in as a literal (`check_id` refused NUL).
-        let (head, tail) = &self.sql.load_header;
-        let begin = format!("{}; {LOAD_PLAN}; {head}{}{tail}", self.begin_read, quote_literal(session_id));
+        let begin = format!(
+            "{}; {LOAD_PLAN}; {}{}",
+            self.begin_read,
+            self.sql.load_header,
+            quote_literal(session_id)
+        );
         let mut inner = self.lock();
         self.with_retry(&mut inner, what, |store, client| {
             store.tx_begun_by(

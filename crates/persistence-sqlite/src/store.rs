@@ -370,7 +370,6 @@ impl SqliteStore {
         }
     }
 
-    /// Every header, sorted by id, in the caller's read transaction.
     /// The summaries of the sessions of `headers` (sorted by id), in one
     /// read transaction: three statements over the id range they span.
     fn summaries_of(
@@ -379,7 +378,7 @@ impl SqliteStore {
     ) -> Result<palimpsest_persistence::Summaries, StoreError> {
         let (Some(low), Some(high)) = (headers.first(), headers.last()) else { return Ok(Vec::new()) };
         let (low, high) = (low.id.clone(), high.id.clone());
-        let summaries = self.read("summarizing every session", |tx| {
+        let mut found = self.read("summarizing every session", |tx| {
             let mut found: HashMap<String, Result<SessionSummary, StoreError>> =
                 headers.iter().map(|h| (h.id.clone(), Ok(SessionSummary::empty(h.clone())))).collect();
             for (sql, part) in [
@@ -412,16 +411,16 @@ impl SqliteStore {
             }
             Ok(found)
         })?;
-        let mut summaries = summaries;
         Ok(headers
             .into_iter()
             .map(|h| {
-                let summary = summaries.remove(&h.id).unwrap_or_else(|| Ok(SessionSummary::empty(h.clone())));
+                let summary = found.remove(&h.id).unwrap_or_else(|| Ok(SessionSummary::empty(h.clone())));
                 (h, summary)
             })
             .collect())
     }
 
+    /// Every header, sorted by id, in the caller's read transaction.
     fn list_in(&self, tx: &Transaction<'_>) -> Result<Vec<SessionHeader>, ReadError> {
         let mut stmt = tx.prepare_cached(LIST_SESSIONS)?;
         let mut rows = stmt.query([])?;
@@ -884,16 +883,14 @@ impl SessionStore for SqliteStore {
         })
     }
 
-    /// One read transaction and four statements whatever the number of
-    /// sessions: the headers, then every session's last event, last turn
-    /// bracket and first prompt (each one look-up on the primary key's
-    /// order per session). Only those rows are read and checked; a row
-    /// that does not decode is its session's error.
-    /// The sessions, then their summaries in a few statements over the
-    /// whole store. A store of a file with many sessions is summarized in
-    /// two halves at once, the second on a read-only connection of its own
-    /// (each session's summary is read in one snapshot, as the default's
-    /// one read per session is): the look-ups are most of the time.
+    /// The headers, then every session's last event, last turn bracket and
+    /// first prompt in three statements over the whole store (each one
+    /// look-up on the primary key's order per session). Only those rows are
+    /// read and checked; a row that does not decode is its session's error.
+    /// A store of a file with many sessions is summarized in two halves at
+    /// once, the second on a read-only connection of its own (each
+    /// session's summary is read in one snapshot, as the default's one read
+    /// per session is): the look-ups are most of the time.
     fn summaries(&self) -> Result<palimpsest_persistence::Summaries, StoreError> {
         let headers = self.read("listing the sessions", |tx| self.list_in(tx))?;
         let split = match &self.path {
