@@ -127,51 +127,59 @@ pub struct EventRow {
 
 impl EventRow {
     /// Rebuilds the event at position `index` of its session, checking it as
-    /// a JSONL line would be checked.
+    /// a JSONL line would be checked. The row's `data` becomes the event's
+    /// own (not copied).
     pub fn decode(self, index: u64) -> Result<Event, LoadError> {
-        // A row has a position (its seq), not a line.
-        let at = None;
-        let seq = from_sql_int(self.seq);
-        if self.seq < 0 {
-            return Err(LoadError::LogCorrupt { line: at, detail: format!("negative seq {}", self.seq) });
-        }
-        if seq != index {
-            return Err(LoadError::Rule {
-                line: at,
-                error: AppendError::SeqNotContiguous { seq, expected: index },
-            });
-        }
-        // Each column must hold exactly one JSON value, as written: from_parts
-        // refuses trailing text; whitespace around `data` would not survive a
-        // round trip byte for byte.
-        let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-        let padded = self.data.as_bytes().first().is_some_and(json_space)
-            || self.data.as_bytes().last().is_some_and(json_space);
-        let (has_sources, has_op) = (self.source_event_seqs.is_some(), self.surface_op.is_some());
-        let event = Event::from_parts(
-            seq,
-            from_sql_int(self.time),
-            self.event_type.as_str(),
-            self.data,
-            self.source_event_seqs.as_deref(),
-            self.surface_op.as_deref(),
-        )
-        .map_err(|error| LoadError::Rule { line: at, error })?;
-        let malformed = |detail: &str| LoadError::Rule {
-            line: at,
-            error: AppendError::EventMalformed { seq: Some(seq), detail: detail.to_owned() },
-        };
-        if padded {
-            return Err(malformed("column `data` does not hold exactly one JSON value"));
-        }
-        if event.source_event_seqs().is_some() != has_sources {
-            return Err(malformed("column `source_event_seqs` does not match the event read back"));
-        }
-        if event.surface_op().is_some() != has_op {
-            return Err(malformed("column `surface_op` does not match the event read back"));
-        }
-        Ok(event)
+        let (sources, op) = (self.source_event_seqs.as_deref(), self.surface_op.as_deref());
+        decode_columns(self.seq, self.time, self.event_type.as_str(), self.data, sources, op, index)
     }
+}
+
+/// [`EventRow::decode`] of columns however they are held: `data` is moved
+/// into the event when it is a `String`, copied once when borrowed.
+fn decode_columns(
+    raw_seq: i64,
+    time: i64,
+    event_type: &str,
+    data: impl AsRef<str> + Into<String>,
+    source_event_seqs: Option<&str>,
+    surface_op: Option<&str>,
+    index: u64,
+) -> Result<Event, LoadError> {
+    // A row has a position (its seq), not a line.
+    let at = None;
+    let seq = from_sql_int(raw_seq);
+    if raw_seq < 0 {
+        return Err(LoadError::LogCorrupt { line: at, detail: format!("negative seq {raw_seq}") });
+    }
+    if seq != index {
+        return Err(LoadError::Rule {
+            line: at,
+            error: AppendError::SeqNotContiguous { seq, expected: index },
+        });
+    }
+    // Each column must hold exactly one JSON value, as written: from_parts
+    // refuses trailing text; whitespace around `data` would not survive a
+    // round trip byte for byte.
+    let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let bytes = data.as_ref().as_bytes();
+    let padded = bytes.first().is_some_and(json_space) || bytes.last().is_some_and(json_space);
+    let event = Event::from_parts(seq, from_sql_int(time), event_type, data, source_event_seqs, surface_op)
+        .map_err(|error| LoadError::Rule { line: at, error })?;
+    let malformed = |detail: &str| LoadError::Rule {
+        line: at,
+        error: AppendError::EventMalformed { seq: Some(seq), detail: detail.to_owned() },
+    };
+    if padded {
+        return Err(malformed("column `data` does not hold exactly one JSON value"));
+    }
+    if event.source_event_seqs().is_some() != source_event_seqs.is_some() {
+        return Err(malformed("column `source_event_seqs` does not match the event read back"));
+    }
+    if event.surface_op().is_some() != surface_op.is_some() {
+        return Err(malformed("column `surface_op` does not match the event read back"));
+    }
+    Ok(event)
 }
 
 /// One event row's columns as the client yields them, borrowed: what a
@@ -195,6 +203,20 @@ pub struct RowRef<'a> {
 }
 
 impl RowRef<'_> {
+    /// [`EventRow::decode`] without the row's own copy: `data` is copied
+    /// once, into the event; the other texts are read where they lie.
+    pub fn decode(&self, index: u64) -> Result<Event, LoadError> {
+        decode_columns(
+            self.seq,
+            self.time,
+            self.event_type,
+            self.data,
+            self.source_event_seqs,
+            self.surface_op,
+            index,
+        )
+    }
+
     /// The row with its texts copied.
     pub fn to_row(&self) -> EventRow {
         EventRow {
@@ -273,19 +295,16 @@ impl Batch {
         self.rows.clear();
     }
 
-    /// The rows, each with its texts copied out of the buffer.
-    fn rows(&self) -> impl Iterator<Item = EventRow> + '_ {
+    /// The rows, their texts borrowed from the buffer.
+    fn rows(&self) -> impl Iterator<Item = RowRef<'_>> + '_ {
         let text = |(start, end): (usize, usize)| self.text.get(start..end).unwrap_or_default();
-        self.rows.iter().map(move |r| {
-            RowRef {
-                seq: r.seq,
-                time: r.time,
-                event_type: text(r.event_type),
-                data: text(r.data),
-                source_event_seqs: r.source_event_seqs.map(text),
-                surface_op: r.surface_op.map(text),
-            }
-            .to_row()
+        self.rows.iter().map(move |r| RowRef {
+            seq: r.seq,
+            time: r.time,
+            event_type: text(r.event_type),
+            data: text(r.data),
+            source_event_seqs: r.source_event_seqs.map(text),
+            surface_op: r.surface_op.map(text),
         })
     }
 }
@@ -385,9 +404,9 @@ pub fn decode_into<E>(
 ) -> Result<Result<(), (u64, LoadError)>, E> {
     /// Decodes rows in order, from position `*next` on, into `consume`.
     /// `Ok(false)` when `consume` broke.
-    fn decode_onto(
+    fn decode_onto<'a>(
         next: &mut u64,
-        rows: impl IntoIterator<Item = EventRow>,
+        rows: impl IntoIterator<Item = RowRef<'a>>,
         consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
     ) -> Result<bool, (u64, LoadError)> {
         for row in rows {
@@ -406,7 +425,7 @@ pub fn decode_into<E>(
         consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
     ) -> Result<Result<(), (u64, LoadError)>, E> {
         let (mut next, mut failed) = (0, None);
-        read(&mut |row| match decode_onto(&mut next, [row.to_row()], consume) {
+        read(&mut |row| match decode_onto(&mut next, [row], consume) {
             Ok(more) => more,
             Err(e) => {
                 failed = Some(e);
