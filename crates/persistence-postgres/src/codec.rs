@@ -58,13 +58,13 @@ pub(crate) fn header_storable(header: &SessionHeader) -> Result<(), String> {
 /// Reads the columns of `SELECT seq, time, type, data, source_event_seqs,
 /// surface_op` (the schema check made sure of their types): `log-corrupt`
 /// at `line` for a value that cannot be read.
-pub(crate) fn read_row(row: &postgres::Row, line: Option<u64>) -> Result<EventRow, LoadError> {
+pub(crate) fn read_row(row: &tokio_postgres::Row, line: Option<u64>) -> Result<EventRow, LoadError> {
     read_row_ref(row, line).map(|r| r.to_row())
 }
 
 /// [`read_row`] without copying: the texts borrowed from `row`.
-pub(crate) fn read_row_ref(row: &postgres::Row, line: Option<u64>) -> Result<RowRef<'_>, LoadError> {
-    let corrupt = |e: postgres::Error| LoadError::LogCorrupt { line, detail: e.to_string() };
+pub(crate) fn read_row_ref(row: &tokio_postgres::Row, line: Option<u64>) -> Result<RowRef<'_>, LoadError> {
+    let corrupt = |e: tokio_postgres::Error| LoadError::LogCorrupt { line, detail: e.to_string() };
     Ok(RowRef {
         seq: row.try_get(0).map_err(corrupt)?,
         time: row.try_get(1).map_err(corrupt)?,

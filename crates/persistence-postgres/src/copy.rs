@@ -10,7 +10,7 @@
 //! integer is big-endian. `bigint` is sent as 8 bytes, `text` as its UTF-8
 //! bytes.
 
-use std::io::{self, BufRead, Read};
+use std::io;
 
 use palimpsest_core_session::LoadError;
 
@@ -111,89 +111,139 @@ fn row(tuple: &[u8]) -> Result<RowRef<'_>, LoadError> {
     Ok(RowRef { seq, time, event_type, data, source_event_seqs, surface_op })
 }
 
-/// Reads what is left of the stream after its trailer, so that the client
-/// sees the end of the COPY.
-fn drain(reader: &mut impl BufRead) -> io::Result<()> {
-    loop {
-        let n = reader.fill_buf()?.len();
-        if n == 0 {
-            return Ok(());
-        }
-        reader.consume(n);
-    }
-}
-
 fn early_end(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, format!("binary COPY: ended {what}"))
 }
 
-/// Reads a binary COPY stream of the event columns to its end, handing
-/// each row to `take` in order, borrowed from the reader's buffer when the
-/// row lies within one of the client's messages (the server sends one per
-/// row) and from a copy otherwise. A row whose bytes cannot be read is
-/// handed on as its error, and the read stops; so it does when `take`
-/// returns `false`. The stream itself failing (the connection, a missing
-/// signature, an early end) is the `io::Error`.
-pub(crate) fn read_rows(
-    reader: &mut impl BufRead,
-    mut take: impl FnMut(Result<RowRef<'_>, LoadError>) -> bool,
-) -> io::Result<()> {
-    let mut header = [0u8; 19];
-    reader.read_exact(&mut header)?;
-    if &header[..11] != SIGNATURE {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "binary COPY: no PGCOPY signature"));
-    }
-    let extension = u64::from(u32::from_be_bytes([header[15], header[16], header[17], header[18]]));
-    io::copy(&mut reader.by_ref().take(extension), &mut io::sink())?;
-    // A tuple split over several of the client's buffers, put together.
-    let mut spill = Vec::new();
-    loop {
-        let buf = reader.fill_buf()?;
-        if buf.is_empty() {
-            return Err(early_end("without its trailer"));
+/// Where a [`RowStream`] is in the data.
+#[derive(Debug, Default, PartialEq, Eq)]
+enum State {
+    /// Before the end of the header (signature, flags, extension).
+    #[default]
+    Header,
+    /// Between tuples.
+    Rows,
+    /// After the trailer, or after `take` stopped the read.
+    Ended,
+}
+
+/// Reads a binary COPY stream of the event columns fed to it in pieces
+/// (the client's messages: the server sends one per row, but nothing here
+/// counts on it), handing each row to `take` in order, borrowed from the
+/// piece when the row lies within one and from a copy otherwise.
+#[derive(Debug, Default)]
+pub(crate) struct RowStream {
+    state: State,
+    /// The header, or a tuple split over pieces, put together.
+    spill: Vec<u8>,
+}
+
+impl RowStream {
+    /// Reads the rows of the next piece. A row whose bytes cannot be read
+    /// is handed on as its error, and the read stops; so it does when
+    /// `take` returns `false`: then `Ok(false)`, and every later piece is
+    /// ignored. The stream itself failing (a missing signature) is the
+    /// `io::Error`.
+    pub(crate) fn feed(
+        &mut self,
+        mut piece: &[u8],
+        take: &mut impl FnMut(Result<RowRef<'_>, LoadError>) -> bool,
+    ) -> io::Result<bool> {
+        if self.state == State::Header {
+            self.spill.extend_from_slice(piece);
+            let Some(rest) = self.header_end()? else { return Ok(true) };
+            let rest = self.spill.split_off(rest);
+            self.spill.clear();
+            self.state = State::Rows;
+            return self.feed(&rest, take);
         }
-        let more = match scan(buf) {
-            Ok(Scan::Tuple(len)) => {
-                let more = take(row(&buf[..len]));
-                reader.consume(len);
-                more
-            }
-            Ok(Scan::Trailer) => {
-                reader.consume(2);
-                return drain(reader);
-            }
-            Ok(Scan::Need(_)) => {
-                spill.clear();
-                let whole = loop {
-                    match scan(&spill) {
-                        Ok(Scan::Need(need)) => {
-                            let buf = reader.fill_buf()?;
-                            if buf.is_empty() {
-                                return Err(early_end("inside a row"));
-                            }
-                            let n = buf.len().min(need - spill.len());
-                            spill.extend_from_slice(&buf[..n]);
-                            reader.consume(n);
+        if self.state == State::Ended {
+            return Ok(true);
+        }
+        if !self.spill.is_empty() {
+            loop {
+                match scan(&self.spill) {
+                    Ok(Scan::Need(need)) => {
+                        let n = piece.len().min(need - self.spill.len());
+                        self.spill.extend_from_slice(&piece[..n]);
+                        piece = &piece[n..];
+                        if self.spill.len() < need {
+                            return Ok(true);
                         }
-                        other => break other,
                     }
-                };
-                match whole {
-                    Ok(Scan::Trailer) => return drain(reader),
-                    Ok(_) => take(row(&spill)),
+                    Ok(Scan::Tuple(_)) => {
+                        let more = take(row(&self.spill));
+                        self.spill.clear();
+                        if !more {
+                            return Ok(self.stop());
+                        }
+                        break;
+                    }
+                    Ok(Scan::Trailer) => {
+                        self.state = State::Ended;
+                        return Ok(true);
+                    }
                     Err(e) => {
                         take(Err(e));
-                        false
+                        return Ok(self.stop());
                     }
                 }
             }
-            Err(e) => {
-                take(Err(e));
-                false
+        }
+        while !piece.is_empty() {
+            match scan(piece) {
+                Ok(Scan::Tuple(len)) => {
+                    if !take(row(&piece[..len])) {
+                        return Ok(self.stop());
+                    }
+                    piece = &piece[len..];
+                }
+                Ok(Scan::Trailer) => {
+                    self.state = State::Ended;
+                    return Ok(true);
+                }
+                Ok(Scan::Need(_)) => {
+                    self.spill.extend_from_slice(piece);
+                    return Ok(true);
+                }
+                Err(e) => {
+                    take(Err(e));
+                    return Ok(self.stop());
+                }
             }
-        };
-        if !more {
-            return Ok(());
+        }
+        Ok(true)
+    }
+
+    /// Where the header ends in `spill`, once it is all there.
+    fn header_end(&self) -> io::Result<Option<usize>> {
+        let got = &self.spill;
+        if got[..got.len().min(SIGNATURE.len())] != SIGNATURE[..got.len().min(SIGNATURE.len())] {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "binary COPY: no PGCOPY signature"));
+        }
+        if got.len() < 19 {
+            return Ok(None);
+        }
+        let extension = u32::from_be_bytes([got[15], got[16], got[17], got[18]]);
+        let end = 19usize.saturating_add(usize::try_from(extension).unwrap_or(usize::MAX));
+        Ok((got.len() >= end).then_some(end))
+    }
+
+    fn stop(&mut self) -> bool {
+        self.state = State::Ended;
+        self.spill = Vec::new();
+        false
+    }
+
+    /// After the last piece: an error if the data ended early (before its
+    /// trailer, inside a row or its header) without the read being
+    /// stopped.
+    pub(crate) fn finish(&self) -> io::Result<()> {
+        match self.state {
+            State::Ended => Ok(()),
+            State::Header => Err(early_end("inside its header")),
+            State::Rows if self.spill.is_empty() => Err(early_end("without its trailer")),
+            State::Rows => Err(early_end("inside a row")),
         }
     }
 }
@@ -201,33 +251,6 @@ pub(crate) fn read_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A stream of `tuples` (each a list of fields, `None` for NULL), cut
-    /// into chunks of `chunk` bytes as a client's messages might be.
-    struct Chunks {
-        bytes: Vec<u8>,
-        at: usize,
-        chunk: usize,
-    }
-
-    impl Read for Chunks {
-        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-            let n = self.fill_buf()?.len().min(out.len());
-            out[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
-            self.consume(n);
-            Ok(n)
-        }
-    }
-
-    impl BufRead for Chunks {
-        fn fill_buf(&mut self) -> io::Result<&[u8]> {
-            let end = self.at.saturating_add(self.chunk).min(self.bytes.len());
-            Ok(&self.bytes[self.at..end])
-        }
-        fn consume(&mut self, n: usize) {
-            self.at += n;
-        }
-    }
 
     fn stream(tuples: &[Vec<Option<Vec<u8>>>], trailer: bool) -> Vec<u8> {
         let mut b = SIGNATURE.to_vec();
@@ -266,12 +289,13 @@ mod tests {
     /// A row read: seq, data, surface op.
     type Read3 = (i64, String, Option<String>);
 
-    /// Every row read, or the first row error's text.
+    /// Every row read, or the first row error's text, with the stream fed
+    /// in pieces of `chunk` bytes as a client's messages might cut it.
     fn read(bytes: Vec<u8>, chunk: usize) -> io::Result<Result<Vec<Read3>, String>> {
-        let mut r = Chunks { bytes, at: 0, chunk };
+        let mut stream = RowStream::default();
         let mut rows = Vec::new();
         let mut failed = None;
-        read_rows(&mut r, |row| match row {
+        let mut take = |row: Result<RowRef<'_>, LoadError>| match row {
             Ok(row) => {
                 rows.push((row.seq, row.data.to_owned(), row.surface_op.map(str::to_owned)));
                 true
@@ -280,7 +304,13 @@ mod tests {
                 failed = Some(e.to_string());
                 false
             }
-        })?;
+        };
+        for piece in bytes.chunks(chunk.min(bytes.len()).max(1)) {
+            if !stream.feed(piece, &mut take)? {
+                break;
+            }
+        }
+        stream.finish()?;
         Ok(failed.map_or(Ok(rows), Err))
     }
 

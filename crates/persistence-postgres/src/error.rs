@@ -4,14 +4,14 @@
 use std::fmt;
 
 use palimpsest_persistence::StoreError;
-use postgres::error::SqlState;
+use tokio_postgres::error::SqlState;
 
 /// Whether `e` means the connection is gone (closed, reset, the server
 /// process terminated): every later statement on it fails, and an open
 /// transaction was rolled back by the server unless its `COMMIT` was
 /// already sent. Any other error is the server refusing one statement,
 /// which rolls back the transaction and leaves the connection usable.
-pub(crate) fn is_lost(e: &postgres::Error) -> bool {
+pub(crate) fn is_lost(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {
         return true;
     }
@@ -28,7 +28,7 @@ pub(crate) fn is_lost(e: &postgres::Error) -> bool {
 /// Whether the server refused a statement because it waited too long for
 /// a lock (`lock_timeout`), found a deadlock or could not serialize: a
 /// transient refusal, nothing written.
-pub(crate) fn is_lock_refusal(e: &postgres::Error) -> bool {
+pub(crate) fn is_lock_refusal(e: &tokio_postgres::Error) -> bool {
     let code = e.code();
     code == Some(&SqlState::LOCK_NOT_AVAILABLE)
         || code == Some(&SqlState::T_R_DEADLOCK_DETECTED)
@@ -39,7 +39,7 @@ pub(crate) fn is_lock_refusal(e: &postgres::Error) -> bool {
 /// else → `io` with the client error kept as the source. `location` is the
 /// redacted connection string.
 pub(crate) fn pg_err(
-    e: postgres::Error,
+    e: tokio_postgres::Error,
     location: &str,
     what: &str,
     context: impl fmt::Display,

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod codec;
+mod conn;
 mod copy;
 mod error;
 mod hold;

@@ -1,9 +1,9 @@
 //! The schema, how an empty PostgreSQL schema gets it, and how an opened
 //! one is checked against it (bump-and-reject: no migration).
 
+use crate::conn::Client;
 use palimpsest_persistence::StoreError;
-use postgres::types::Type;
-use postgres::Client;
+use tokio_postgres::types::Type;
 
 use crate::error::pg_err;
 
@@ -208,7 +208,7 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
     let found: Vec<(u32, String, Option<String>)> = rows
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
-        .collect::<Result<_, postgres::Error>>()
+        .collect::<Result<_, tokio_postgres::Error>>()
         .map_err(err)?;
     if found.is_empty() {
         return Ok(DbState::Empty);
@@ -279,7 +279,7 @@ fn check_table(
     let columns: Vec<(String, String, bool)> = rows
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
-        .collect::<Result<_, postgres::Error>>()
+        .collect::<Result<_, tokio_postgres::Error>>()
         .map_err(err)?;
     let (want, want_pk) = expected_columns(table);
     let want_cols: Vec<(String, String, bool)> =

@@ -11,10 +11,12 @@ use palimpsest_persistence::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, Resumable, SearchHit, SearchQuery,
     SessionStore, SessionSummary, StoreError, StoredSession, SummaryPart,
 };
-use postgres::config::SslMode;
-use postgres::error::SqlState;
-use postgres::types::{ToSql, Type};
-use postgres::{Client, Config, SimpleQueryMessage, SimpleQueryRow};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Config, SimpleQueryMessage, SimpleQueryRow};
+
+use crate::conn::{Client, ConnectError};
 
 use crate::codec::{self, Columns};
 use crate::copy;
@@ -336,11 +338,11 @@ enum TxError {
     /// A refusal decided by the store: roll back, nothing written.
     Refused(StoreError),
     /// A client error.
-    Pg(postgres::Error),
+    Pg(tokio_postgres::Error),
 }
 
-impl From<postgres::Error> for TxError {
-    fn from(e: postgres::Error) -> TxError {
+impl From<tokio_postgres::Error> for TxError {
+    fn from(e: tokio_postgres::Error) -> TxError {
         TxError::Pg(e)
     }
 }
@@ -356,10 +358,10 @@ enum Attempt {
     /// Refused by the store, rolled back.
     Refused(StoreError),
     /// Refused by the server, rolled back; the connection is still usable.
-    Failed(postgres::Error),
+    Failed(tokio_postgres::Error),
     /// The connection was lost. `committing`: after `COMMIT` was sent, so
     /// the outcome is unknown; before, the server rolled it back.
-    Lost { committing: bool, error: postgres::Error },
+    Lost { committing: bool, error: tokio_postgres::Error },
 }
 
 /// What reading a write back found.
@@ -409,7 +411,7 @@ impl PgStore {
     pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
         off_the_runtime(|| {
             let location = redact_url(url);
-            let mut config: Config = url.parse().map_err(|e: postgres::Error| {
+            let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
                 invalid_input(format!("reading the connection string {location}"), e.to_string())
             })?;
             if config.get_connect_timeout().is_none() {
@@ -680,10 +682,10 @@ impl PgStore {
     fn tx_begun_by<B, T>(
         &self,
         client: &mut Client,
-        begin: impl FnOnce(&mut Client) -> Result<B, postgres::Error>,
+        begin: impl FnOnce(&mut Client) -> Result<B, tokio_postgres::Error>,
         f: impl FnOnce(&mut Client, B) -> Result<T, TxError>,
     ) -> Result<T, Attempt> {
-        let lost_or_failed = |error: postgres::Error, committing: bool| {
+        let lost_or_failed = |error: tokio_postgres::Error, committing: bool| {
             if is_lost(&error) {
                 Attempt::Lost { committing, error }
             } else {
@@ -1165,15 +1167,18 @@ impl PgStore {
         // compares it to each index entry faster than a setting's value.
         let (head, tail) = &self.sql.copy_events;
         let copy = format!("{head}{}{tail}", quote_literal(session_id));
-        let mut rows = client.copy_out(copy.as_str())?;
         let mut rows_read = codec::RowReader::default();
         let decoded = codec::decode_into(
             codec::decode_threads(self.options.decode_threads),
-            |push| copy::read_rows(&mut rows, |row| rows_read.take(row, push)),
+            |push| {
+                let mut rows = copy::RowStream::default();
+                let mut take = |row: Result<codec::RowRef<'_>, LoadError>| rows_read.take(row, push);
+                client.copy_out(&copy, |piece| rows.feed(piece, &mut take))?;
+                rows.finish()
+            },
             &mut |event| sink.event(event),
         )
         .map_err(|e| self.copy_error(e, session_id))?;
-        drop(rows);
         rows_read
             .finish(decoded)
             .map_err(|(index, e)| TxError::Refused(self.corrupt(session_id, Some(index), e)))
@@ -1283,7 +1288,7 @@ impl PgStore {
     fn copy_error(&self, e: std::io::Error, session_id: &str) -> TxError {
         let kind = e.kind();
         let source: Box<dyn std::error::Error + Send + Sync> = match e.into_inner() {
-            Some(inner) => match inner.downcast::<postgres::Error>() {
+            Some(inner) => match inner.downcast::<tokio_postgres::Error>() {
                 Ok(pg) => return TxError::Pg(*pg),
                 Err(other) => Box::new(std::io::Error::new(kind, other)),
             },
@@ -1343,7 +1348,7 @@ fn describe_target(write: Write<'_>) -> String {
 /// Connects and reads the server process id.
 fn connect(config: &Config, location: &str) -> Result<(Client, i32), StoreError> {
     let mut client = connect_client(config)
-        .map_err(|e| StoreError::Io { context: format!("connecting to {location}"), source: Box::new(e) })?;
+        .map_err(|source| StoreError::Io { context: format!("connecting to {location}"), source })?;
     let pid: i32 = client
         .query_typed_one("SELECT pg_backend_pid()", &[])
         .and_then(|r| r.try_get(0))
@@ -1352,9 +1357,9 @@ fn connect(config: &Config, location: &str) -> Result<(Client, i32), StoreError>
 }
 
 #[cfg(feature = "tls")]
-fn connect_client(config: &Config) -> Result<Client, postgres::Error> {
+fn connect_client(config: &Config) -> Result<Client, ConnectError> {
     if config.get_ssl_mode() == SslMode::Disable {
-        return config.connect(postgres::NoTls);
+        return Client::connect(config, tokio_postgres::NoTls);
     }
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -1363,20 +1368,20 @@ fn connect_client(config: &Config) -> Result<Client, postgres::Error> {
         .with_safe_default_protocol_versions()
         .map(|b| b.with_root_certificates(roots).with_no_client_auth());
     match tls {
-        Ok(tls) => config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls)),
+        Ok(tls) => Client::connect(config, tokio_postgres_rustls::MakeRustlsConnect::new(tls)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot set up TLS; connecting without it");
-            config.connect(postgres::NoTls)
+            Client::connect(config, tokio_postgres::NoTls)
         }
     }
 }
 
 #[cfg(not(feature = "tls"))]
-fn connect_client(config: &Config) -> Result<Client, postgres::Error> {
+fn connect_client(config: &Config) -> Result<Client, ConnectError> {
     if config.get_ssl_mode() == SslMode::Require {
         tracing::warn!("sslmode=require, but this build has no TLS (the crate's `tls` feature is off)");
     }
-    config.connect(postgres::NoTls)
+    Client::connect(config, tokio_postgres::NoTls)
 }
 
 /// Refuses ids the store cannot hold: NUL (PostgreSQL text cannot store
@@ -1405,7 +1410,10 @@ fn exists_or_not_found(client: &mut Client, sql: &str, session_id: &str) -> Resu
 
 /// Reads the hold columns `holder, token, expires_at, live, left_s`
 /// starting at `first` (all NULL: no hold row).
-fn hold_from_row(row: &postgres::Row, first: usize) -> Result<Option<HoldRecord>, postgres::Error> {
+fn hold_from_row(
+    row: &tokio_postgres::Row,
+    first: usize,
+) -> Result<Option<HoldRecord>, tokio_postgres::Error> {
     let holder: Option<String> = row.try_get(first)?;
     let Some(holder) = holder else { return Ok(None) };
     Ok(Some(HoldRecord {
@@ -1429,8 +1437,8 @@ fn read_hold_for_update(
 
 /// Reads the header columns `created_at, cwd, parent_session, seed_length`,
 /// starting at column `first`.
-fn header_from_row(id: &str, row: &postgres::Row, first: usize) -> Result<SessionHeader, LoadError> {
-    let read = || -> Result<SessionHeader, postgres::Error> {
+fn header_from_row(id: &str, row: &tokio_postgres::Row, first: usize) -> Result<SessionHeader, LoadError> {
+    let read = || -> Result<SessionHeader, tokio_postgres::Error> {
         Ok(SessionHeader {
             id: id.to_owned(),
             created_at: codec::from_sql_int(row.try_get(first)?),
