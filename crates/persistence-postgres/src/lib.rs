@@ -3,8 +3,8 @@
 //! [`SCHEMA_VERSION`] and fenced holds ([`Hold`]) for one writer per
 //! session across machines.
 //!
-//! The rest of this page is the crate's README: why the synchronous
-//! `postgres` client, the schema ([`schema_sql`]), what an append
+//! The rest of this page is the crate's README: why `tokio-postgres`
+//! driven by the store, the schema ([`schema_sql`]), what an append
 //! guarantees, how an unknown commit outcome is resolved, and holds.
 //!
 //! [`SessionStore`]: palimpsest_persistence::SessionStore

@@ -1169,7 +1169,8 @@ impl PgStore {
         let copy = format!("{head}{}{tail}", quote_literal(session_id));
         let mut rows_read = codec::RowReader::default();
         let decoded = codec::decode_into(
-            codec::decode_threads(self.options.decode_threads),
+            // `0`, the store's choice: decode as rows are read (see PgOptions).
+            self.options.decode_threads.max(1),
             |push| {
                 let mut rows = copy::RowStream::default();
                 let mut take = |row: Result<codec::RowRef<'_>, LoadError>| rows_read.take(row, push);
@@ -1311,8 +1312,8 @@ impl PgStore {
     }
 }
 
-/// Runs `f` where the synchronous client may block. The `postgres` crate
-/// drives each call on a runtime of its own, which panics on a thread that
+/// Runs `f` where the blocking client may block. Each connection drives
+/// its calls on a runtime of its own (`conn.rs`), which panics on a thread that
 /// is inside another tokio runtime (an async caller, or a store call made
 /// in `block_in_place` on a current-thread runtime). There `f` runs on a
 /// scoped thread of its own; elsewhere, inline.

@@ -505,3 +505,38 @@ fn ids_that_need_quoting_load_their_own_rows() {
     }
     assert_eq!(code(store.load("it")), Err("not-found"));
 }
+
+/// A load decodes as rows are read by default; with `decode_threads: 2` a
+/// second thread decodes them in batches. Both read the same events, and
+/// both name the same first bad row, past the first batch.
+#[test]
+fn loads_on_one_thread_and_on_two_read_alike() {
+    let Some(schema) = TestSchema::new() else { return };
+    let events = ticks(0, 3000, "t");
+    let writer = schema.store();
+    writer.create_with_events(&SessionHeader::new("t", 1), &events).unwrap_or_else(|e| panic!("{e}"));
+    let on = |threads: usize| {
+        let options = PgOptions { decode_threads: threads, ..schema.options() };
+        PgStore::connect_with(&url(), options).unwrap_or_else(|e| panic!("{e}"))
+    };
+    for threads in [0, 1, 2] {
+        let loaded = on(threads).load("t").unwrap_or_else(|e| panic!("{threads} threads: {e}"));
+        assert_eq!(loaded.events, events, "{threads} threads");
+    }
+    let mut admin = schema.client();
+    admin
+        .batch_execute("UPDATE events SET data = '{\"n\": ' WHERE session_id = 't' AND seq IN (2500, 2900)")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let refusals: Vec<String> = [0, 2]
+        .into_iter()
+        .map(|threads| match on(threads).load("t") {
+            Ok(_) => panic!("{threads} threads: a bad row loaded"),
+            Err(e) => {
+                assert_eq!(e.code(), "corrupt", "{threads} threads: {e}");
+                e.to_string()
+            }
+        })
+        .collect();
+    assert!(refusals[0].contains("2500)"), "{}", refusals[0]);
+    assert_eq!(refusals[0], refusals[1]);
+}
