@@ -1,6 +1,7 @@
 //! The PostgreSQL section: the store's writes, load and resume, each beside
 //! the bare `postgres` client sending the same rows in the same
-//! transactions with no validation; then concurrent writers, from threads
+//! transactions with no validation (the load also beside a bare
+//! `tokio-postgres` select, the store's own client); then concurrent writers, from threads
 //! and from processes, beside SQLite under the same load.
 //!
 //! The server is `PALIMPSEST_TEST_PG_URL` (default [`DEFAULT_URL`]). Each
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::SessionStore;
 use palimpsest_persistence_postgres::{redact_url, schema_sql, PgOptions, PgStore};
+use futures_core::Stream as _;
 use palimpsest_persistence_sqlite::SqliteStore;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
@@ -387,6 +389,57 @@ fn bare_select(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, St
 /// The second load baseline: the header row, then the event rows as
 /// binary `COPY` (what the store reads since the fourth run), each column
 /// read into an owned value, nothing checked.
+/// The bare `tokio-postgres` client, the store's own since 2026-12-05,
+/// driven as a caller of an async client would: its connection a task of a
+/// current-thread runtime, each call one `block_on`, rows read as a stream.
+pub(crate) struct AsyncBare {
+    runtime: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+}
+
+impl AsyncBare {
+    fn connect(url: &str) -> Result<AsyncBare, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(err)?;
+        let (client, connection) = runtime
+            .block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))
+            .map_err(|e| format!("cannot reach PostgreSQL at {}: {e}", redact_url(url)))?;
+        runtime.spawn(connection);
+        Ok(AsyncBare { runtime, client })
+    }
+
+    /// [`bare_select`], the same columns copied out of the same rows.
+    fn select(&self, sql: &BareSql, id: &str) -> Result<usize, String> {
+        let client = &self.client;
+        self.runtime.block_on(async {
+            let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).await.map_err(err)?;
+            let header = header.ok_or_else(|| format!("no session {id:?}"))?;
+            std::hint::black_box((
+                header.try_get::<_, i64>(0).map_err(err)?,
+                header.try_get::<_, Option<String>>(1).map_err(err)?,
+                header.try_get::<_, Option<String>>(2).map_err(err)?,
+                header.try_get::<_, Option<i64>>(3).map_err(err)?,
+            ));
+            let params: [(&(dyn ToSql + Sync), Type); 1] = [(&id, Type::TEXT)];
+            let rows = client.query_typed_raw(&sql.events, params).await.map_err(err)?;
+            let mut rows = std::pin::pin!(rows);
+            let mut n = 0;
+            while let Some(r) = std::future::poll_fn(|cx| rows.as_mut().poll_next(cx)).await {
+                let r = r.map_err(err)?;
+                std::hint::black_box((
+                    r.try_get::<_, i64>(0).map_err(err)?,
+                    r.try_get::<_, i64>(1).map_err(err)?,
+                    r.try_get::<_, String>(2).map_err(err)?,
+                    r.try_get::<_, String>(3).map_err(err)?,
+                    r.try_get::<_, Option<String>>(4).map_err(err)?,
+                    r.try_get::<_, Option<String>>(5).map_err(err)?,
+                ));
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+}
+
 fn bare_copy(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, String> {
     use std::io::Read as _;
     let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
@@ -506,12 +559,16 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
     scratch.truncate()?;
     store.create_with_events(header, &w.events).map_err(err)?;
     scratch.analyze()?;
-    let (load, select, copied) = three_way(
+    let bare_async = AsyncBare::connect(&url)?;
+    let [load, select, copied, select_async] = in_turns(
         load_runs,
         || Ok(()),
-        || load_validate(&store, &header.id),
-        || bare_select(&mut bare, &sql, &header.id),
-        || bare_copy(&mut bare_too, &sql, &header.id),
+        [
+            &mut || timed(&mut || load_validate(&store, &header.id)),
+            &mut || timed(&mut || bare_select(&mut bare, &sql, &header.id)),
+            &mut || timed(&mut || bare_copy(&mut bare_too, &sql, &header.id)),
+            &mut || timed(&mut || bare_async.select(&sql, &header.id)),
+        ],
     )?;
     // The same, without the surface rules: where the time goes.
     let (load_only, select_again) = paired(
@@ -578,6 +635,11 @@ pub(crate) fn run(w: &Workload, processes: bool) -> Result<Vec<Row>, String> {
             row("postgres", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
             "bare postgres binary COPY of the same rows",
             per_sec(w.n, copied),
+        ),
+        with_baseline(
+            row("postgres", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
+            "bare tokio-postgres select of the same rows (one block_on per call)",
+            per_sec(w.n, select_async),
         ),
         with_baseline(
             row(
