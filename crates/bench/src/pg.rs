@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use futures_core::Stream as _;
 use palimpsest_core_session::{Event, SessionHeader};
 use palimpsest_persistence::SessionStore;
 use palimpsest_persistence_postgres::{redact_url, schema_sql, PgOptions, PgStore};
-use futures_core::Stream as _;
 use palimpsest_persistence_sqlite::SqliteStore;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
@@ -411,7 +411,8 @@ impl AsyncBare {
     fn select(&self, sql: &BareSql, id: &str) -> Result<usize, String> {
         let client = &self.client;
         self.runtime.block_on(async {
-            let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).await.map_err(err)?;
+            let header =
+                client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).await.map_err(err)?;
             let header = header.ok_or_else(|| format!("no session {id:?}"))?;
             std::hint::black_box((
                 header.try_get::<_, i64>(0).map_err(err)?,
