@@ -264,9 +264,13 @@ mod tests {
     fn the_postgres_section_runs_at_a_tiny_size() {
         let w = Workload::new(400);
         let rows = pg::run(&w, false).unwrap_or_else(|e| panic!("postgres: {e}"));
-        // 6 figures, two of them beside a second baseline; 3 concurrency
+        // 6 figures, two of them beside a second baseline and the load
+        // beside a third (the bare tokio-postgres select); 3 concurrency
         // rows for each writer count.
-        assert_eq!(rows.len(), 6 + 2 + 3 * 3);
+        assert_eq!(rows.len(), 6 + 3 + 3 * 3);
+        assert!(rows
+            .iter()
+            .any(|r| r.baseline.as_ref().is_some_and(|(name, _)| name.contains("tokio-postgres"))));
         for r in &rows {
             assert!(r.value.is_finite() && r.value > 0.0, "{} = {}", r.name, r.value);
             assert!(r.ratio().is_some_and(f64::is_finite), "{}", r.name);

@@ -8,9 +8,10 @@ mod support;
 #[test]
 fn the_postgres_section_runs_with_writer_processes() {
     let rows = support::run_section("postgres");
-    // 6 figures, two of them beside a second baseline; 3 concurrency rows
-    // per writer count, from threads and from processes.
-    assert_eq!(rows.len(), 6 + 2 + 2 * 3 * 3);
+    // 6 figures, two of them beside a second baseline and the load beside
+    // a third; 3 concurrency rows per writer count, from threads and from
+    // processes.
+    assert_eq!(rows.len(), 6 + 3 + 2 * 3 * 3);
     assert!(rows.iter().any(|r| r["name"].as_str().unwrap().contains("processes")));
     for r in &rows {
         let (value, ratio) = (r["value"].as_f64().unwrap(), r["ratio"].as_f64().unwrap());
