@@ -360,35 +360,44 @@ fn bare_events(client: &mut Client, sql: &BareSql, id: &str, events: &[Event]) -
 
 /// The bare baseline of a load: the header row and every event row, each
 /// column read into an owned value, nothing checked.
-fn bare_select(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, String> {
-    let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
-    let header = header.ok_or_else(|| format!("no session {id:?}"))?;
+/// The header row's columns, read into owned values as a client would.
+fn header_columns(header: &postgres::Row) -> Result<(), String> {
     std::hint::black_box((
         header.try_get::<_, i64>(0).map_err(err)?,
         header.try_get::<_, Option<String>>(1).map_err(err)?,
         header.try_get::<_, Option<String>>(2).map_err(err)?,
         header.try_get::<_, Option<i64>>(3).map_err(err)?,
     ));
+    Ok(())
+}
+
+/// An event row's columns, read into owned values as a client would.
+fn event_columns(r: &postgres::Row) -> Result<(), String> {
+    std::hint::black_box((
+        r.try_get::<_, i64>(0).map_err(err)?,
+        r.try_get::<_, i64>(1).map_err(err)?,
+        r.try_get::<_, String>(2).map_err(err)?,
+        r.try_get::<_, String>(3).map_err(err)?,
+        r.try_get::<_, Option<String>>(4).map_err(err)?,
+        r.try_get::<_, Option<String>>(5).map_err(err)?,
+    ));
+    Ok(())
+}
+
+fn bare_select(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, String> {
+    let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
+    let header = header.ok_or_else(|| format!("no session {id:?}"))?;
+    header_columns(&header)?;
     let params: [(&(dyn ToSql + Sync), Type); 1] = [(&id, Type::TEXT)];
     let mut rows = client.query_typed_raw(&sql.events, params).map_err(err)?;
     let mut n = 0;
     while let Some(r) = rows.next().map_err(err)? {
-        std::hint::black_box((
-            r.try_get::<_, i64>(0).map_err(err)?,
-            r.try_get::<_, i64>(1).map_err(err)?,
-            r.try_get::<_, String>(2).map_err(err)?,
-            r.try_get::<_, String>(3).map_err(err)?,
-            r.try_get::<_, Option<String>>(4).map_err(err)?,
-            r.try_get::<_, Option<String>>(5).map_err(err)?,
-        ));
+        event_columns(&r)?;
         n += 1;
     }
     Ok(n)
 }
 
-/// The second load baseline: the header row, then the event rows as
-/// binary `COPY` (what the store reads since the fourth run), each column
-/// read into an owned value, nothing checked.
 /// The bare `tokio-postgres` client, the store's own since 2026-12-05,
 /// driven as a caller of an async client would: its connection a task of a
 /// current-thread runtime, each call one `block_on`, rows read as a stream.
@@ -414,26 +423,14 @@ impl AsyncBare {
             let header =
                 client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).await.map_err(err)?;
             let header = header.ok_or_else(|| format!("no session {id:?}"))?;
-            std::hint::black_box((
-                header.try_get::<_, i64>(0).map_err(err)?,
-                header.try_get::<_, Option<String>>(1).map_err(err)?,
-                header.try_get::<_, Option<String>>(2).map_err(err)?,
-                header.try_get::<_, Option<i64>>(3).map_err(err)?,
-            ));
+            header_columns(&header)?;
             let params: [(&(dyn ToSql + Sync), Type); 1] = [(&id, Type::TEXT)];
             let rows = client.query_typed_raw(&sql.events, params).await.map_err(err)?;
             let mut rows = std::pin::pin!(rows);
             let mut n = 0;
             while let Some(r) = std::future::poll_fn(|cx| rows.as_mut().poll_next(cx)).await {
                 let r = r.map_err(err)?;
-                std::hint::black_box((
-                    r.try_get::<_, i64>(0).map_err(err)?,
-                    r.try_get::<_, i64>(1).map_err(err)?,
-                    r.try_get::<_, String>(2).map_err(err)?,
-                    r.try_get::<_, String>(3).map_err(err)?,
-                    r.try_get::<_, Option<String>>(4).map_err(err)?,
-                    r.try_get::<_, Option<String>>(5).map_err(err)?,
-                ));
+                event_columns(&r)?;
                 n += 1;
             }
             Ok(n)
@@ -441,16 +438,14 @@ impl AsyncBare {
     }
 }
 
+/// The second load baseline: the header row, then the event rows as
+/// binary `COPY` (what the store reads since the fourth run), each column
+/// read into an owned value, nothing checked.
 fn bare_copy(client: &mut Client, sql: &BareSql, id: &str) -> Result<usize, String> {
     use std::io::Read as _;
     let header = client.query_typed_opt(&sql.select_header, &[(&id, Type::TEXT)]).map_err(err)?;
     let header = header.ok_or_else(|| format!("no session {id:?}"))?;
-    std::hint::black_box((
-        header.try_get::<_, i64>(0).map_err(err)?,
-        header.try_get::<_, Option<String>>(1).map_err(err)?,
-        header.try_get::<_, Option<String>>(2).map_err(err)?,
-        header.try_get::<_, Option<i64>>(3).map_err(err)?,
-    ));
+    header_columns(&header)?;
     let literal = format!("E'{}'", id.replace('\\', "\\\\").replace('\'', "''"));
     let copy = format!("{}{literal}{}", sql.copy_events.0, sql.copy_events.1);
     // All of it first, then the columns out of the one buffer: the least
