@@ -243,6 +243,7 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
             })
         }
     }
+    let mut oids = Vec::with_capacity(TABLES.len());
     for table in TABLES {
         let Some((oid, _, _)) = found.iter().find(|t| t.1 == table) else {
             return Err(StoreError::SchemaMismatch {
@@ -252,59 +253,64 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
                 ),
             });
         };
-        check_table(client, *oid, &q, table, location)?;
+        oids.push(*oid);
+    }
+    // Every table's columns and primary key in two statements, not two per
+    // table: opening a store is part of every resume.
+    let columns = client
+        .query_typed(
+            "SELECT attrelid, attname::text, format_type(atttypid, atttypmod), attnotnull \
+             FROM pg_catalog.pg_attribute \
+             WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
+             ORDER BY attrelid, attnum",
+            &[(&oids, Type::OID_ARRAY)],
+        )
+        .map_err(err)?
+        .iter()
+        .map(|r| Ok((r.try_get::<_, u32>(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))))
+        .collect::<Result<Vec<(u32, (String, String, bool))>, tokio_postgres::Error>>()
+        .map_err(err)?;
+    let keys = client
+        .query_typed(
+            "SELECT i.indrelid, array_agg(a.attname::text ORDER BY k.ord) \
+             FROM pg_catalog.pg_index i \
+             CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = ANY($1) AND i.indisprimary \
+             GROUP BY i.indrelid",
+            &[(&oids, Type::OID_ARRAY)],
+        )
+        .map_err(err)?
+        .iter()
+        .map(|r| Ok((r.try_get::<_, u32>(0)?, r.try_get::<_, Vec<String>>(1)?)))
+        .collect::<Result<Vec<(u32, Vec<String>)>, tokio_postgres::Error>>()
+        .map_err(err)?;
+    for (table, oid) in TABLES.iter().zip(oids) {
+        let columns: Vec<(String, String, bool)> =
+            columns.iter().filter(|(o, _)| *o == oid).map(|(_, c)| c.clone()).collect();
+        let pk = keys.iter().find(|(o, _)| *o == oid).map(|(_, k)| k.clone()).unwrap_or_default();
+        check_table(&q, table, &columns, &pk)?;
     }
     Ok(DbState::Current)
 }
 
-/// Compares one table's (non-generated) columns and primary key with the
-/// expected ones.
+/// Compares one table's (non-generated) columns and primary key, as read,
+/// with the expected ones.
 fn check_table(
-    client: &mut Client,
-    oid: u32,
     q: &str,
     table: &str,
-    location: &str,
+    columns: &[(String, String, bool)],
+    pk: &[String],
 ) -> Result<(), StoreError> {
-    let err = |e| pg_err(e, location, "the schema", "reading the schema");
-    let rows = client
-        .query_typed(
-            "SELECT attname::text, format_type(atttypid, atttypmod), attnotnull \
-             FROM pg_catalog.pg_attribute \
-             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
-             ORDER BY attnum",
-            &[(&oid, Type::OID)],
-        )
-        .map_err(err)?;
-    let columns: Vec<(String, String, bool)> = rows
-        .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
-        .collect::<Result<_, tokio_postgres::Error>>()
-        .map_err(err)?;
     let (want, want_pk) = expected_columns(table);
     let want_cols: Vec<(String, String, bool)> =
         want.iter().map(|(n, t, nn)| (n.to_string(), t.to_string(), *nn)).collect();
     if columns != want_cols {
         return Err(StoreError::SchemaMismatch {
-            found: format!("table {q}.{table} ({})", describe(&columns)),
+            found: format!("table {q}.{table} ({})", describe(columns)),
             expected: format!("table {q}.{table} ({})", describe(&want_cols)),
         });
     }
-    let pk: Option<Vec<String>> = client
-        .query_typed_opt(
-            "SELECT array_agg(a.attname::text ORDER BY k.ord) \
-             FROM pg_catalog.pg_index i \
-             CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
-             JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
-             WHERE i.indrelid = $1 AND i.indisprimary",
-            &[(&oid, Type::OID)],
-        )
-        .map_err(err)?
-        .map(|r| r.try_get::<_, Option<Vec<String>>>(0))
-        .transpose()
-        .map_err(err)?
-        .flatten();
-    let pk = pk.unwrap_or_default();
     if pk != want_pk {
         return Err(StoreError::SchemaMismatch {
             found: format!("table {q}.{table} with primary key ({})", pk.join(", ")),

@@ -550,3 +550,24 @@ fn loads_on_one_thread_and_on_two_read_alike() {
     assert!(refusals[0].contains("2500)"), "{}", refusals[0]);
     assert_eq!(refusals[0], refusals[1]);
 }
+
+/// Columns and primary keys are read for all tables at once; a key in
+/// another order is still told apart, and named.
+#[test]
+fn a_primary_key_in_another_order_is_refused() {
+    let Some(schema) = TestSchema::new() else { return };
+    let mut client = schema.client();
+    client.batch_execute(&schema_sql(&schema.name)).unwrap_or_else(|e| panic!("{e}"));
+    PgStore::connect_with(&url(), schema.options()).unwrap_or_else(|e| panic!("the store as created: {e}"));
+    client
+        .batch_execute(
+            "ALTER TABLE events DROP CONSTRAINT events_pkey CASCADE; \
+             ALTER TABLE events ADD PRIMARY KEY (seq, session_id)",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = PgStore::connect_with(&url(), schema.options()).map(drop).err();
+    let err = err.unwrap_or_else(|| panic!("a reordered primary key was accepted"));
+    assert_eq!(err.code(), "schema-mismatch");
+    let text = err.to_string();
+    assert!(text.contains("primary key (seq, session_id)") && text.contains("(session_id, seq)"), "{text}");
+}
