@@ -138,3 +138,56 @@ fn loads_read_the_same_session_after_a_lost_connection() {
     }
     assert_eq!(store.load("r").unwrap_or_else(|e| panic!("{e}")).events, events);
 }
+
+/// The backend terminated whenever it is running a statement while loads
+/// run, most of whose time is their `COPY` (a load retries once after a
+/// lost connection, so one fails when cut twice): each load returns the whole session or an `io` error (never a
+/// part of it, never `corrupt`, never a hang), and once the killing stops
+/// the store has reconnected and loads the session whole.
+#[test]
+fn loads_cut_inside_their_copy_fail_whole_and_the_next_one_reads_everything() {
+    let Some(schema) = TestSchema::new() else { return };
+    let app = format!("cut_{}", schema.name);
+    let store = PgStore::connect_with(&tagged_url(&app), schema.options()).unwrap_or_else(|e| panic!("{e}"));
+    let events = ticks(0, 20_000, "c");
+    store.create_with_events(&SessionHeader::new("c", 1), &events).unwrap_or_else(|e| panic!("{e}"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let kills = Arc::new(AtomicU64::new(0));
+    let killer = {
+        let (stop, kills, app) = (Arc::clone(&stop), Arc::clone(&kills), app.clone());
+        std::thread::spawn(move || {
+            let mut admin = admin().unwrap_or_else(|| panic!("the server went away"));
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(3));
+                let killed: i64 = admin
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                         WHERE application_name = $1 AND state = 'active'",
+                        &[&app],
+                    )
+                    .and_then(|r| r.try_get(0))
+                    .unwrap_or(0);
+                kills.fetch_add(killed.unsigned_abs(), Ordering::Relaxed);
+            }
+        })
+    };
+    let (mut whole, mut failed) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (failed < 3 || whole < 3) && Instant::now() < deadline {
+        match store.load("c") {
+            Ok(loaded) => {
+                assert_eq!(loaded.events.len(), events.len(), "a load returned part of the session");
+                assert!(loaded.events == events, "a load returned other events");
+                whole += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), "io", "a cut load: {e}");
+                failed += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    killer.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+    assert!(failed > 0, "no load was cut ({whole} whole, {} kills)", kills.load(Ordering::Relaxed));
+    assert_eq!(store.load("c").unwrap_or_else(|e| panic!("after the kills: {e}")).events, events);
+}
