@@ -23,6 +23,57 @@ fn tagged_url(app: &str) -> String {
     format!("{base}{sep}application_name={app}")
 }
 
+/// Terminates the server processes of the connections named `app` (only
+/// those running a statement, when `active_only`): how many.
+fn terminate(admin: &mut postgres::Client, app: &str, active_only: bool) -> Result<i64, postgres::Error> {
+    let active = if active_only { " AND state = 'active'" } else { "" };
+    admin
+        .query_one(
+            &format!(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name = $1{active}"
+            ),
+            &[&app],
+        )
+        .and_then(|r| r.try_get(0))
+}
+
+/// A thread terminating the backends of `app` until stopped, sleeping
+/// `pause(n)` before its `n`th round.
+struct Killer {
+    stop: Arc<AtomicBool>,
+    kills: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Killer {
+    fn start(app: &str, active_only: bool, pause: impl Fn(u64) -> Duration + Send + 'static) -> Killer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let kills = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, kills, app) = (Arc::clone(&stop), Arc::clone(&kills), app.to_owned());
+            std::thread::spawn(move || {
+                let mut admin = admin().unwrap_or_else(|| panic!("the server went away"));
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    std::thread::sleep(pause(n));
+                    let killed = terminate(&mut admin, &app, active_only).unwrap_or(0);
+                    kills.fetch_add(killed.unsigned_abs(), Ordering::Relaxed);
+                }
+            })
+        };
+        Killer { stop, kills, thread }
+    }
+
+    /// Stops the thread; how many backends it terminated.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        self.kills.load(Ordering::Relaxed)
+    }
+}
+
 #[test]
 fn appends_survive_their_backend_being_terminated_again_and_again() {
     let Some(schema) = TestSchema::new() else { return };
@@ -30,27 +81,7 @@ fn appends_survive_their_backend_being_terminated_again_and_again() {
     let store = PgStore::connect_with(&tagged_url(&app), schema.options()).unwrap_or_else(|e| panic!("{e}"));
     store.create(&SessionHeader::new("k", 1)).unwrap_or_else(|e| panic!("{e}"));
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let kills = Arc::new(AtomicU64::new(0));
-    let killer = {
-        let (stop, kills, app) = (stop.clone(), kills.clone(), app.clone());
-        std::thread::spawn(move || {
-            let mut client = admin().unwrap_or_else(|| panic!("the server went away"));
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                std::thread::sleep(Duration::from_millis(2 + n % 13));
-                let killed: i64 = client
-                    .query_one(
-                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-                        &[&app],
-                    )
-                    .and_then(|r| r.try_get(0))
-                    .unwrap_or(0);
-                kills.fetch_add(killed as u64, Ordering::Relaxed);
-            }
-        })
-    };
+    let killer = Killer::start(&app, false, |n| Duration::from_millis(2 + n % 13));
 
     let mut acked: Vec<Event> = Vec::new();
     let (mut refused, mut landed_anyway, mut rounds) = (0u32, 0u32, 0u32);
@@ -77,16 +108,11 @@ fn appends_survive_their_backend_being_terminated_again_and_again() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    killer.join().unwrap_or_else(|_| panic!("killer panicked"));
+    let kills = killer.stop();
 
     let stored = schema.store().load("k").map(|s| s.events).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(stored, acked, "the log holds exactly the acknowledged batches, none twice");
-    assert!(
-        kills.load(Ordering::Relaxed) >= 10,
-        "the backend was terminated only {} times",
-        kills.load(Ordering::Relaxed)
-    );
+    assert!(kills >= 10, "the backend was terminated only {kills} times");
     assert!(acked.len() > 100, "too few appends landed to prove anything: {}", acked.len());
     // The store reconnected by itself and still writes.
     let next = ticks(acked.len() as u64, 1, "after");
@@ -98,7 +124,7 @@ fn appends_survive_their_backend_being_terminated_again_and_again() {
         }
     }
     assert!(landed, "the store never recovered");
-    eprintln_summary(rounds, refused, landed_anyway, kills.load(Ordering::Relaxed));
+    eprintln_summary(rounds, refused, landed_anyway, kills);
 }
 
 /// What the run exercised, for whoever reads the test output.
@@ -127,13 +153,7 @@ fn loads_read_the_same_session_after_a_lost_connection() {
         assert_eq!(store.load("r").unwrap_or_else(|e| panic!("round {round}: {e}")).events, events);
         let resumed = store.load_resumable("r").unwrap_or_else(|e| panic!("round {round}: {e}"));
         assert_eq!(resumed.tail, events, "round {round}");
-        let killed: i64 = admin
-            .query_one(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-                &[&app],
-            )
-            .and_then(|r| r.try_get(0))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let killed = terminate(&mut admin, &app, false).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(killed, 1, "round {round}");
     }
     assert_eq!(store.load("r").unwrap_or_else(|e| panic!("{e}")).events, events);
@@ -141,9 +161,10 @@ fn loads_read_the_same_session_after_a_lost_connection() {
 
 /// The backend terminated whenever it is running a statement while loads
 /// run, most of whose time is their `COPY` (a load retries once after a
-/// lost connection, so one fails when cut twice): each load returns the whole session or an `io` error (never a
-/// part of it, never `corrupt`, never a hang), and once the killing stops
-/// the store has reconnected and loads the session whole.
+/// lost connection, so one fails when cut twice): each load returns the
+/// whole session or an `io` error (never a part of it, never `corrupt`,
+/// never a hang), and once the killing stops the store has reconnected
+/// and loads the session whole.
 #[test]
 fn loads_cut_inside_their_copy_fail_whole_and_the_next_one_reads_everything() {
     let Some(schema) = TestSchema::new() else { return };
@@ -151,26 +172,7 @@ fn loads_cut_inside_their_copy_fail_whole_and_the_next_one_reads_everything() {
     let store = PgStore::connect_with(&tagged_url(&app), schema.options()).unwrap_or_else(|e| panic!("{e}"));
     let events = ticks(0, 20_000, "c");
     store.create_with_events(&SessionHeader::new("c", 1), &events).unwrap_or_else(|e| panic!("{e}"));
-    let stop = Arc::new(AtomicBool::new(false));
-    let kills = Arc::new(AtomicU64::new(0));
-    let killer = {
-        let (stop, kills, app) = (Arc::clone(&stop), Arc::clone(&kills), app.clone());
-        std::thread::spawn(move || {
-            let mut admin = admin().unwrap_or_else(|| panic!("the server went away"));
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(3));
-                let killed: i64 = admin
-                    .query_one(
-                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                         WHERE application_name = $1 AND state = 'active'",
-                        &[&app],
-                    )
-                    .and_then(|r| r.try_get(0))
-                    .unwrap_or(0);
-                kills.fetch_add(killed.unsigned_abs(), Ordering::Relaxed);
-            }
-        })
-    };
+    let killer = Killer::start(&app, true, |_| Duration::from_millis(3));
     let (mut whole, mut failed) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(20);
     while (failed < 3 || whole < 3) && Instant::now() < deadline {
@@ -186,8 +188,7 @@ fn loads_cut_inside_their_copy_fail_whole_and_the_next_one_reads_everything() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    killer.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-    assert!(failed > 0, "no load was cut ({whole} whole, {} kills)", kills.load(Ordering::Relaxed));
+    let kills = killer.stop();
+    assert!(failed > 0, "no load was cut ({whole} whole, {kills} kills)");
     assert_eq!(store.load("c").unwrap_or_else(|e| panic!("after the kills: {e}")).events, events);
 }
