@@ -1,10 +1,10 @@
 //! The schema, how an empty PostgreSQL schema gets it, and how an opened
 //! one is checked against it (bump-and-reject: no migration).
 
-use crate::conn::Client;
 use palimpsest_persistence::StoreError;
 use tokio_postgres::types::Type;
 
+use crate::conn::Client;
 use crate::error::pg_err;
 
 /// The schema version this build reads and writes, kept in the comment of

@@ -16,9 +16,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Config, SimpleQueryMessage, SimpleQueryRow};
 
-use crate::conn::{Client, ConnectError};
-
 use crate::codec::{self, Columns};
+use crate::conn::{Client, ConnectError};
 use crate::copy;
 use crate::error::{invalid_input, is_lost, pg_err};
 use crate::hold::{self, Hold};

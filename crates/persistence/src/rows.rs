@@ -392,7 +392,9 @@ pub fn decode_while_reading<E>(
 /// socket) yields rows on one thread only, and on the benchmark workload
 /// reading a row takes about as long as decoding and checking it, so a
 /// second decoder would wait. Pass [`decode_threads`] unless you have a
-/// reason not to.
+/// reason not to: the PostgreSQL store has one, and passes `1` by default,
+/// since reading its rows off the socket in one pass leaves too little
+/// reading to overlap for the hand-offs to pay (docs/performance.md).
 ///
 /// The result is `Ok(())` when every row read decoded (or `consume`
 /// broke), or the first bad row's error with its position; `consume` has
