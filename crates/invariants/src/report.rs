@@ -256,29 +256,75 @@ impl Report {
     /// ```
     pub fn check_jsonl_read(mut read: impl Read, options: ReadOptions, retain: Retain) -> io::Result<Report> {
         // Each piece decodes on every core (JsonlDecoder), then its events
-        // are checked in order. Reading ahead on a thread of its own was
-        // tried and not kept: decoding is most of the work, and on two cores
-        // it ran no faster and held twice the memory (docs/performance.md).
-        let mut check = JsonlCheck::new(options, retain);
-        let mut pending = Vec::with_capacity(PIECE_BYTES);
-        loop {
-            // A line longer than a piece makes `pending` grow until it
-            // ends, or until it is over the cap.
-            let read_now = read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending)?;
-            if read_now == 0 {
-                break;
-            }
-            let used = check.feed(&pending);
-            pending.drain(..used);
-            if check.is_done() {
-                return Ok(check.finish(&[]));
-            }
-            if pending.len() > check.next_line_cap() {
-                let len = pending.len() as u64 + count_to_line_end(&mut read)?;
-                return Ok(check.overlong(len, &pending));
-            }
+        // are checked in order, while the other cores wait:
+        // `check_jsonl_read_ahead` overlaps the two.
+        let mut checks = Checks::new(retain);
+        decode_pieces(&mut read, options, |decoded| checks.take(decoded))?;
+        Ok(checks.into_report())
+    }
+
+    /// [`Report::check_jsonl_read`], with the file read and decoded on a
+    /// thread of its own, a piece ahead of the checks on this one: the same
+    /// findings, with decoding and checking overlapped instead of taking
+    /// turns. The events are allocated on the reading thread and freed on
+    /// this one, so what it gains depends on the allocator: 1.7x faster
+    /// than [`Report::check_jsonl_read`] in the bench (a process that has
+    /// run a while, glibc's `malloc`), and the `palimpsest` binary's
+    /// `validate` 1.2x faster with mimalloc; but in a fresh process on
+    /// glibc's `malloc`, whose arena for the new thread grows a little at a
+    /// time, `validate` ran 1.25x *slower* (figures in
+    /// `docs/performance.md`). Measure with your allocator.
+    /// `options.decode_threads == 1` keeps everything on this thread.
+    ///
+    /// ```
+    /// use palimpsest_core_session::jsonl::ReadOptions;
+    /// use palimpsest_invariants::{Report, Retain};
+    ///
+    /// let text = r#"{"type":"session","version":0,"id":"s1","createdAt":0}
+    /// {"seq":0,"time":1,"type":"turn/start","data":{"turn":1}}
+    /// "#;
+    /// let report = Report::check_jsonl_read_ahead(text.as_bytes(), ReadOptions::default(), Retain::Surface)?;
+    /// assert!(report.is_valid());
+    /// assert_eq!(report.events_checked(), 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn check_jsonl_read_ahead(
+        read: impl Read + Send,
+        options: ReadOptions,
+        retain: Retain,
+    ) -> io::Result<Report> {
+        if options.decode_threads == 1 {
+            return Report::check_jsonl_read(read, options, retain);
         }
-        Ok(check.finish(&pending))
+        // The reading thread decodes on its own: this one is busy checking.
+        let decoding = ReadOptions { decode_threads: 1, ..options };
+        let mut checks = Checks::new(retain);
+        // Shared with the thread, and still here if it cannot start.
+        let read = std::sync::Mutex::new(read);
+        let reading = || read.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        std::thread::scope(|scope| {
+            let (send, receive) = std::sync::mpsc::sync_channel(1);
+            let spawned =
+                std::thread::Builder::new().name("palimpsest-jsonl-read".into()).spawn_scoped(scope, || {
+                    decode_pieces(&mut *reading(), decoding, move |d| send.send(d).is_ok())
+                });
+            match spawned {
+                Ok(handle) => {
+                    for decoded in receive {
+                        if !checks.take(decoded) {
+                            // Dropping the receiver stops the reader at its next piece.
+                            break;
+                        }
+                    }
+                    handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot start a reading thread; reading here");
+                    decode_pieces(&mut *reading(), options, |decoded| checks.take(decoded))
+                }
+            }
+        })?;
+        Ok(checks.into_report())
     }
 
     /// Checks a session loaded from a store: its events are each
@@ -382,8 +428,14 @@ const TRIM_EVERY: u64 = 4096;
 #[cfg(test)]
 const TRIM_EVERY: u64 = 3;
 
-/// Bytes read at a time by [`Report::check_jsonl_read`].
-const PIECE_BYTES: usize = 8 << 20;
+/// Bytes read at a time by [`Report::check_jsonl_read`]: enough for the
+/// decoder to split over the cores, and few enough that the reading thread
+/// of [`Report::check_jsonl_read_ahead`] is soon a piece ahead.
+#[cfg(not(test))]
+const PIECE_BYTES: usize = 2 << 20;
+/// Many pieces for the few lines of a test's file.
+#[cfg(test)]
+const PIECE_BYTES: usize = 97;
 
 /// Builds a [`Report`] one event at a time, as a store hands them over:
 /// every rule of sections 1, 2 and 6 on each [`push`](ReportBuilder::push)
@@ -559,11 +611,30 @@ struct Checks {
     builder: Option<ReportBuilder>,
     /// The first violation; the check ends there.
     fatal: Option<Finding>,
+    /// The end of the file, once [`decode_pieces`] reads it.
+    last: Option<Result<JsonlPrefix, LoadError>>,
 }
 
 impl Checks {
     fn new(retain: Retain) -> Checks {
-        Checks { retain, builder: None, fatal: None }
+        Checks { retain, builder: None, fatal: None, last: None }
+    }
+
+    /// Checks what [`decode_pieces`] decoded next; `false` once the check
+    /// has ended (the rest of the file need not be read).
+    fn take(&mut self, decoded: Decoded) -> bool {
+        match decoded {
+            Decoded::Lines { header, events, error } => {
+                self.header(header.as_ref());
+                self.push_all(events);
+                if let Some(error) = error {
+                    self.fail(&error);
+                }
+            }
+            Decoded::Overlong(error) => self.fail(&error),
+            Decoded::End(last) => self.last = Some(last),
+        }
+        self.fatal.is_none()
     }
 
     /// The header, once the decoder has read it.
@@ -616,7 +687,14 @@ impl Checks {
         self.into_report()
     }
 
-    fn into_report(self) -> Report {
+    /// The report: at the end of the file if [`decode_pieces`] read it,
+    /// else where the check ended.
+    fn into_report(mut self) -> Report {
+        if let Some(last) = self.last.take() {
+            if self.fatal.is_none() {
+                return self.end(last);
+            }
+        }
         match self.builder {
             Some(builder) => builder.finish(self.fatal),
             // The header could not be read: that is the fatal finding.
@@ -627,6 +705,60 @@ impl Checks {
             })),
         }
     }
+}
+
+/// What [`decode_pieces`] hands the checks, in the file's order.
+enum Decoded {
+    /// The next whole lines' events; the header with the first of these
+    /// after it is read; the decoder's error on the line after them.
+    Lines { header: Option<SessionHeader>, events: Vec<Event>, error: Option<LoadError> },
+    /// The next line is longer than the reader's cap.
+    Overlong(LoadError),
+    /// The end of the file, as the decoder read its last line.
+    End(Result<JsonlPrefix, LoadError>),
+}
+
+/// Reads `read` a piece at a time and decodes each piece's whole lines,
+/// handing them to `take` until it returns `false`, the decoder fails, or
+/// the file ends ([`Decoded::End`]). `Err` only when `read` fails.
+fn decode_pieces(
+    read: &mut impl Read,
+    options: ReadOptions,
+    mut take: impl FnMut(Decoded) -> bool,
+) -> io::Result<()> {
+    let mut decoder = JsonlDecoder::new(options);
+    let mut pending = Vec::with_capacity(PIECE_BYTES);
+    let mut header_taken = false;
+    loop {
+        // A line longer than a piece makes `pending` grow until it ends,
+        // or until it is over the cap.
+        if read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending)? == 0 {
+            break;
+        }
+        let result = decoder.feed(&pending);
+        let header = if header_taken { None } else { decoder.header().cloned() };
+        header_taken |= header.is_some();
+        let events = decoder.take_events();
+        match result {
+            Ok(used) => {
+                pending.drain(..used);
+                if !take(Decoded::Lines { header, events, error: None }) {
+                    return Ok(());
+                }
+            }
+            Err(error) => {
+                take(Decoded::Lines { header, events, error: Some(error) });
+                return Ok(());
+            }
+        }
+        if pending.len() > decoder.next_line_cap() {
+            let len = pending.len() as u64 + count_to_line_end(read)?;
+            take(Decoded::Overlong(decoder.overlong(len, &pending)));
+            return Ok(());
+        }
+    }
+    take(Decoded::End(decoder.finish_prefix(&pending)));
+    Ok(())
 }
 
 /// Reads `read` through its next `\n` (or to its end), keeping nothing:
@@ -834,7 +966,9 @@ mod tests {
                 let streamed = check.finish(&pending);
                 let read = Report::check_jsonl_read(bytes.as_slice(), ReadOptions::default(), Retain::Surface);
                 let read = read.map_err(|e| TestCaseError::fail(e.to_string()))?;
-                for other in [&streamed, &read] {
+                let ahead = Report::check_jsonl_read_ahead(bytes.as_slice(), ReadOptions::default(), Retain::Surface);
+                let ahead = ahead.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for other in [&streamed, &read, &ahead] {
                     prop_assert_eq!(&other.fatal, &whole.fatal);
                     prop_assert_eq!(comparable(&other.invariants), comparable(&whole.invariants));
                     prop_assert_eq!(other.torn_tail, whole.torn_tail);
@@ -854,6 +988,65 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Reads a file's bytes, then fails.
+    struct Failing<'a>(&'a [u8]);
+
+    impl std::io::Read for Failing<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(std::io::Error::other("disk on fire"));
+            }
+            let n = buf.len().min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    fn lines(count: usize, long_at: Option<usize>) -> Vec<u8> {
+        let mut text = format!("{HEADER}\n");
+        for seq in 0..count {
+            let pad = if Some(seq) == long_at { "x".repeat(1000) } else { String::new() };
+            text.push_str(&format!(r#"{{"seq":{seq},"time":0,"type":"x/tick","data":{{"pad":"{pad}"}}}}"#));
+            text.push('\n');
+        }
+        text.into_bytes()
+    }
+
+    #[test]
+    fn reading_ahead_refuses_an_overlong_line_where_reading_in_place_does() {
+        let options = ReadOptions { max_line_bytes: 300, ..ReadOptions::default() };
+        let bytes = lines(40, Some(25));
+        let whole = Report::check_jsonl_with(&bytes, options);
+        let fatal = whole.fatal.as_ref().expect("the long line is refused");
+        assert_eq!((fatal.code.as_str(), fatal.position.line()), ("event-too-large", Some(27)));
+        for threads in [0, 1, 2] {
+            let options = ReadOptions { decode_threads: threads, ..options };
+            let read = Report::check_jsonl_read(bytes.as_slice(), options, Retain::Surface).unwrap();
+            let ahead = Report::check_jsonl_read_ahead(bytes.as_slice(), options, Retain::Surface).unwrap();
+            for report in [&read, &ahead] {
+                assert_eq!(report.fatal, whole.fatal);
+                assert_eq!(report.events_checked(), 25);
+            }
+        }
+    }
+
+    #[test]
+    fn reading_ahead_reports_a_failed_read_as_an_error() {
+        let bytes = lines(40, None);
+        assert!(Report::check_jsonl_read_ahead(bytes.as_slice(), ReadOptions::default(), Retain::Surface)
+            .unwrap()
+            .is_valid());
+        for threads in [0, 1] {
+            let options = ReadOptions { decode_threads: threads, ..ReadOptions::default() };
+            let error =
+                Report::check_jsonl_read_ahead(Failing(&bytes), options, Retain::Surface).unwrap_err();
+            assert_eq!(error.to_string(), "disk on fire");
+            let error = Report::check_jsonl_read(Failing(&bytes), options, Retain::Surface).unwrap_err();
+            assert_eq!(error.to_string(), "disk on fire");
         }
     }
 
