@@ -16,6 +16,10 @@
 //! Logging goes to stderr through `tracing`, off unless `PALIMPSEST_LOG` is
 //! set (e.g. `PALIMPSEST_LOG=debug`).
 
+/// The allocator: mimalloc, whose per-thread heaps make the frees of
+/// events decoded on another thread cheap (docs/performance.md, issue 20).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod check;
 mod cmd;
 mod convert;
