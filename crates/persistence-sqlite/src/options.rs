@@ -62,6 +62,18 @@ pub struct SqliteOptions {
     /// `1` to decode on the caller's thread only (a server loading many
     /// sessions at once may want that).
     pub decode_threads: usize,
+    /// How much of the database file a store opened for reading
+    /// ([`SqliteStore::open_read_only`](crate::SqliteStore::open_read_only))
+    /// maps into memory, SQLite's `PRAGMA mmap_size`: pages are then read
+    /// where they lie in the operating system's cache instead of being
+    /// copied out of it one `pread` at a time (`palimpsest validate` of a
+    /// 100k-event store, which reads every page three times: 134 -> 102
+    /// ms). Default 1 GiB; `0` maps nothing. Stores opened for writing
+    /// never map. The one cost: a file that another program **shrinks**
+    /// while it is mapped (outside SQLite's locking: Palimpsest's writers
+    /// only ever grow it) ends the reading process with `SIGBUS` instead of
+    /// an error; set `0` where that can happen.
+    pub map_bytes: u64,
 }
 
 impl Default for SqliteOptions {
@@ -70,6 +82,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Normal,
             busy_timeout: Duration::from_secs(5),
             decode_threads: 0,
+            map_bytes: 1 << 30,
         }
     }
 }

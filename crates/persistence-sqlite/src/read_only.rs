@@ -32,7 +32,7 @@
 use std::fs::Metadata;
 use std::io;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use palimpsest_persistence::StoreError;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
@@ -40,6 +40,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use crate::file::{self, Found, Purpose};
 use crate::schema;
 use crate::sqlerr::sql_err;
+use crate::SqliteOptions;
 
 /// How many times a read is tried again when the file changed under an
 /// [`ReadMode::Immutable`] connection.
@@ -151,7 +152,7 @@ fn uri(path: &Path, mode: ReadMode) -> io::Result<String> {
 /// initialises a store), and everything [`SqliteStore::open`] refuses.
 ///
 /// [`SqliteStore::open`]: crate::SqliteStore::open
-pub(crate) fn connect(path: &Path, location: &str, busy_timeout: Duration) -> Result<Reader, StoreError> {
+pub(crate) fn connect(path: &Path, location: &str, options: SqliteOptions) -> Result<Reader, StoreError> {
     for _ in 0..ATTEMPTS {
         let stamp = FileStamp::take(path);
         let wal = match file::precheck(path, Purpose::Read)? {
@@ -177,8 +178,13 @@ pub(crate) fn connect(path: &Path, location: &str, busy_timeout: Duration) -> Re
         let flags =
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&uri, flags).map_err(|e| refusal(e, location, mode))?;
-        conn.busy_timeout(busy_timeout).map_err(|e| sql_err(e, location, "configuring the connection"))?;
+        conn.busy_timeout(options.busy_timeout)
+            .map_err(|e| sql_err(e, location, "configuring the connection"))?;
         conn.set_prepared_statement_cache_capacity(32);
+        // See `SqliteOptions::map_bytes`.
+        let map = i64::try_from(options.map_bytes).unwrap_or(i64::MAX);
+        conn.pragma_update(None, "mmap_size", map)
+            .map_err(|e| sql_err(e, location, "configuring the connection"))?;
         // The first read of page 1: where SQLite opens the -wal and -shm.
         conn.pragma_query_value(None, "schema_version", |r| r.get::<_, i64>(0))
             .map_err(|e| refusal(e, location, mode))?;

@@ -255,7 +255,7 @@ impl SqliteStore {
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref();
         let location = path.display().to_string();
-        let Reader { conn, mode, stamp } = read_only::connect(path, &location, options.busy_timeout)?;
+        let Reader { conn, mode, stamp } = read_only::connect(path, &location, options)?;
         tracing::debug!(location = %location, mode = ?mode, "opened SQLite store read-only");
         Ok(SqliteStore {
             holds: Mutex::default(),
@@ -499,8 +499,7 @@ impl SqliteStore {
             }
             tracing::debug!(location = %self.location, "the file changed under an immutable read; reading again");
             let path = self.path.as_deref().unwrap_or(Path::new(""));
-            let Reader { conn, mode, stamp } =
-                read_only::connect(path, &self.location, self.options.busy_timeout)?;
+            let Reader { conn, mode, stamp } = read_only::connect(path, &self.location, self.options)?;
             inner.conn = conn;
             inner.reader = Some(Box::new(ReadOnly { mode, stamp }));
         }

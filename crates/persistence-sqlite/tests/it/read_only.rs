@@ -345,3 +345,48 @@ fn a_foreign_wal_next_to_a_store_is_caught_by_the_store_check() {
         "the 64 rows of s are not hidden"
     );
 }
+
+/// What a reader makes of the store at `path`, opened with `map_bytes`.
+fn read_with_map(path: &Path, map_bytes: u64) -> String {
+    let options = palimpsest_persistence_sqlite::SqliteOptions { map_bytes, ..Default::default() };
+    let store = match SqliteStore::open_read_only_with(path, options) {
+        Ok(store) => store,
+        Err(e) => return format!("open: {}", e.code()),
+    };
+    let load = match store.load("s") {
+        Ok(log) => format!("{} events", log.events.len()),
+        Err(e) => e.code().to_owned(),
+    };
+    let check = match store.check_store() {
+        Ok(found) => format!("{:?}", found.iter().map(|v| v.code).collect::<Vec<_>>()),
+        Err(e) => e.code().to_owned(),
+    };
+    format!("load: {load}; check: {check}")
+}
+
+#[test]
+fn mapped_and_copied_reads_agree_on_sound_damaged_and_cut_files() {
+    let (_dir, path) = temp_db();
+    clean_store(&path, "s", 3000);
+    let sound = read_with_map(&path, 0);
+    assert_eq!(sound, "load: 3000 events; check: []");
+    assert_eq!(read_with_map(&path, 1 << 30), sound);
+
+    let bytes = std::fs::read(&path).expect("read");
+    let page = 4096;
+    assert!(bytes.len() > 8 * page, "{} bytes", bytes.len());
+    // A page in the middle overwritten with noise.
+    let mut damaged = bytes.clone();
+    for (i, b) in damaged[5 * page..6 * page].iter_mut().enumerate() {
+        *b = (i * 131 % 251) as u8;
+    }
+    std::fs::write(&path, &damaged).expect("write");
+    let copied = read_with_map(&path, 0);
+    assert_ne!(copied, sound, "the damage is seen");
+    assert_eq!(read_with_map(&path, 1 << 30), copied);
+    // The file cut short, mid-page: mapping covers what is there, no more.
+    std::fs::write(&path, &bytes[..bytes.len() - 3 * page - 100]).expect("write");
+    let copied = read_with_map(&path, 0);
+    assert_ne!(copied, sound, "the cut is seen");
+    assert_eq!(read_with_map(&path, 1 << 30), copied);
+}
