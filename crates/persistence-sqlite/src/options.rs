@@ -64,15 +64,21 @@ pub struct SqliteOptions {
     pub decode_threads: usize,
     /// How much of the database file a store opened for reading
     /// ([`SqliteStore::open_read_only`](crate::SqliteStore::open_read_only))
-    /// maps into memory, SQLite's `PRAGMA mmap_size`: pages are then read
-    /// where they lie in the operating system's cache instead of being
-    /// copied out of it one `pread` at a time (`palimpsest validate` of a
-    /// 100k-event store, which reads every page three times: 134 -> 102
-    /// ms). Default 1 GiB; `0` maps nothing. Stores opened for writing
-    /// never map. The one cost: a file that another program **shrinks**
-    /// while it is mapped (outside SQLite's locking: Palimpsest's writers
-    /// only ever grow it) ends the reading process with `SIGBUS` instead of
-    /// an error; set `0` where that can happen.
+    /// maps into memory, SQLite's `PRAGMA mmap_size`: pages in the first
+    /// `map_bytes` of the file are then read where they lie in the
+    /// operating system's cache instead of being copied out of it one
+    /// `pread` at a time (`palimpsest validate` of a 100k-event store,
+    /// which reads every page three times: 134 -> 103 ms). Default 64 MiB;
+    /// `0` maps nothing. Stores opened for writing never map.
+    ///
+    /// Mapped pages count in the process's resident memory (they are the
+    /// file's cache pages, shared and reclaimable, but `ps` and `ru_maxrss`
+    /// count each connection's mapping): the default bounds that at 64 MiB
+    /// a connection, which keeps a reader's resident memory independent of
+    /// the store's size. And a file that another program **shrinks** while
+    /// it is mapped (outside SQLite's locking: Palimpsest's writers only
+    /// ever grow it) ends the reading process with `SIGBUS` instead of an
+    /// error; set `0` where that can happen.
     pub map_bytes: u64,
 }
 
@@ -82,7 +88,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Normal,
             busy_timeout: Duration::from_secs(5),
             decode_threads: 0,
-            map_bytes: 1 << 30,
+            map_bytes: 64 << 20,
         }
     }
 }

@@ -371,6 +371,8 @@ fn mapped_and_copied_reads_agree_on_sound_damaged_and_cut_files() {
     let sound = read_with_map(&path, 0);
     assert_eq!(sound, "load: 3000 events; check: []");
     assert_eq!(read_with_map(&path, 1 << 30), sound);
+    // Mapped in part: the pages past the mapping are copied.
+    assert_eq!(read_with_map(&path, 4 * 4096), sound);
 
     let bytes = std::fs::read(&path).expect("read");
     let page = 4096;
@@ -384,6 +386,7 @@ fn mapped_and_copied_reads_agree_on_sound_damaged_and_cut_files() {
     let copied = read_with_map(&path, 0);
     assert_ne!(copied, sound, "the damage is seen");
     assert_eq!(read_with_map(&path, 1 << 30), copied);
+    assert_eq!(read_with_map(&path, 4 * 4096), copied);
     // The file cut short, mid-page: mapping covers what is there, no more.
     std::fs::write(&path, &bytes[..bytes.len() - 3 * page - 100]).expect("write");
     let copied = read_with_map(&path, 0);
