@@ -193,10 +193,10 @@ pub(crate) fn cli(w: &Workload) -> Result<Vec<Row>, String> {
                 .map(|r| r.is_valid())
         },
     );
-    // What the binary calls: reading ahead on a thread of its own. Here in
-    // the bench, on the system allocator (glibc's), its frees across
-    // threads cost more than the overlap wins; the binary's mimalloc
-    // makes them cheap.
+    // What the binary calls: reading ahead on a thread of its own, here on
+    // the system allocator (the binary uses mimalloc). In this warm
+    // process it beats `check_jsonl_read` even on glibc's malloc; in a
+    // fresh process on glibc it did not (docs/performance.md).
     let ahead = crate::measure::median(
         runs,
         || (),

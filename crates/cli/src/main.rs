@@ -20,6 +20,7 @@
 /// events decoded on another thread cheap (docs/performance.md, issue 20).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod check;
 mod cmd;
 mod convert;

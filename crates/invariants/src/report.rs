@@ -267,7 +267,7 @@ impl Report {
     /// thread of its own, a piece ahead of the checks on this one: the same
     /// findings, with decoding and checking overlapped instead of taking
     /// turns. The events are allocated on the reading thread and freed on
-    /// this one, so what it gains depends on the allocator: 1.7x faster
+    /// this one, so what it gains depends on the allocator: 1.3-1.7x faster
     /// than [`Report::check_jsonl_read`] in the bench (a process that has
     /// run a while, glibc's `malloc`), and the `palimpsest` binary's
     /// `validate` 1.2x faster with mimalloc; but in a fresh process on
