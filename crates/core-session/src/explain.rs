@@ -177,31 +177,41 @@ impl Shadowing {
         // their run; nothing else can be asked about.
         let mut staying: Vec<u64> = surface.iter().copied().filter(|&s| lowest < s && s < highest).collect();
         staying.sort_unstable();
-        let (mut first, mut last) = (lowest, lowest);
-        for &s in &sorted[1..] {
-            let next_staying = staying.partition_point(|&t| t <= last);
-            if staying.get(next_staying).is_some_and(|&t| t < s) {
-                self.insert_run(first, last, seq);
-                first = s;
+        let mut start = 0;
+        for i in 1..sorted.len() {
+            let next_staying = staying.partition_point(|&t| t <= sorted[i - 1]);
+            if staying.get(next_staying).is_some_and(|&t| t < sorted[i]) {
+                self.insert_run(&sorted[start..i], seq);
+                start = i;
             }
-            last = s;
         }
-        self.insert_run(first, last, seq);
+        self.insert_run(&sorted[start..], seq);
     }
 
-    /// Adds the run `first..=last` taken off by `by`, around the runs of
-    /// earlier replaces inside it (their events left the surface before).
-    fn insert_run(&mut self, first: u64, last: u64, by: u64) {
+    /// Adds a run over `entries` (sorted, none of them in a run yet) taken
+    /// off by `by`, around the runs of earlier replaces among them (their
+    /// events left the surface before). Each piece between two of those
+    /// is cut to the entries it holds, and a piece holding none is not
+    /// added: so there are never more runs than shadowed entries.
+    fn insert_run(&mut self, entries: &[u64], by: u64) {
+        let (Some(&first), Some(&last)) = (entries.first(), entries.last()) else { return };
         let inside: Vec<(u64, u64)> = self.runs.range(first..=last).map(|(&f, &(l, _))| (f, l)).collect();
+        let mut piece = |from: u64, to: u64| {
+            let held =
+                &entries[entries.partition_point(|&e| e < from)..entries.partition_point(|&e| e <= to)];
+            if let (Some(&a), Some(&b)) = (held.first(), held.last()) {
+                self.runs.insert(a, (b, by));
+            }
+        };
         let mut from = first;
         for (f, l) in inside {
             if f > from {
-                self.runs.insert(from, (f - 1, by));
+                piece(from, f - 1);
             }
             from = l.saturating_add(1);
         }
         if from <= last {
-            self.runs.insert(from, (last, by));
+            piece(from, last);
         }
     }
 
