@@ -185,26 +185,20 @@ pub(crate) fn cli(w: &Workload) -> Result<Vec<Row>, String> {
     // validate: the process against the library's own check of the same
     // bytes, read from memory (no file, no process start).
     let library = crate::measure::median(runs, || (), |()| Report::check_jsonl(&w.bytes).is_valid());
-    let streamed = crate::measure::median(
-        runs,
-        || (),
-        |()| {
-            Report::check_jsonl_read(w.bytes.as_slice(), ReadOptions::default(), Retain::Surface)
-                .map(|r| r.is_valid())
-        },
-    );
+    // A streamed check of the same bytes, keeping what an append needs.
+    let streamed_by = |check: fn(&[u8], ReadOptions, Retain) -> std::io::Result<Report>| {
+        crate::measure::median(
+            runs,
+            || (),
+            |()| check(w.bytes.as_slice(), ReadOptions::default(), Retain::Surface).map(|r| r.is_valid()),
+        )
+    };
+    let streamed = streamed_by(|bytes, options, retain| Report::check_jsonl_read(bytes, options, retain));
     // What the binary calls: reading ahead on a thread of its own, here on
     // the system allocator (the binary uses mimalloc). In this warm
     // process it beats `check_jsonl_read` even on glibc's malloc; in a
     // fresh process on glibc it did not (docs/performance.md).
-    let ahead = crate::measure::median(
-        runs,
-        || (),
-        |()| {
-            Report::check_jsonl_read_ahead(w.bytes.as_slice(), ReadOptions::default(), Retain::Surface)
-                .map(|r| r.is_valid())
-        },
-    );
+    let ahead = streamed_by(|bytes, options, retain| Report::check_jsonl_read_ahead(bytes, options, retain));
     let file = measure(d, runs, &["validate", "w.jsonl"])?;
     rows.push(with_baseline(
         row("cli", "palimpsest validate FILE (JSONL), whole process", w, per_sec(w.n, secs(file)), "ev/s"),
