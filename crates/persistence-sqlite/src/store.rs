@@ -284,9 +284,12 @@ impl SqliteStore {
     /// `quick_check`, event rows that belong to no session
     /// ([`STORE_ORPHAN_EVENTS`](crate::STORE_ORPHAN_EVENTS)), sessions whose
     /// seqs do not run from 0 without a gap
-    /// ([`STORE_SEQ_GAP`](crate::STORE_SEQ_GAP)). One read transaction; it
-    /// reads every event row, so it costs a scan of the store. Findings are
-    /// data; `Err` only when the store cannot be read.
+    /// ([`STORE_SEQ_GAP`](crate::STORE_SEQ_GAP)). One read transaction.
+    /// `quick_check` reads every page, so the check costs a scan of the
+    /// store; the orphans and gaps are then proven absent by a few index
+    /// seeks a session while sessions hold dozens of events each, and
+    /// found (or proven absent) by one scan of the event rows otherwise.
+    /// Findings are data; `Err` only when the store cannot be read.
     pub fn check_store(&self) -> Result<Vec<StoreViolation>, StoreError> {
         self.read("checking the store", |tx| Ok(audit::check(tx)?))
     }
