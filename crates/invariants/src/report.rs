@@ -540,14 +540,14 @@ impl ReportBuilder {
 /// line numbers included, is the same however the bytes are cut.
 #[derive(Debug)]
 pub struct JsonlCheck {
-    decoder: JsonlDecoder,
+    decoder: PieceDecoder,
     checks: Checks,
 }
 
 impl JsonlCheck {
     /// A check of one file, read with `options`, keeping what `retain` says.
     pub fn new(options: ReadOptions, retain: Retain) -> JsonlCheck {
-        JsonlCheck { decoder: JsonlDecoder::new(options), checks: Checks::new(retain) }
+        JsonlCheck { decoder: PieceDecoder::new(options), checks: Checks::new(retain) }
     }
 
     /// Checks every whole line at the start of `bytes` (the bytes that
@@ -559,16 +559,9 @@ impl JsonlCheck {
         if self.is_done() {
             return bytes.len();
         }
-        let result = self.decoder.feed(bytes);
-        self.checks.header(self.decoder.header());
-        self.checks.push_all(self.decoder.take_events());
-        match result {
-            Ok(used) => used,
-            Err(error) => {
-                self.checks.fail(&error);
-                bytes.len()
-            }
-        }
+        let (lines, used) = self.decoder.lines(bytes);
+        self.checks.take(lines);
+        used.unwrap_or(bytes.len())
     }
 
     /// Whether the first violation has been found: the rest of the file
@@ -580,13 +573,13 @@ impl JsonlCheck {
     /// The longest line the next line may be (see
     /// [`JsonlDecoder::next_line_cap`]).
     pub fn next_line_cap(&self) -> usize {
-        self.decoder.next_line_cap()
+        self.decoder.decoder.next_line_cap()
     }
 
     /// Ends the check at a next line `len` bytes long beginning with
     /// `start`, over [`next_line_cap`](JsonlCheck::next_line_cap).
     pub fn overlong(mut self, len: u64, start: &[u8]) -> Report {
-        self.checks.fail(&self.decoder.overlong(len, start));
+        self.checks.take(Decoded::Overlong(self.decoder.decoder.overlong(len, start)));
         self.checks.into_report()
     }
 
@@ -594,11 +587,11 @@ impl JsonlCheck {
     /// [`feed`](JsonlCheck::feed) did not use (a last line without its
     /// `\n`, or nothing). A rest that is not JSON is a torn write, dropped
     /// and reported ([`Report::torn_tail`]).
-    pub fn finish(self, rest: &[u8]) -> Report {
-        if self.checks.fatal.is_some() {
-            return self.checks.into_report();
+    pub fn finish(mut self, rest: &[u8]) -> Report {
+        if self.checks.fatal.is_none() {
+            self.checks.take(Decoded::End(self.decoder.decoder.finish_prefix(rest)));
         }
-        self.checks.end(self.decoder.finish_prefix(rest))
+        self.checks.into_report()
     }
 }
 
@@ -718,6 +711,37 @@ enum Decoded {
     End(Result<JsonlPrefix, LoadError>),
 }
 
+/// The [`JsonlDecoder`] as the checks take what it decodes: the whole
+/// lines at the start of each piece as one [`Decoded::Lines`], the header
+/// with the first of them. Both [`JsonlCheck`] and [`decode_pieces`] feed
+/// it.
+#[derive(Debug)]
+struct PieceDecoder {
+    decoder: JsonlDecoder,
+    header_taken: bool,
+}
+
+impl PieceDecoder {
+    fn new(options: ReadOptions) -> PieceDecoder {
+        PieceDecoder { decoder: JsonlDecoder::new(options), header_taken: false }
+    }
+
+    /// Decodes the whole lines at the start of `bytes`: what they hold,
+    /// and how many bytes they were; `None` when the decoder failed on the
+    /// line after them (the error is in the lines), where reading ends.
+    fn lines(&mut self, bytes: &[u8]) -> (Decoded, Option<usize>) {
+        let result = self.decoder.feed(bytes);
+        let header = if self.header_taken { None } else { self.decoder.header().cloned() };
+        self.header_taken |= header.is_some();
+        let events = self.decoder.take_events();
+        let (used, error) = match result {
+            Ok(used) => (Some(used), None),
+            Err(error) => (None, Some(error)),
+        };
+        (Decoded::Lines { header, events, error }, used)
+    }
+}
+
 /// Reads `read` a piece at a time and decodes each piece's whole lines,
 /// handing them to `take` until it returns `false`, the decoder fails, or
 /// the file ends ([`Decoded::End`]). `Err` only when `read` fails.
@@ -726,38 +750,25 @@ fn decode_pieces(
     options: ReadOptions,
     mut take: impl FnMut(Decoded) -> bool,
 ) -> io::Result<()> {
-    let mut decoder = JsonlDecoder::new(options);
+    let mut pieces = PieceDecoder::new(options);
     let mut pending = Vec::with_capacity(PIECE_BYTES);
-    let mut header_taken = false;
     loop {
         // A line longer than a piece makes `pending` grow until it ends,
         // or until it is over the cap.
         if read.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending)? == 0 {
             break;
         }
-        let result = decoder.feed(&pending);
-        let header = if header_taken { None } else { decoder.header().cloned() };
-        header_taken |= header.is_some();
-        let events = decoder.take_events();
-        match result {
-            Ok(used) => {
-                pending.drain(..used);
-                if !take(Decoded::Lines { header, events, error: None }) {
-                    return Ok(());
-                }
-            }
-            Err(error) => {
-                take(Decoded::Lines { header, events, error: Some(error) });
-                return Ok(());
-            }
-        }
-        if pending.len() > decoder.next_line_cap() {
+        let (lines, used) = pieces.lines(&pending);
+        let more = take(lines);
+        let Some(used) = used.filter(|_| more) else { return Ok(()) };
+        pending.drain(..used);
+        if pending.len() > pieces.decoder.next_line_cap() {
             let len = pending.len() as u64 + count_to_line_end(read)?;
-            take(Decoded::Overlong(decoder.overlong(len, &pending)));
+            take(Decoded::Overlong(pieces.decoder.overlong(len, &pending)));
             return Ok(());
         }
     }
-    take(Decoded::End(decoder.finish_prefix(&pending)));
+    take(Decoded::End(pieces.decoder.finish_prefix(&pending)));
     Ok(())
 }
 
