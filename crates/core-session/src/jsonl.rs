@@ -662,7 +662,7 @@ pub fn header_line(header: &SessionHeader) -> String {
 
 /// Appends events as lines, `\n` included, to `out`.
 pub fn write_events(events: &[Event], out: &mut Vec<u8>) {
-    out.reserve(events.iter().map(|e| e.data().len() + 48).sum());
+    out.reserve(events.iter().map(|e| e.json_len_hint() + 1).sum());
     for e in events {
         e.write_json(out);
         out.push(b'\n');

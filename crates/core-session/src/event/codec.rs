@@ -150,9 +150,30 @@ impl Event {
         )
     }
 
+    /// At least the length of [`write_json`](Event::write_json)'s text, so
+    /// that a buffer reserved by it is written without growing (a guess
+    /// below the envelope's ~90 bytes reallocated for every event).
+    pub(crate) fn json_len_hint(&self) -> usize {
+        // `{"seq":` `,"time":` `,"type":""` `,"data":` `}`, two u64s at most.
+        const ENVELOPE: usize = 7 + 8 + 10 + 8 + 1 + 2 * 20;
+        let type_len = match &self.event_type {
+            // Escaped, a byte takes six at most (`\u001f`).
+            EventType::Plugin(name) if name.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) => {
+                6 * name.len()
+            }
+            EventType::Plugin(name) => name.len(),
+            core => core.as_str().len(),
+        };
+        // `,"sourceEventSeqs":[]`, and a u64 and a comma each.
+        let sources = self.source_event_seqs().map_or(0, |s| 21 + 21 * s.len());
+        // `,"surfaceOp":{"op":"replace","start":` `,"end":` `}`, two u64s.
+        let surface_op = if self.surface_op().is_some() { 44 + 2 * 20 } else { 0 };
+        ENVELOPE + type_len + self.data.len() + sources + surface_op
+    }
+
     /// Writes the canonical JSON text (no trailing newline).
     pub fn to_json(&self) -> String {
-        let mut out = Vec::with_capacity(self.data.len() + 64);
+        let mut out = Vec::with_capacity(self.json_len_hint());
         self.write_json(&mut out);
         // Every piece written is UTF-8: str slices (the data is a `RawValue`,
         // a str) and ASCII digits, so this cannot fail; an empty string

@@ -110,3 +110,40 @@ fn canonical_lines_take_the_canonical_reader() {
         assert!(Canonical::read(not_canonical).is_none(), "{not_canonical}");
     }
 }
+
+proptest! {
+    /// The buffer reserved by the hint holds the written text: the hint is
+    /// never below it.
+    #[test]
+    fn the_length_hint_covers_the_written_text(line in line(), seq in any::<u64>(), time in any::<u64>(), ends in any::<(u64, u64)>()) {
+        if let Ok(e) = Event::from_json(&line) {
+            prop_assert!(e.to_json().len() <= e.json_len_hint(), "{}", line);
+            // The widest numbers, in the envelope and in a replace op.
+            let mut json: serde_json::Value = serde_json::from_str(&line).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            json["seq"] = seq.into();
+            json["time"] = time.into();
+            if json["surfaceOp"].is_object() {
+                json["surfaceOp"]["start"] = ends.0.min(ends.1).into();
+                json["surfaceOp"]["end"] = ends.0.max(ends.1).into();
+            }
+            if let Ok(wide) = Event::from_json(&json.to_string()) {
+                prop_assert!(wide.to_json().len() <= wide.json_len_hint(), "{}", json);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_length_hint_covers_the_widest_envelope() {
+    let data = r#"{"message":{"id":"s","role":"user","content":[{"type":"text","text":"x"}],"source":{"kind":"plugin","plugin":"compaction"}}}"#;
+    let line = format!(
+        r#"{{"seq":{m},"time":{m},"type":"user/message","data":{data},"sourceEventSeqs":[{a},{b}],"surfaceOp":{{"op":"replace","start":{a},"end":{b}}}}}"#,
+        m = u64::MAX,
+        // Earlier than the event, and as wide (20 digits).
+        a = u64::MAX - 2,
+        b = u64::MAX - 1,
+    );
+    let e = Event::from_json(&line).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(e.to_json(), line);
+    assert!(line.len() <= e.json_len_hint(), "{} > {}", line.len(), e.json_len_hint());
+}
