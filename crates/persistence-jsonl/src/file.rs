@@ -317,21 +317,16 @@ impl SessionFile {
     /// cannot be continued; `io` (and every later write refused with `io`
     /// until the file is reopened) if the write fails. A torn tail is cut
     /// off first, and a missing final `\n` is written with the batch.
+    /// The first append since the last sync first compares the file's
+    /// length with what this writer knows, and reads the file again if a
+    /// writer that ignored the lock changed it; later appends trust it.
     ///
     /// Returns once the bytes are handed to the operating system; they are
     /// durable after [`sync`](SessionFile::sync).
     pub fn append(&mut self, events: &[Event]) -> Result<(), StoreError> {
         self.check_writable()?;
-        // Another writer that ignored the lock changed the file: read it again.
-        // The file's length, asked as a seek to its end: one `lseek`, a
-        // fraction of the `statx` that `metadata()` costs on every append
-        // (the file is opened for appending, so where its offset points
-        // changes nothing a write does; reads seek to the start first).
-        let len =
-            self.file.seek(SeekFrom::End(0)).map_err(|e| io_err(format!("seek {}", shown(&self.path)), e))?;
-        if self.tail.as_ref().is_some_and(|t| t.file_len != len) {
-            tracing::warn!(path = %self.path.display(), "session file changed under its lock; reading it again");
-            self.tail = None;
+        if !self.dirty {
+            self.notice_writes_behind_the_lock()?;
         }
         let tail = self.tail()?;
         let next = match &tail.next_seq {
@@ -356,11 +351,13 @@ impl SessionFile {
             }
             file_len = torn.offset;
         }
-        let mut buf = Vec::with_capacity(events.len() * 256 + 1);
-        if missing_newline {
-            buf.push(b'\n');
-        }
+        // Sized by `write_events` from the events themselves: a fixed guess
+        // reallocated whenever a line outgrew it.
+        let mut buf = Vec::new();
         write_events(events, &mut buf);
+        if missing_newline {
+            buf.insert(0, b'\n');
+        }
         if let Err(e) = self.write_batch(&buf) {
             // Best effort: take back whatever part of the batch got written,
             // so a reopen is less likely to see half a batch.
@@ -375,6 +372,32 @@ impl SessionFile {
         }
         self.dirty = true;
         tracing::trace!(session_id = %self.tail_id(), seq = next, events = events.len(), bytes = buf.len(), "appended");
+        Ok(())
+    }
+
+    /// Reads the file again at the next use if its length is not the one
+    /// this writer knows: another writer ignored the lock.
+    ///
+    /// Asked before the first append since the last sync (or since
+    /// opening), not before every append. Between two syncs the writer
+    /// trusts what it wrote itself: the lock is what keeps other writers
+    /// out, an agent streams many appends a turn a few microseconds apart,
+    /// and the extra syscall cost about 15% of a one-event append (see
+    /// `docs/performance.md`, item 3 of issue 20). A line written behind
+    /// the lock between two syncs lands before this writer's next lines and
+    /// is found here at the first append after the sync: `corrupt` (two
+    /// lines with one seq), and nothing more is written.
+    fn notice_writes_behind_the_lock(&mut self) -> Result<(), StoreError> {
+        // The file's length, asked as a seek to its end: one `lseek`, a
+        // fraction of the `statx` that `metadata()` costs (the file is
+        // opened for appending, so where its offset points changes nothing
+        // a write does; reads seek to the start first).
+        let len =
+            self.file.seek(SeekFrom::End(0)).map_err(|e| io_err(format!("seek {}", shown(&self.path)), e))?;
+        if self.tail.as_ref().is_some_and(|t| t.file_len != len) {
+            tracing::warn!(path = %self.path.display(), "session file changed under its lock; reading it again");
+            self.tail = None;
+        }
         Ok(())
     }
 

@@ -110,12 +110,13 @@ fn close_releases_the_lock() {
 }
 
 #[test]
-fn a_line_written_behind_the_lock_is_seen_before_the_next_append() {
+fn a_line_written_behind_the_lock_after_a_sync_is_seen_before_the_next_append() {
     use std::io::Write as _;
     let dir = tempdir();
     let path = dir.path().join("s.jsonl");
     let mut file = SessionFile::create(&path, &SessionHeader::new("s", 0)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(code(file.append(&ticks(0..2))), "ok");
+    assert_eq!(code(file.sync()), "ok");
     // A writer that ignores the lock appends the next event itself.
     let mut rogue = std::fs::OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
     rogue.write_all(format!("{}\n", tick(2).to_json()).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
@@ -124,4 +125,25 @@ fn a_line_written_behind_the_lock_is_seen_before_the_next_append() {
     assert_eq!(code(file.append(&ticks(2..3))), "conflict");
     assert_eq!(code(file.append(&ticks(3..4))), "ok");
     assert_eq!(file.load().map(|s| s.events).ok(), Some(ticks(0..4)));
+}
+
+#[test]
+fn a_line_written_behind_the_lock_between_syncs_is_found_at_the_first_append_after_the_sync() {
+    use std::io::Write as _;
+    let dir = tempdir();
+    let path = dir.path().join("s.jsonl");
+    let mut file = SessionFile::create(&path, &SessionHeader::new("s", 0)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(file.append(&ticks(0..1))), "ok");
+    // Between two syncs the writer trusts what it wrote: the rogue line
+    // lands before its next one.
+    let mut rogue = std::fs::OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
+    rogue.write_all(format!("{}\n", tick(1).to_json()).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    drop(rogue);
+    assert_eq!(code(file.append(&ticks(1..2))), "ok");
+    assert_eq!(code(file.sync()), "ok");
+    let written = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+    // The first append after the sync reads the file again and finds seq 1
+    // twice: refused, and nothing more is written.
+    assert_eq!(code(file.append(&ticks(2..3))), "corrupt");
+    assert_eq!(std::fs::read(&path).ok(), Some(written));
 }

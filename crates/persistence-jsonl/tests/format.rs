@@ -351,6 +351,9 @@ fn a_writer_that_ignored_the_lock_is_noticed() {
     let header = SessionHeader::new("s", 0);
     ok(store.create(&header));
     ok(store.append("s", &ticks(0..1)));
+    // The store asks the file's length again at the first append after a
+    // sync (between syncs it trusts what it wrote).
+    ok(store.sync("s"));
     // Someone appends behind the store's back (flock is advisory).
     let path = ok(store.path_of("s"));
     write(&path, &to_bytes(&header, &ticks(0..2)));
