@@ -68,9 +68,15 @@ pub struct SessionFile {
     deleted: bool,
     /// The line cap of every read.
     read: ReadOptions,
+    /// The last append's bytes, its allocation kept for the next one (an
+    /// agent appends one small event at a time, all day).
+    buf: Vec<u8>,
     #[cfg(any(test, feature = "testkit"))]
     pub(crate) fault: Option<crate::fault::Fault>,
 }
+
+/// The largest append buffer a file keeps for its next append.
+const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -218,6 +224,7 @@ impl SessionFile {
             poisoned: None,
             dirty: true,
             dir_unsynced: true,
+            buf: Vec::new(),
             deleted: false,
             read: ReadOptions::default(),
             #[cfg(any(test, feature = "testkit"))]
@@ -248,6 +255,7 @@ impl SessionFile {
                     poisoned: None,
                     dirty: false,
                     dir_unsynced: false,
+                    buf: Vec::new(),
                     deleted: false,
                     read: ReadOptions::default(),
                     #[cfg(any(test, feature = "testkit"))]
@@ -351,14 +359,21 @@ impl SessionFile {
             }
             file_len = torn.offset;
         }
-        // Sized by `write_events` from the events themselves: a fixed guess
-        // reallocated whenever a line outgrew it.
-        let mut buf = Vec::new();
-        write_events(events, &mut buf);
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
         if missing_newline {
-            buf.insert(0, b'\n');
+            buf.push(b'\n');
         }
-        if let Err(e) = self.write_batch(&buf) {
+        // Reserved by `write_events` from the events themselves: a fixed
+        // guess reallocated whenever a line outgrew it.
+        write_events(events, &mut buf);
+        let written = self.write_batch(&buf);
+        let len = buf.len() as u64;
+        // A large batch's buffer is not worth keeping.
+        if buf.capacity() <= KEPT_BUFFER_BYTES {
+            self.buf = buf;
+        }
+        if let Err(e) = written {
             // Best effort: take back whatever part of the batch got written,
             // so a reopen is less likely to see half a batch.
             let _ = self.file.set_len(file_len);
@@ -366,12 +381,12 @@ impl SessionFile {
         }
         if let Some(tail) = self.tail.as_mut() {
             tail.next_seq = Ok(next + events.len() as u64);
-            tail.file_len = file_len + buf.len() as u64;
+            tail.file_len = file_len + len;
             tail.torn = None;
             tail.missing_newline = false;
         }
         self.dirty = true;
-        tracing::trace!(session_id = %self.tail_id(), seq = next, events = events.len(), bytes = buf.len(), "appended");
+        tracing::trace!(session_id = %self.tail_id(), seq = next, events = events.len(), bytes = len, "appended");
         Ok(())
     }
 

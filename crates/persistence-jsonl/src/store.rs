@@ -1,6 +1,6 @@
 //! [`JsonlStore`]: a directory of session files, one per session.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ type Handle = Arc<Mutex<SessionFile>>;
 #[derive(Debug)]
 pub struct JsonlStore {
     dir: PathBuf,
-    open: Mutex<HashMap<String, Handle>>,
+    open: Mutex<BTreeMap<String, Handle>>,
     read: ReadOptions,
     #[cfg(feature = "testkit")]
     write_fault: Option<palimpsest_persistence::testkit::WriteFault>,
@@ -190,7 +190,7 @@ impl JsonlStore {
         Ok(all)
     }
 
-    fn handles(&self) -> MutexGuard<'_, HashMap<String, Handle>> {
+    fn handles(&self) -> MutexGuard<'_, BTreeMap<String, Handle>> {
         // The map is only inserted into and removed from; a panic cannot
         // leave it half-changed.
         self.open.lock().unwrap_or_else(|p| p.into_inner())
