@@ -24,6 +24,27 @@ pub(crate) fn median<S, T>(
     times[times.len() / 2]
 }
 
+/// The medians of `a` and `b`, timed in turns (a, b, a, b, ...) so that
+/// both meet the same moods of a noisy machine: for a ratio of two short
+/// timings (milliseconds, a sync each), where two runs one after the other
+/// drifted by more than the difference they measure.
+pub(crate) fn medians_alternated<S, T, U>(
+    runs: usize,
+    mut setup: impl FnMut() -> S,
+    mut a: impl FnMut(S) -> T,
+    mut b: impl FnMut(S) -> U,
+) -> (Duration, Duration) {
+    let mut times = (Vec::new(), Vec::new());
+    for _ in 0..runs.max(1) {
+        times.0.push(median(1, &mut setup, &mut a));
+        times.1.push(median(1, &mut setup, &mut b));
+    }
+    for t in [&mut times.0, &mut times.1] {
+        t.sort_unstable();
+    }
+    (times.0[times.0.len() / 2], times.1[times.1.len() / 2])
+}
+
 /// Nanoseconds per call of `f`, the median of several batches of `calls`.
 pub(crate) fn ns_per_call(calls: u64, mut f: impl FnMut() -> usize) -> f64 {
     let d = median(

@@ -10,7 +10,7 @@ use palimpsest_persistence::{load_session, SessionStore};
 use palimpsest_persistence_jsonl::JsonlStore;
 use palimpsest_persistence_sqlite::SqliteStore;
 
-use crate::measure::median;
+use crate::measure::{median, medians_alternated};
 use crate::report::Row;
 use crate::sections::{per_sec, row, with_baseline};
 use crate::Workload;
@@ -51,6 +51,8 @@ pub(crate) fn write_through(store: &dyn SessionStore, w: &Workload, per_turn: bo
 /// How many events the one-at-a-time appends write: what an agent loop
 /// does all day, measured on a prefix so the suite stays quick.
 pub(crate) const ONE_BY_ONE: usize = 5_000;
+/// Runs of the one-at-a-time rows at least, whatever the workload's size.
+const ONE_BY_ONE_RUNS: usize = 15;
 
 /// Appends the first events through a store one at a time, then syncs once.
 pub(crate) fn append_one_by_one(store: &dyn SessionStore, w: &Workload) -> Result<usize, String> {
@@ -113,21 +115,26 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
     let load =
         median(runs, || JsonlStore::open(&dir).map_err(err), |store| load_validate(&store?, &w.header.id));
     let m = w.n.min(ONE_BY_ONE);
-    let each =
-        median(runs, &mut fresh_dir, |dir| append_one_by_one(&JsonlStore::open(&dir).map_err(err)?, w));
-    // Baseline: the same lines, one write each, then one fsync.
-    let raw_each = median(runs, &mut fresh_dir, |dir| -> Result<(), String> {
-        std::fs::create_dir_all(&dir).map_err(err)?;
-        let mut f = std::fs::File::create(dir.join("raw.jsonl")).map_err(err)?;
-        f.write_all(&w.bytes[..header_len]).map_err(err)?;
-        for e in &w.events[..m] {
-            let mut line = Vec::with_capacity(e.data().len() + 64);
-            e.write_json(&mut line);
-            line.push(b'\n');
-            f.write_all(&line).map_err(err)?;
-        }
-        f.sync_all().map_err(err)
-    });
+    // Against a baseline of the same lines, one write each, then one fsync;
+    // a few milliseconds each, so timed in turns, and more often.
+    let (each, raw_each) = medians_alternated(
+        runs.max(ONE_BY_ONE_RUNS),
+        &mut fresh_dir,
+        |dir| append_one_by_one(&JsonlStore::open(&dir).map_err(err)?, w),
+        |dir| -> Result<(), String> {
+            std::fs::create_dir_all(&dir).map_err(err)?;
+            let mut f = std::fs::File::create(dir.join("raw.jsonl")).map_err(err)?;
+            f.write_all(&w.bytes[..header_len]).map_err(err)?;
+            for e in &w.events[..m] {
+                // Room for the envelope (~90 bytes) too: no reallocation.
+                let mut line = Vec::with_capacity(e.data().len() + 160);
+                e.write_json(&mut line);
+                line.push(b'\n');
+                f.write_all(&line).map_err(err)?;
+            }
+            f.sync_all().map_err(err)
+        },
+    );
     let file = JsonlStore::open(&dir).map_err(err)?.path_of(&w.header.id).map_err(err)?;
     let values = median(
         runs,
