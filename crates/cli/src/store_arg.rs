@@ -64,8 +64,9 @@ pub(crate) enum Store {
     File(PathBuf),
     /// A JSONL store directory.
     Dir(JsonlStore),
-    /// A SQLite database.
-    Sqlite(SqliteStore),
+    /// A SQLite database (boxed, as the PostgreSQL store: the variants
+    /// stay the size of the small ones).
+    Sqlite(Box<SqliteStore>),
     /// A PostgreSQL store, and how messages name it (no password).
     Postgres(Box<PgStore>, PathBuf),
 }
@@ -99,7 +100,7 @@ impl Store {
                     Access::Read => SqliteStore::open_read_only(path),
                     Access::Write => SqliteStore::open(path),
                 };
-                opened.map(Store::Sqlite).map_err(|e| from_store(&e, &shown))
+                opened.map(|s| Store::Sqlite(Box::new(s))).map_err(|e| from_store(&e, &shown))
             }
             _ if JsonlStore::is_store_dir(path) => {
                 JsonlStore::open(path).map(Store::Dir).map_err(|e| from_store(&e, &shown))
@@ -113,7 +114,7 @@ impl Store {
         match self {
             Store::File(_) => None,
             Store::Dir(s) => Some(s),
-            Store::Sqlite(s) => Some(s),
+            Store::Sqlite(s) => Some(&**s),
             Store::Postgres(s, _) => Some(&**s),
         }
     }

@@ -109,18 +109,21 @@ fn close_releases_the_lock() {
     assert_eq!(code(a.append("s", &ticks(1..2))), "locked");
 }
 
+/// A writer that ignores the (advisory) lock appends event `seq` itself.
+fn write_behind_the_lock(path: &std::path::Path, seq: u64) {
+    use std::io::Write as _;
+    let mut rogue = std::fs::OpenOptions::new().append(true).open(path).unwrap_or_else(|e| panic!("{e}"));
+    rogue.write_all(format!("{}\n", tick(seq).to_json()).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+}
+
 #[test]
 fn a_line_written_behind_the_lock_after_a_sync_is_seen_before_the_next_append() {
-    use std::io::Write as _;
     let dir = tempdir();
     let path = dir.path().join("s.jsonl");
     let mut file = SessionFile::create(&path, &SessionHeader::new("s", 0)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(code(file.append(&ticks(0..2))), "ok");
     assert_eq!(code(file.sync()), "ok");
-    // A writer that ignores the lock appends the next event itself.
-    let mut rogue = std::fs::OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
-    rogue.write_all(format!("{}\n", tick(2).to_json()).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    drop(rogue);
+    write_behind_the_lock(&path, 2);
     // The writer reads the file again: seq 2 is taken, 3 is next.
     assert_eq!(code(file.append(&ticks(2..3))), "conflict");
     assert_eq!(code(file.append(&ticks(3..4))), "ok");
@@ -129,16 +132,13 @@ fn a_line_written_behind_the_lock_after_a_sync_is_seen_before_the_next_append() 
 
 #[test]
 fn a_line_written_behind_the_lock_between_syncs_is_found_at_the_first_append_after_the_sync() {
-    use std::io::Write as _;
     let dir = tempdir();
     let path = dir.path().join("s.jsonl");
     let mut file = SessionFile::create(&path, &SessionHeader::new("s", 0)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(code(file.append(&ticks(0..1))), "ok");
     // Between two syncs the writer trusts what it wrote: the rogue line
     // lands before its next one.
-    let mut rogue = std::fs::OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
-    rogue.write_all(format!("{}\n", tick(1).to_json()).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    drop(rogue);
+    write_behind_the_lock(&path, 1);
     assert_eq!(code(file.append(&ticks(1..2))), "ok");
     assert_eq!(code(file.sync()), "ok");
     let written = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
