@@ -9,13 +9,22 @@
 //! fields. When the tag is not first it falls back to buffering into a
 //! `serde_json` map, so exactly the same documents are accepted either way:
 //! unknown keys ignored, duplicate or missing fields refused.
+//!
+//! `tag_first` instead of `tag` refuses an object whose tag is not first,
+//! without buffering: the strict mirrors of [`crate::shape`] use it, as
+//! what they accept must have been read by serde's derived visitors
+//! throughout, not through a `serde_json::Value` that keeps the last of a
+//! key named twice.
 
 /// Implements `Deserialize` for an internally tagged enum, one arm per
 /// variant: `"tag" => Variant { fields }` (a struct variant, fields with
 /// their serde attributes) or `"tag" => |value: Type| expr` (a newtype
-/// variant whose type reads the remaining fields).
+/// variant whose type reads the remaining fields). `tag "key"` reads the
+/// tag wherever it stands; `tag_first "key"` only as the first key.
 macro_rules! tagged_enum {
-    ($enum:ident, tag $tag:literal, $what:literal {
+    (@tag_anywhere tag) => { true };
+    (@tag_anywhere tag_first) => { false };
+    ($enum:ident, $order:ident $tag:literal, $what:literal {
         $($name:literal => $($variant:ident { $($(#[$attr:meta])* $field:ident : $ty:ty),* $(,)? })?
                            $(|$v:ident : $vty:ty| $make:expr)? ),* $(,)?
     }) => {
@@ -58,6 +67,9 @@ macro_rules! tagged_enum {
                         if first.as_str() == $tag {
                             let tag = map.next_value::<$crate::tagged::Text<'de>>()?;
                             return TaggedVisitor::variant(tag.as_str(), serde::de::value::MapAccessDeserializer::new(map));
+                        }
+                        if !$crate::tagged::tagged_enum!(@tag_anywhere $order) {
+                            return Err(A::Error::custom(concat!("`", $tag, "` must be the first key")));
                         }
                         // The tag is not first: buffer the object, then read it.
                         let mut object = serde_json::Map::new();

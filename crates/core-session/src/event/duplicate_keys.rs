@@ -104,7 +104,7 @@ fn objects(json: &str) -> Vec<(usize, usize)> {
 
 /// How the key is named again.
 #[derive(Debug, Clone, Copy)]
-struct Duplicate {
+pub(crate) struct Duplicate {
     object: prop::sample::Index,
     /// Whether the object is the one that closes just before the envelope:
     /// the `surfaceOp` object when there is one, else `data` itself.
@@ -114,7 +114,7 @@ struct Duplicate {
     same_value: bool,
 }
 
-fn duplicate() -> impl Strategy<Value = Duplicate> {
+pub(crate) fn duplicate() -> impl Strategy<Value = Duplicate> {
     (
         any::<prop::sample::Index>(),
         prop::bool::weighted(0.25),
@@ -133,7 +133,7 @@ fn duplicate() -> impl Strategy<Value = Duplicate> {
 
 /// `line` with one key of one of its objects named a second time; the
 /// object's span in `line`, and where the extra text went and how long it is.
-fn with_duplicate(line: &str, d: Duplicate) -> (String, (usize, usize), usize, usize) {
+pub(crate) fn with_duplicate(line: &str, d: Duplicate) -> (String, (usize, usize), usize, usize) {
     let all = objects(line);
     let (start, end) = match all.len() {
         n if d.outer && n >= 2 => all[n - 2],

@@ -394,4 +394,4 @@ fn to_raw<T: Serialize>(value: &T) -> Result<Box<str>, AppendError> {
 pub const MAX_NESTING: usize = 127;
 
 #[cfg(test)]
-mod duplicate_keys;
+pub(crate) mod duplicate_keys;

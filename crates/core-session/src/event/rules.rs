@@ -208,6 +208,17 @@ fn check_sources(seq: u64, event_type: &EventType, sources: &[u64]) -> Result<()
 
 /// Checks a core payload's shape (section 1.2). Plugin data is opaque.
 pub(super) fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Result<(), AppendError> {
+    // Most events of a log: matched as text, keys and all.
+    if shape::is_plain_chunk(event_type, text) {
+        return Ok(());
+    }
+    // The common case, in one pass and without allocating: a payload the
+    // strict mirrors read whole is valid, within the depth limit and names
+    // no key twice (see `shape`), so nothing below has anything to find.
+    let verdict = shape::check(event_type, text);
+    if verdict == shape::Verdict::Complete {
+        return Ok(());
+    }
     // Any data, core or plugin, is no deeper than serde_json reads elsewhere,
     // so every reader can read whatever was accepted: unknown keys inside a
     // core payload are skipped by the typed parse below without a depth
@@ -219,13 +230,9 @@ pub(super) fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Res
             return Err(AppendError::EventMalformed { seq: Some(seq), detail });
         }
     }
-    // Most events of a log: matched as text, keys and all.
-    if shape::is_plain_chunk(event_type, text) {
-        return Ok(());
-    }
-    // The common case, without allocating; the owned types decide (and
-    // word the error) whenever the fast check is not sure.
-    if !shape::accepts(event_type, text) {
+    // The owned types decide (and word the error) whenever the fast check
+    // is not sure.
+    if verdict == shape::Verdict::Unsure {
         check_owned_payload(seq, event_type, text)?;
     }
     // Now known to be one JSON value: no object in it, known keys or
@@ -247,7 +254,7 @@ fn check_unique_keys(seq: u64, what: &str, json: &str) -> Result<(), AppendError
 }
 
 /// Checks a core payload's shape by reading it into its owned type of
-/// [`crate::payload`]: the reference [`shape::accepts`] must agree with.
+/// [`crate::payload`]: the reference [`shape::check`] must agree with.
 pub(crate) fn check_owned_payload(seq: u64, event_type: &EventType, data: &str) -> Result<(), AppendError> {
     fn parse<'a, T: Deserialize<'a>>(seq: u64, data: &'a str) -> Result<T, AppendError> {
         if !data.trim_start().starts_with('{') {
