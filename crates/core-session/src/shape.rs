@@ -61,6 +61,8 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
     }
     let complete = |ok: bool| if ok { Verdict::Complete } else { Verdict::Unsure };
     match event_type {
+        // Most events of a log: matched as text, a fixed set of keys each
+        // named once, before any parser.
         EventType::AssistantChunk => complete(is_plain_delta(data) || read::<AssistantChunk>(data).is_some()),
         EventType::ToolCall => complete(read::<ToolCall>(data).is_some()),
         EventType::UserMessage => {
@@ -93,13 +95,6 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
         // The rest hold integers or are rare: the owned check is as cheap.
         _ => Verdict::Unsure,
     }
-}
-
-/// Whether `data` is an `assistant/chunk` payload that [`is_plain_delta`]
-/// matches: certainly valid, and with a fixed set of keys, each named once,
-/// so that no other check of its text is needed.
-pub(crate) fn is_plain_chunk(event_type: &EventType, data: &str) -> bool {
-    *event_type == EventType::AssistantChunk && is_plain_delta(data)
 }
 
 /// A text or reasoning delta exactly as serde writes one, with a text that

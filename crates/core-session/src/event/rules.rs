@@ -208,13 +208,10 @@ fn check_sources(seq: u64, event_type: &EventType, sources: &[u64]) -> Result<()
 
 /// Checks a core payload's shape (section 1.2). Plugin data is opaque.
 pub(super) fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Result<(), AppendError> {
-    // Most events of a log: matched as text, keys and all.
-    if shape::is_plain_chunk(event_type, text) {
-        return Ok(());
-    }
-    // The common case, in one pass and without allocating: a payload the
-    // strict mirrors read whole is valid, within the depth limit and names
-    // no key twice (see `shape`), so nothing below has anything to find.
+    // The common case, in one pass and without allocating: a plain chunk
+    // matched as text, or a payload the strict mirrors read whole, is
+    // valid, within the depth limit and names no key twice (see `shape`),
+    // so nothing below has anything to find.
     let verdict = shape::check(event_type, text);
     if verdict == shape::Verdict::Complete {
         return Ok(());
