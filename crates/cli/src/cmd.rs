@@ -24,25 +24,27 @@ pub(crate) fn open_checked(args: &StoreArgs, access: Access) -> anyhow::Result<(
     Ok((target, checked))
 }
 
-/// The session of a command that needs sections 1, 2 and 6 to hold (it is
-/// refused otherwise); broken invariants are one warning, not a refusal.
-/// The session of `surface` and `derive`: from the store's checkpoint
-/// and the events after it where the store has one that matches
-/// ([`Target::resumed`](crate::store_arg::Target::resumed): the surface
-/// and the tail are read, not the whole log), else read and checked whole
-/// as every reading command does.
-fn resumed_or_checked(args: &StoreArgs) -> anyhow::Result<Session> {
+/// The session of `surface` and `derive`: the whole log streamed through
+/// the checks, keeping what these commands show (the surface), not the
+/// log. A checkpoint beside the log is not used: it vouches only for the
+/// header and the last event it covers, so an event edited or removed
+/// behind the store's back before that would go unseen, and the output
+/// would be the cache's, not the log's (contract section 1: the log is
+/// the only source of truth; `docs/contract-notes.md`, note 22).
+fn checked_session(args: &StoreArgs) -> anyhow::Result<Session> {
     let target = store_arg::open(args, Access::Read)?;
-    if let Some(session) = target.resumed()? {
-        return Ok(session);
-    }
-    // Without a checkpoint: the log streamed through the checks, keeping
-    // what these commands show (the surface), not the log.
+    checked_whole(&target)
+}
+
+/// [`checked_session`] of an open target.
+fn checked_whole(target: &Target) -> anyhow::Result<Session> {
     let checked = target.check_keeping(check::Retain::Surface)?;
     report_tail(&checked);
     readable_session(checked)
 }
 
+/// The session of a command that needs sections 1, 2 and 6 to hold (it is
+/// refused otherwise); broken invariants are one warning, not a refusal.
 pub(crate) fn readable_session(checked: Checked) -> anyhow::Result<Session> {
     let origin = checked.origin.clone();
     let (session, invariants) = checked.into_session()?;
@@ -136,7 +138,7 @@ pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> any
 
 /// `palimpsest surface STORE`: the surface as a JSON array of seqs.
 pub(crate) fn surface(args: &StoreArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    let session = resumed_or_checked(args)?;
+    let session = checked_session(args)?;
     serde_json::to_writer(&mut *out, session.surface())?;
     writeln!(out)?;
     Ok(Exit::Success)
@@ -154,13 +156,28 @@ struct WithProvenance<'a> {
 /// `palimpsest derive STORE [--provenance | --request]`: the derived
 /// messages, each exactly as logged; or the derived request (contract
 /// section 3) on one line, exactly as core-session writes it.
+///
+/// With `from_checkpoint`, the session as an agent resuming it holds it:
+/// from the store's checkpoint and the events after it, in time and memory
+/// that follow the surface, not the log
+/// ([`Target::resumed`](crate::store_arg::Target::resumed)); the whole
+/// log where there is no checkpoint that matches it.
 pub(crate) fn derive(
     args: &StoreArgs,
     provenance: bool,
     request: bool,
+    from_checkpoint: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
-    let session = resumed_or_checked(args)?;
+    let session = if from_checkpoint {
+        let target = store_arg::open(args, Access::Read)?;
+        match target.resumed()? {
+            Some(session) => session,
+            None => checked_whole(&target)?,
+        }
+    } else {
+        checked_session(args)?
+    };
     if request {
         writeln!(out, "{}", session.derive_request().to_json())?;
         return Ok(Exit::Success);
@@ -183,12 +200,8 @@ pub(crate) fn derive(
 pub(crate) fn repair(args: &StoreArgs, write: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let access = if write { Access::Write } else { Access::Read };
     let target = store_arg::open(args, access)?;
-    // From a checkpoint, the open turn (if any) is in the events after it
-    // (checkpoints are taken at turn boundaries): its closers are the same.
-    if let Some(session) = target.resumed()? {
-        let origin = target.origin();
-        return write_closers(&target, &origin, session, write, out);
-    }
+    // The whole log is checked, as for `surface` and `derive` (a checkpoint
+    // is not trusted to stand for it): an invalid log is never appended to.
     // The open turn, all repair needs, stays in a session checked keeping
     // its surface.
     let checked = target.check_keeping(check::Retain::Surface)?;

@@ -95,6 +95,12 @@ enum Command {
         /// Print the derived request `{"settings", "messages"}` instead of the messages.
         #[arg(long)]
         request: bool,
+        /// Read the session as an agent resuming it does: from the store's
+        /// checkpoint and the events after it, not the whole log (fast on a
+        /// long log; trusts the checkpoint for the events it covers, which
+        /// only `validate` and the other commands check).
+        #[arg(long)]
+        from_checkpoint: bool,
     },
     /// Print the events that close an interrupted turn, as a JSON array.
     ///
@@ -404,7 +410,9 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match command {
         Command::Validate { target, json } => cmd::validate(&target, json, out),
         Command::Surface { target } => cmd::surface(&target, out),
-        Command::Derive { target, provenance, request } => cmd::derive(&target, provenance, request, out),
+        Command::Derive { target, provenance, request, from_checkpoint } => {
+            cmd::derive(&target, provenance, request, from_checkpoint, out)
+        }
         Command::Repair { target, write } => cmd::repair(&target, write, out),
         Command::Inspect { target, color, no_pager } => cmd::inspect(&target, color.enabled(), no_pager, out),
         Command::Sessions { store, tree, json } => {

@@ -579,13 +579,14 @@ impl Target {
     }
 
     /// The session from its store's checkpoint and the events after it
-    /// ([`SessionStore::load_resumable`]), for the commands that need only
-    /// what an append needs (`surface`, `derive`, `repair`): the surface
-    /// and the tail are read, not the log, and the tail is checked by every
-    /// rule and invariant. `None` when the store has no checkpoint that
-    /// matches the log, or the tail breaks a rule or an invariant: the
-    /// caller then reads and checks the whole log, as before, and reports
-    /// what it finds. Reading never writes a checkpoint.
+    /// ([`SessionStore::load_resumable`]), as an agent resuming it holds it
+    /// (`derive --from-checkpoint`): the surface and the tail are read, not
+    /// the log, and the tail is checked by every rule and invariant. The
+    /// checkpoint is trusted for the events it covers; it is checked
+    /// against the header and the last of them only. `None` when the store
+    /// has no checkpoint that matches the log, or the tail breaks a rule or
+    /// an invariant: the caller then reads and checks the whole log, and
+    /// reports what it finds. Reading never writes a checkpoint.
     pub(crate) fn resumed(&self) -> Result<Option<Session>, CliError> {
         let (Some(id), Some(store)) = (&self.id, self.store.backend()) else { return Ok(None) };
         let resumable =

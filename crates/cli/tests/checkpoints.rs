@@ -1,7 +1,9 @@
 //! Checkpoints from the command line (issue 18): writers leave one beside
-//! the log, `surface`, `derive` and `repair` read the surface and the
-//! tail from it, and give exactly what the whole log gives; a damaged or
-//! stale checkpoint is ignored, and reading never writes one.
+//! the log; reading commands never write one, and never trust one to
+//! stand for the log: `surface`, `derive` and `repair` read the log
+//! whole, so an event edited or removed behind the store's back, before
+//! the last event a checkpoint covers, is seen (refused, or shown as the
+//! log now holds it), as `validate` sees it.
 
 mod support;
 
@@ -43,14 +45,91 @@ fn convert_leaves_a_checkpoint_and_reading_from_it_gives_what_the_whole_log_give
     assert_eq!(reads(d, "x.db"), whole, "from the checkpoint: the same surface, messages and request");
     assert_eq!(ok(palimpsest(d, &["repair", "x.db"])).stdout.trim(), "[]");
 
-    // Proof that they read the checkpoint and not the log: break an event
-    // the surface no longer holds (seq 3, shadowed by the compaction).
-    // `validate` reads the whole log and finds it; `surface` and `derive`
-    // never read it. (A defect behind a checkpoint is `validate`'s to find.)
+    // An event the surface no longer holds (seq 3, shadowed by the
+    // compaction), broken behind the store's back: the checkpoint still
+    // matches the header and its last event, but the reading commands read
+    // the log, and refuse it as `validate` does, with its code.
     break_stored_event(&d.join("x.db"), 3);
     let invalid = palimpsest(d, &["validate", "x.db"]);
     assert_eq!(invalid.code, 1, "{invalid:?}");
-    assert_eq!(reads(d, "x.db"), whole, "read from the checkpoint, past the broken event");
+    let code = first_error_code(&invalid.stderr);
+    for args in
+        [&["surface", "x.db"][..], &["derive", "x.db"], &["derive", "--request", "x.db"], &["repair", "x.db"]]
+    {
+        let run = palimpsest(d, args);
+        assert_eq!((run.code, first_error_code(&run.stderr)), (1, code.clone()), "{args:?}: {run:?}");
+        assert!(run.stdout.is_empty(), "{args:?} printed from the checkpoint: {run:?}");
+    }
+    let write = palimpsest(d, &["repair", "--write", "x.db"]);
+    assert_eq!(write.code, 1, "{write:?}");
+
+    // `derive --from-checkpoint` reads as a resuming agent does: the
+    // checkpoint's surface and the events after it, past the broken event.
+    let resumed = ok(palimpsest(d, &["derive", "--request", "--from-checkpoint", "x.db"])).stdout;
+    assert_eq!(resumed, whole[2], "the request a resumed agent would send");
+}
+
+/// The first `error[code]` of a run's stderr.
+fn first_error_code(stderr: &str) -> String {
+    let start =
+        stderr.find("error[").map(|i| i + "error[".len()).unwrap_or_else(|| panic!("no error: {stderr}"));
+    stderr[start..].split(']').next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_surface_event_edited_behind_the_store_is_derived_as_the_log_holds_it() {
+    let dir = scratch(&[FIXTURE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", FILE, "x.db"]));
+    // Seq 17 (`u2`) is on the surface, so the checkpoint holds a copy of
+    // it; the edit keeps the log valid and the checkpoint's last event.
+    let conn = rusqlite::Connection::open(d.join("x.db")).expect("open");
+    let changed = conn
+        .execute(
+            "UPDATE events SET data = replace(data, 'Summarise our chat so far.', 'Summarize our chat, please.') WHERE seq = 17",
+            [],
+        )
+        .expect("edit");
+    assert_eq!(changed, 1);
+    drop(conn);
+    ok(palimpsest(d, &["validate", "x.db"]));
+    for args in [&["derive", "x.db"][..], &["derive", "--request", "x.db"]] {
+        let out = ok(palimpsest(d, args)).stdout;
+        assert!(out.contains("Summarize our chat, please."), "{args:?} shows the log: {out}");
+        assert!(
+            !out.contains("Summarise our chat so far."),
+            "{args:?} shows the checkpoint's stale copy: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_jsonl_store_damaged_behind_its_checkpoint_is_refused_by_every_reading_command() {
+    let dir = scratch(&[FIXTURE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", FILE, "store"]));
+    let file = d.join("store").join("example-1.jsonl");
+    // One byte of seq 5's line made invalid UTF-8: the file keeps its
+    // length and its last line, so the sidecar still matches.
+    let mut bytes = fs::read(&file).expect("read");
+    let at = String::from_utf8_lossy(&bytes).find("{\"seq\":5,").expect("seq 5") + 3;
+    bytes[at] = 0xff;
+    fs::write(&file, bytes).expect("damage");
+    let invalid = palimpsest(d, &["validate", "store"]);
+    assert_eq!(invalid.code, 1, "{invalid:?}");
+    for args in [
+        &["surface", "store"][..],
+        &["derive", "store"],
+        &["repair", "store"],
+        &["repair", "--write", "store"],
+    ] {
+        let run = palimpsest(d, args);
+        assert_eq!(
+            (run.code, first_error_code(&run.stderr)),
+            (1, "log-corrupt".to_owned()),
+            "{args:?}: {run:?}"
+        );
+    }
 }
 
 #[test]
@@ -73,6 +152,8 @@ fn a_damaged_checkpoint_is_ignored_and_reading_never_writes_one() {
     }
     fs::remove_file(&sidecar).expect("remove");
     assert_eq!(reads(d, "store"), whole, "no checkpoint: the whole log");
+    let resumed = ok(palimpsest(d, &["derive", "--request", "--from-checkpoint", "store"])).stdout;
+    assert_eq!(resumed, whole[2], "--from-checkpoint without one: the whole log");
     assert!(!sidecar.exists(), "reading commands write no checkpoint");
 }
 
