@@ -88,17 +88,24 @@ impl Store {
     pub(crate) fn open_existing(path: &Path, access: Access) -> Result<Store, CliError> {
         let location = Location::parse(path)?;
         let shown = location.shown();
+        // An existing store, for reading or writing: nothing is created,
+        // so a command refused on an empty file or schema leaves it empty.
         if let Location::Postgres(url) = &location {
-            let store = Location::connect_postgres(url, access == Access::Write)?;
+            let store = Location::connect_postgres(url, false)?;
             return Ok(Store::Postgres(Box::new(store), PathBuf::from(shown)));
         }
         let meta =
             fs::metadata(path).map_err(|e| CliError::io(shown.clone(), format!("cannot read: {e}")))?;
         match location {
             Location::Sqlite(_) if meta.is_file() => {
+                // Opening for writing initialises an empty file: a
+                // read-only open first refuses what is not a store yet.
                 let opened = match access {
                     Access::Read => SqliteStore::open_read_only(path),
-                    Access::Write => SqliteStore::open(path),
+                    Access::Write => SqliteStore::open_read_only(path).and_then(|probe| {
+                        drop(probe);
+                        SqliteStore::open(path)
+                    }),
                 };
                 opened.map(|s| Store::Sqlite(Box::new(s))).map_err(|e| from_store(&e, &shown))
             }

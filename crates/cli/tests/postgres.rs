@@ -237,6 +237,23 @@ fn search_on_a_postgres_url_matches_sqlite_and_creates_nothing() {
     }
 }
 
+/// A writing command that needs a stored session (`repair --write`,
+/// `fork`, `delete`) refuses a schema without a store, and creates nothing
+/// in it: a refused command changes nothing.
+#[test]
+fn writing_commands_on_a_schema_without_a_store_create_nothing() {
+    let Some(schema) = Schema::new() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let url = schema.url();
+    for args in [&["repair", "--write", &url][..], &["fork", &url, "--at", "1"], &["delete", &url, "--yes"]] {
+        let run = palimpsest(d, args);
+        no_secret(&run);
+        assert!(run.code == 1 || run.code == 2, "{args:?}: {run:?}");
+        assert_eq!(schema.tables(), 0, "{args:?} created tables");
+    }
+}
+
 /// The README's recipe for a schema of one's own (`?options=-csearch_path%3D
 /// NAME`) works on a schema that does not exist yet: a writing command
 /// creates it with the store's tables; a reading command on another new one

@@ -342,6 +342,35 @@ fn a_zero_length_db_is_refused_by_every_reading_command_and_stays_empty() {
     }
 }
 
+/// The commands that write to an existing session refuse a file that is
+/// not a store yet, and leave it as it was: opening for writing would
+/// have initialised it (a refused command changes nothing).
+#[test]
+fn a_zero_length_db_is_refused_by_every_writing_command_and_stays_empty() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    fs::write(d.join("x.db"), b"").expect("touch");
+    let writers: [&[&str]; 5] = [
+        &["repair", "--write", "x.db"],
+        &["fork", "x.db", "--at", "1"],
+        &["delete", "x.db", "--yes"],
+        &["prune", "x.db", "--older-than", "1d", "--yes"],
+        &["run", "x.db", "--session", "s"],
+    ];
+    for args in writers {
+        let run = palimpsest(d, args);
+        assert!(run.code == 1 || run.code == 2, "{args:?}: {run:?}");
+        assert!(run.stderr.contains("error["), "{args:?}: {run:?}");
+        let left: Vec<String> = fs::read_dir(d)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["x.db"], "{args:?} left files behind");
+        let len = fs::metadata(d.join("x.db")).expect("stat").len();
+        assert_eq!(len, 0, "{args:?} initialised the file");
+    }
+}
+
 #[test]
 fn repair_write_and_fork_still_write_a_sqlite_store() {
     let dir = scratch(&["ok/crash-open.jsonl"]);

@@ -337,7 +337,7 @@ pub(crate) fn open_checked(
     if !create_missing {
         return Err(StoreError::Io {
             context: format!(
-                "opening {location}: schema {} holds no Palimpsest store (reading creates none)",
+                "opening {location}: schema {} holds no Palimpsest store (none is created without `create_missing`)",
                 quote_ident(schema)
             ),
             source: Box::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
