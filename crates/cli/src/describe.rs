@@ -184,12 +184,7 @@ fn snippet(text: &str, max: usize) -> String {
             out.push('…');
             break;
         }
-        match c {
-            '\n' => out.push('⏎'),
-            '\r' | '\t' => out.push(' '),
-            c if c.is_control() => out.push('�'),
-            c => out.push(c),
-        }
+        out.push(crate::output::printable(c));
     }
     out
 }

@@ -26,6 +26,25 @@ pub(crate) fn note(message: &str) {
     let _ = writeln!(io::stderr().lock(), "note: {message}");
 }
 
+/// How a character of logged text is shown on a terminal line: a line
+/// break as `⏎`, a carriage return or tab as a space, any other control
+/// character (an escape sequence's ESC, BEL, NUL) as `�`, so that text a
+/// model or a user wrote cannot move the cursor, retitle the window or
+/// hide itself. Every human-readable view of logged text goes through it.
+pub(crate) fn printable(c: char) -> char {
+    match c {
+        '\n' => '⏎',
+        '\r' | '\t' => ' ',
+        c if c.is_control() => '�',
+        c => c,
+    }
+}
+
+/// `text` with every character [`printable`].
+pub(crate) fn printable_line(text: &str) -> String {
+    text.chars().map(printable).collect()
+}
+
 /// Whether `--color auto` means colour: stdout is a terminal and `NO_COLOR`
 /// is unset or empty.
 pub(crate) fn stdout_wants_color() -> bool {

@@ -109,7 +109,8 @@ fn write_hits(
     let rows: Vec<[String; 4]> = hits
         .iter()
         .map(|h| {
-            [short_id(&h.session_id, ids), h.seq.to_string(), h.event_type.clone(), timefmt::utc(h.time)]
+            let ty = output::printable_line(&h.event_type);
+            [short_id(&h.session_id, ids), h.seq.to_string(), ty, timefmt::utc(h.time)]
         })
         .collect();
     let width = |col: usize| rows.iter().map(|r| r[col].chars().count()).max().unwrap_or(0);
@@ -120,7 +121,8 @@ fn write_hits(
         let seq_pad = " ".repeat(w_seq - seq.chars().count());
         let ty_pad = " ".repeat(w_type - ty.chars().count());
         writeln!(out, "{id}{id_pad}  {seq_pad}{seq}  {ty}{ty_pad}  {time}")?;
-        writeln!(out, "    {}", highlight(&hit.snippet, terms, color))?;
+        // Logged text, shown: control characters cannot reach the terminal.
+        writeln!(out, "    {}", highlight(&output::printable_line(&hit.snippet), terms, color))?;
     }
     Ok(())
 }

@@ -144,3 +144,33 @@ fn searching_changes_no_byte_of_any_store() {
     assert_eq!(snapshot_of(d), before_db, "the database (and the files beside it) are unchanged");
     assert_eq!(snapshot_of(&d.join("jsonl-store")), before_dir, "the JSONL store is unchanged");
 }
+
+/// Logged text reaches the terminal without its control characters: an
+/// ESC that would start a colour or a window-title sequence, a BEL, a NUL
+/// in a prompt are shown as `�` by `search` and in `sessions`' TITLE, as
+/// `inspect` and `explain` show them; `--json` keeps the text as logged.
+#[test]
+fn control_characters_in_logged_text_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let text = fs::read_to_string(test_data("ok/compaction-and-prune.jsonl")).expect("read");
+    let hostile = text.replace(
+        "What is in notes.txt?",
+        r"What \u001b[31mRED\u001b]0;pwned\u0007 is \u0000in notes.txt?",
+    );
+    assert_ne!(hostile, text, "the fixture holds the prompt");
+    fs::write(d.join("esc.jsonl"), hostile).expect("write");
+    for store in ["esc.jsonl", "esc.db"] {
+        if store == "esc.db" {
+            ok(palimpsest(d, &["convert", "esc.jsonl", "esc.db"]));
+        }
+        for args in [&["search", store, "notes"][..], &["sessions", store]] {
+            let out = ok(palimpsest(d, args)).stdout;
+            assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{args:?}: {out:?}");
+            assert!(out.contains("What �[31mRED�]0;pwned� is �in"), "{args:?}: {out:?}");
+        }
+        let json = ok(palimpsest(d, &["search", store, "notes", "--json"])).json();
+        let logged = json.to_string();
+        assert!(logged.contains(r"\u001b[31mRED"), "--json keeps the text as logged: {logged}");
+    }
+}
