@@ -44,6 +44,17 @@ pub(crate) fn fork(
     new_id: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
+    if new_id == Some("") {
+        // Some stores could hold it, a JSONL store cannot name a file for
+        // it, and no one can pass it to `--session`: refused everywhere.
+        return Err(CliError {
+            code: "invalid-id".into(),
+            location: String::new(),
+            message: "--id is empty; a session id needs at least one character".into(),
+            exit: Exit::Usage,
+        }
+        .into());
+    }
     let (target, checked) = open_checked(args, crate::store_arg::Access::Write)?;
     let origin = checked.origin.clone();
 

@@ -158,6 +158,13 @@ fn fork_refusals_name_their_code_and_write_nothing() {
     let run = palimpsest(d, &["fork", "dir", "--at", "3", "--id", "example-1"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.starts_with("error[already-exists]: "), "{:?}", run.stderr);
+    // An empty id: some stores could hold one, a JSONL store cannot, and
+    // `--session` cannot name it, so every store refuses it.
+    for store in ["s.db", "dir"] {
+        let run = palimpsest(d, &["fork", store, "--at", "3", "--id", ""]);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.starts_with("error[invalid-id]: "), "{:?}", run.stderr);
+    }
     assert_eq!(ok(palimpsest(d, &["sessions", "s.db"])).stdout.lines().count(), 2, "nothing was added");
 
     // A log broken at seq 3 forks before the break, not at or after it.

@@ -154,10 +154,8 @@ fn control_characters_in_logged_text_never_reach_the_terminal() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let d = dir.path();
     let text = fs::read_to_string(test_data("ok/compaction-and-prune.jsonl")).expect("read");
-    let hostile = text.replace(
-        "What is in notes.txt?",
-        r"What \u001b[31mRED\u001b]0;pwned\u0007 is \u0000in notes.txt?",
-    );
+    let hostile = text
+        .replace("What is in notes.txt?", r"What \u001b[31mRED\u001b]0;pwned\u0007 is \u0000in notes.txt?");
     assert_ne!(hostile, text, "the fixture holds the prompt");
     fs::write(d.join("esc.jsonl"), hostile).expect("write");
     for store in ["esc.jsonl", "esc.db"] {
