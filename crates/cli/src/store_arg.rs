@@ -109,6 +109,12 @@ impl Store {
                 };
                 opened.map(|s| Store::Sqlite(Box::new(s))).map_err(|e| from_store(&e, &shown))
             }
+            // Contract section 7: a path ending in `.db` is a SQLite store,
+            // as `convert` and the writers read it too, never a directory.
+            Location::Sqlite(_) if meta.is_dir() => Err(CliError::io(
+                shown,
+                "is a directory; a path ending in `.db` names a SQLite database (contract §7)",
+            )),
             _ if JsonlStore::is_store_dir(path) => {
                 JsonlStore::open(path).map(Store::Dir).map_err(|e| from_store(&e, &shown))
             }

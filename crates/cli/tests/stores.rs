@@ -342,6 +342,23 @@ fn a_zero_length_db_is_refused_by_every_reading_command_and_stays_empty() {
     }
 }
 
+/// A directory named `x.db` is not a JSONL store to any command: a path
+/// ending in `.db` names a SQLite database (contract section 7), for the
+/// readers as for `convert`.
+#[test]
+fn a_directory_named_like_a_database_is_refused_as_one() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "jsonl-store"]));
+    fs::rename(d.join("jsonl-store"), d.join("d.db")).expect("a JSONL store named d.db");
+    for args in reading_commands("d.db") {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = palimpsest(d, &args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(run.stderr.starts_with("error[io]: d.db: is a directory;"), "{args:?}: {}", run.stderr);
+    }
+}
+
 /// The commands that write to an existing session refuse a file that is
 /// not a store yet, and leave it as it was: opening for writing would
 /// have initialised it (a refused command changes nothing).
