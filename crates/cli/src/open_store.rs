@@ -59,6 +59,28 @@ pub(crate) fn writable_location(arg: &Path) -> Result<Location, CliError> {
     Location::parse(arg)
 }
 
+/// Opens the store `--store STORE` names to resume a session in it: as
+/// [`open_store`], but what is not a store yet is refused, not created (a
+/// PostgreSQL schema without the store's tables, an empty `.db`), so a
+/// resume of a session that cannot be there changes nothing.
+pub(crate) fn open_existing_store(arg: &Path) -> Result<OpenedStore, CliError> {
+    let location = writable_location(arg)?;
+    match &location {
+        Location::Postgres(url) => {
+            let store: Arc<dyn SessionStore> = Arc::new(Location::connect_postgres(url, false)?);
+            return Ok(OpenedStore { store, location });
+        }
+        Location::Sqlite(path) => {
+            // A read-only open refuses a file that is not a store without
+            // touching it; opening for writing would initialise it.
+            palimpsest_persistence_sqlite::SqliteStore::open_read_only(path)
+                .map_err(|e| crate::error::from_store(&e, &location.shown()))?;
+        }
+        Location::JsonlDir(_) | Location::JsonlFile(_) => {}
+    }
+    open_store(arg)
+}
+
 /// Opens (creating if needed) the store `--store STORE` names.
 pub(crate) fn open_store(arg: &Path) -> Result<OpenedStore, CliError> {
     let location = writable_location(arg)?;

@@ -116,6 +116,84 @@ fn ctrl_c_cancels_the_turn_and_resume_finishes_the_demo() {
     assert!(!text.contains("repaired:"), "{text}");
 }
 
+/// Ctrl-C in the pause before a turn, when no turn is running, stops the
+/// demo there (it used to be swallowed, and the demo ran to its end): exit
+/// 1, nothing left open, and the resume finishes the remaining turns.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_between_turns_stops_the_demo_before_the_next_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["demo", "--pace", "3000", "--quiet", "--color", "never"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the demo");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    let mut id = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("session:") {
+            id = rest.trim().to_owned();
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+        // Printed just before the 3 s pause that precedes turn 1.
+        if line.starts_with("turn 1 of") {
+            break;
+        }
+    }
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    for line in lines {
+        seen.push_str(&line.unwrap());
+        seen.push('\n');
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "a stopped demo is not a success:\n{seen}");
+    assert!(seen.contains("^C: stopped before the turn began."), "{seen}");
+    assert!(seen.contains(&format!("--resume {id}")), "{seen}");
+    assert!(!seen.contains("turn 2 of"), "{seen}");
+    let closers = run(dir.path(), &["repair", "palimpsest-demo.db", "--session", &id]);
+    assert_eq!(stdout(&closers).trim(), "[]", "no turn was left open");
+    let text = resume(dir.path(), "palimpsest-demo.db", &id);
+    assert!(text.contains("0 of 6 turns completed"), "{text}");
+}
+
+/// A resumed demo works on the files its earlier turns wrote: the
+/// workspace of the interrupted run was a throwaway directory, so the
+/// resume replays the log's successful `write_file` calls into its own
+/// (turn 6 reads the `summary.md` that turn 4 wrote).
+#[test]
+fn a_resumed_demo_finds_the_files_its_earlier_turns_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let whole = run(d, &["demo", "--pace", "0", "--quiet", "--color", "never"]);
+    assert!(whole.status.success());
+    let whole = stdout(&whole);
+    let id = whole.lines().find_map(|l| l.strip_prefix("session:")).unwrap().trim().to_owned();
+    // The seq of turn 4's turn/end, from the log's own lines.
+    assert!(run(d, &["convert", "palimpsest-demo.db", "log.jsonl"]).status.success());
+    let log = std::fs::read_to_string(d.join("log.jsonl")).unwrap();
+    let ends: Vec<u64> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == "turn/end")
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    let at = ends[3].to_string();
+    let fork = run(d, &["fork", "palimpsest-demo.db", "--session", &id, "--at", &at, "--id", "cut4"]);
+    assert!(fork.status.success(), "{fork:?}");
+    let text = resume(d, "palimpsest-demo.db", "cut4");
+    assert!(text.contains("4 of 6 turns completed"), "{text}");
+    assert!(text.contains("restored:  1 file write(s) of earlier turns"), "{text}");
+    assert!(!text.contains("No such file"), "{text}");
+    let events = |t: &str| t.lines().find(|l| l.starts_with("events:")).map(str::to_owned);
+    assert_eq!(events(&text), events(&whole), "the resumed session ends as the whole run did");
+}
+
 /// The `on disk:` line's figure and the files it names, as printed.
 fn on_disk_line(text: &str) -> String {
     let line = text.lines().find_map(|l| l.strip_prefix("on disk:"));

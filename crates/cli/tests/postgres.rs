@@ -254,6 +254,35 @@ fn writing_commands_on_a_schema_without_a_store_create_nothing() {
     }
 }
 
+/// Resuming a session in a schema without a store (`demo --resume`,
+/// `run --session`) is `not-found`, and creates no table there.
+#[test]
+fn resuming_in_a_schema_without_a_store_creates_nothing() {
+    let Some(schema) = Schema::new() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let url = schema.url();
+    let demo = ["demo", "--store", &url, "--resume", "nope", "--pace", "0", "--quiet"];
+    let run = [
+        "run",
+        "--store",
+        &url,
+        "--session",
+        "nope",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--model",
+        "m",
+        "hi",
+    ];
+    for args in [&demo[..], &run[..]] {
+        let out = palimpsest(d, args);
+        no_secret(&out);
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+        assert_eq!(schema.tables(), 0, "{args:?} created tables");
+    }
+}
+
 /// The README's recipe for a schema of one's own (`?options=-csearch_path%3D
 /// NAME`) works on a schema that does not exist yet: a writing command
 /// creates it with the store's tables; a reading command on another new one

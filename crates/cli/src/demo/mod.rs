@@ -8,9 +8,13 @@
 //! more than once. Then it prints the full log beside the surface (what the
 //! model saw at the end), reopens the store, validates it, and sums up.
 //!
-//! Ctrl-C cancels the running turn (it ends `aborted`); a process killed
-//! outright leaves its turn open. Either way `--resume ID` repairs the log
-//! (contract section 5) and carries on with the turns not yet completed.
+//! Ctrl-C cancels the running turn (it ends `aborted`), or, between turns,
+//! stops the demo before the next one; a process killed outright leaves
+//! its turn open. Either way `--resume ID` repairs the log (contract
+//! section 5), replays into a fresh workspace the files the earlier turns
+//! wrote (their successful `write_file` calls, read from the log), and
+//! carries on with the turns not yet completed. A resume never creates a
+//! store.
 
 mod progress;
 mod script;
@@ -32,7 +36,7 @@ use palimpsest_core_session::payload::{Settings, TurnEnd, TurnEndReason};
 use palimpsest_core_session::{EventType, SurfaceOp};
 
 use crate::error::Exit;
-use crate::open_store::open_store;
+use crate::open_store::{open_existing_store, open_store};
 use crate::store_arg::Store;
 
 pub(crate) use script::TURNS;
@@ -136,7 +140,10 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
             .into());
         }
     }
-    let opened = open_store(&options.store)?;
+    let opened = match options.resume {
+        Some(_) => open_existing_store(&options.store)?,
+        None => open_store(&options.store)?,
+    };
     let shown = opened.shown();
     // A session to resume is found (a unique prefix will do) before anything
     // is printed: an unknown id is one `not-found` line.
@@ -199,6 +206,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         Some(id) => {
             let (agent, report) =
                 builder.open(store.clone(), id).with_context(|| format!("resuming session {id:?}"))?;
+            let restored = restore_workspace(agent.session(), workspace.path())?;
             let done = completed_turns(agent.session());
             writeln!(
                 out,
@@ -207,6 +215,9 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
                 done,
                 TURNS.len()
             )?;
+            if restored > 0 {
+                writeln!(out, "restored:  {restored} file write(s) of earlier turns, replayed from the log")?;
+            }
             if let Some(range) = &report.repaired {
                 writeln!(
                     out,
@@ -223,20 +234,54 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     writeln!(out, "session:   {id}\n")?;
     out.flush()?;
 
+    // One Ctrl-C listener for the whole run: once tokio's handler is in
+    // place it replaces the default one, so a Ctrl-C between turns, with
+    // no turn listening, would be swallowed. Each press is queued here.
+    let (ctrl_c_tx, mut ctrl_c) = tokio::sync::mpsc::unbounded_channel();
+    // On Unix the handler is registered here, before the first turn is
+    // announced, not when the listening task first runs.
+    #[cfg(unix)]
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("listening for Ctrl-C")?;
+    let listener = tokio::spawn(async move {
+        loop {
+            #[cfg(unix)]
+            let pressed = interrupts.recv().await.is_some();
+            #[cfg(not(unix))]
+            let pressed = tokio::signal::ctrl_c().await.is_ok();
+            if !pressed || ctrl_c_tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let resume_hint = format!(
+        "Resume with:\n  palimpsest demo --store {} --resume {id}",
+        crate::output::shell_word(&shown)
+    );
     let cancel = CancellationToken::new();
     let mut interrupted = false;
     for (i, turn) in TURNS.iter().enumerate().skip(first_turn) {
         writeln!(out, "turn {} of {}", i + 1, TURNS.len())?;
         out.flush()?;
-        if !options.pace.is_zero() {
-            tokio::time::sleep(options.pace).await;
+        // A Ctrl-C before the turn starts (in the pause, or pressed as the
+        // last turn ended) stops the demo here: nothing is left open.
+        let stop = if options.pace.is_zero() {
+            ctrl_c.try_recv().is_ok()
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep(options.pace) => ctrl_c.try_recv().is_ok(),
+                Some(()) = ctrl_c.recv() => true,
+            }
+        };
+        if stop || cancel.is_cancelled() {
+            writeln!(out, "  ^C: stopped before the turn began.\n\n{resume_hint}")?;
+            interrupted = true;
+            break;
         }
         let input = TurnInput::text(turn.prompt).with_cancel(cancel.clone());
         let outcome = {
             let run = agent.run_turn(input);
             tokio::pin!(run);
-            let ctrl_c = tokio::signal::ctrl_c();
-            tokio::pin!(ctrl_c);
             loop {
                 tokio::select! {
                     result = &mut run => break result,
@@ -244,7 +289,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
                         writeln!(out, "{line}")?;
                         out.flush()?;
                     }
-                    _ = &mut ctrl_c, if !cancel.is_cancelled() => {
+                    Some(()) = ctrl_c.recv(), if !cancel.is_cancelled() => {
                         writeln!(out, "  ^C: cancelling the turn…")?;
                         cancel.cancel();
                     }
@@ -264,15 +309,12 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
                 TurnEndReason::MaxTokens => "at the output-token limit".to_owned(),
                 other => format!("{other:?}"),
             };
-            writeln!(
-                out,
-                "\nThe turn ended {why}. Resume with:\n  palimpsest demo --store {} --resume {id}",
-                crate::output::shell_word(&shown)
-            )?;
+            writeln!(out, "\nThe turn ended {why}. {resume_hint}")?;
             interrupted = true;
             break;
         }
     }
+    listener.abort();
     agent.flush().context("syncing the store")?;
     drop(agent);
 
@@ -323,6 +365,41 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
         return Ok(Exit::Invalid);
     }
     Ok(if interrupted { Exit::Invalid } else { Exit::Success })
+}
+
+/// Replays into a fresh `workspace` every file the session's earlier turns
+/// wrote: each `write_file` call whose result came back without an error,
+/// in log order. The interrupted run's workspace was a throwaway
+/// directory, so without this a resumed turn would look for files its own
+/// log says it wrote. Returns how many writes were replayed.
+fn restore_workspace(session: &palimpsest_core_session::Session, workspace: &Path) -> anyhow::Result<usize> {
+    use palimpsest_core_session::payload::{ToolCall, ToolResult};
+    let events = session.events();
+    let succeeded: std::collections::HashSet<String> = events
+        .iter()
+        .filter(|e| *e.event_type() == EventType::ToolResult)
+        .filter_map(|e| e.data_as::<ToolResult>().ok())
+        .filter(|r| r.error.is_none())
+        .map(|r| r.call_id().to_owned())
+        .collect();
+    let root = crate::tools::Workspace::open(workspace).context("opening the workspace")?;
+    let mut replayed = 0;
+    for call in events
+        .iter()
+        .filter(|e| *e.event_type() == EventType::ToolCall)
+        .filter_map(|e| e.data_as::<ToolCall>().ok())
+        .filter(|c| c.name == "write_file" && succeeded.contains(&c.call_id))
+    {
+        let args: serde_json::Value = serde_json::from_str(&call.arguments)
+            .with_context(|| format!("reading the arguments of write_file call {}", call.call_id))?;
+        let (Some(path), Some(content)) = (args["path"].as_str(), args["content"].as_str()) else {
+            anyhow::bail!("write_file call {} has no path or content", call.call_id);
+        };
+        root.write_text(path, content, &CancellationToken::new())
+            .map_err(|e| anyhow::anyhow!("replaying write_file call {}: {}", call.call_id, e.message))?;
+        replayed += 1;
+    }
+    Ok(replayed)
 }
 
 /// Turns that ended `completed`: where a resumed demo carries on.

@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 
 use crate::error::{from_store, CliError, Exit};
 use crate::location::Location;
-use crate::open_store::{open_store, writable_location, OpenedStore};
+use crate::open_store::{open_existing_store, open_store, writable_location, OpenedStore};
 use crate::output;
 use echo::{Echo, EchoPlugin};
 use prompt::{Command, Input, Read};
@@ -158,7 +158,7 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
         return Err(CliError::usage("the PROMPT is empty").into());
     }
     let (store, logged_seq, logged) = if resuming {
-        let store = open_store(&args.store)?;
+        let store = open_existing_store(&args.store)?;
         let id = session_to_resume(&store, args.session.as_deref())?;
         let (seq, logged) = logged_settings(&*store.store, &id, &store.shown())?;
         args.session = Some(id);
