@@ -34,6 +34,24 @@ impl Doomed {
 /// `palimpsest delete STORE --session ID [--yes]`.
 pub(crate) fn delete(args: &StoreArgs, yes: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let target = store_arg::open(args, Access::Write)?;
+    // `--session` takes a unique prefix, and the question shows the whole
+    // id; but without a question (`--yes`, a script) a deletion takes the
+    // whole id only, so that running `delete --session proj --yes` twice
+    // never removes `proj-v2` the second time.
+    if let (true, Some(wanted), Some(id)) = (yes, &args.session, target.id()) {
+        if wanted != id {
+            return Err(CliError {
+                code: "not-found".into(),
+                location: target.store.path().display().to_string(),
+                message: format!(
+                    "no session is named {wanted:?}; with --yes, `delete` takes a whole id, not a prefix \
+                     (did you mean {id:?}?)"
+                ),
+                exit: Exit::Usage,
+            }
+            .into());
+        }
+    }
     let checked = target.check()?;
     let session =
         checked.report.session.as_ref().map(|s| (s.id().to_owned(), s.events().len(), s.last_time()));
@@ -50,8 +68,9 @@ pub(crate) fn delete(args: &StoreArgs, yes: bool, out: &mut dyn Write) -> anyhow
 }
 
 /// `palimpsest prune STORE --older-than DURATION [--yes]`: every session
-/// whose last activity (its last event, or its creation when empty) is
-/// older than DURATION.
+/// whose last activity is older than DURATION: the later of its last
+/// event and its creation, since a fork copies its parent's events with
+/// their times, and a fork made today is today's.
 pub(crate) fn prune(
     store: &Path,
     older_than: Duration,
@@ -64,7 +83,8 @@ pub(crate) fn prune(
     let mut doomed = Vec::new();
     for header in store.list()? {
         let stored = store.load(&header.id)?;
-        let last_activity = stored.events.last().map_or(header.created_at, |e| e.time());
+        let last_activity =
+            stored.events.last().map_or(header.created_at, |e| e.time().max(header.created_at));
         if last_activity < cutoff {
             doomed.push(Doomed { id: header.id, events: stored.events.len(), last_activity });
         }

@@ -86,8 +86,19 @@ fn delete_asks_or_needs_yes_and_removes_one_session() {
     assert!(missing.stderr.contains("error[not-found]"), "{missing:?}");
     let no_session = palimpsest(d, &["delete", "s.db", "--yes"]);
     assert_eq!(no_session.code, 2, "a store of two sessions needs --session: {no_session:?}");
-    // A prefix will do, as everywhere.
-    let deleted = ok(palimpsest(d, &["delete", "s.db", "--session", "cra", "--yes"]));
+    // Without a question to show the whole id, a prefix is not enough:
+    // a script deleting `proj` twice must not remove `proj-v2` the second
+    // time.
+    let prefix = palimpsest(d, &["delete", "s.db", "--session", "cra", "--yes"]);
+    assert_eq!(prefix.code, 2, "{prefix:?}");
+    assert!(
+        prefix.stderr.starts_with("error[not-found]: ")
+            && prefix.stderr.contains("did you mean \"crash-1\"?"),
+        "{}",
+        prefix.stderr
+    );
+    assert_eq!(ids(d), ["crash-1", "example-1"], "nothing deleted");
+    let deleted = ok(palimpsest(d, &["delete", "s.db", "--session", "crash-1", "--yes"]));
     assert_eq!(deleted.stdout, "deleted crash-1\n");
     assert_eq!(ids(d), ["example-1"]);
     // A bare session file is deleted as a file.
@@ -115,6 +126,20 @@ fn prune_removes_only_sessions_older_than_the_duration() {
     assert!(left[0].starts_with("demo-"), "{left:?}");
     let none = ok(palimpsest(d, &["prune", "s.db", "--older-than", "30d", "--yes"]));
     assert!(none.stdout.is_empty() && none.stderr.contains("no session"), "{none:?}");
+}
+
+/// A fork copies its parent's events with their times; made today, it is
+/// today's, and `prune` keeps it (its last activity is the later of its
+/// last event and its creation).
+#[test]
+fn prune_keeps_a_fork_made_today_of_an_old_session() {
+    let dir = scratch(&["ok/compaction-and-prune.jsonl", "ok/crash-open.jsonl"]);
+    let d = dir.path();
+    store(d, false);
+    ok(palimpsest(d, &["fork", "s.db", "--session", "example-1", "--at", "5", "--id", "branch"]));
+    let pruned = ok(palimpsest(d, &["prune", "s.db", "--older-than", "30d", "--yes"]));
+    assert_eq!(pruned.stdout, "deleted crash-1\ndeleted example-1\n");
+    assert_eq!(ids(d), ["branch"]);
 }
 
 #[test]
