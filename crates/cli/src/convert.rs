@@ -193,6 +193,18 @@ pub(crate) fn convert(
     }
     progress.finish();
 
+    // Every id must fit the destination before anything is written: a
+    // JSONL directory names a file after each (an id SQLite holds may be
+    // too long for a file name), and a refused id must not leave the
+    // sessions before it written.
+    if let Location::JsonlDir(_) = Location::parse(dst)? {
+        for id in &ids {
+            palimpsest_persistence_jsonl::name::file_name(id).map_err(|e| {
+                output::note(&format!("{}: nothing was converted", dst_shown));
+                from_store(&e, &dst_shown)
+            })?;
+        }
+    }
     let dest = Dest::open(dst, one_session, ids.len())?;
     let taken = dest.existing(&ids, &dst_shown)?;
     if !taken.is_empty() {

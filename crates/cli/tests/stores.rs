@@ -132,6 +132,25 @@ fn convert_checks_every_session_before_writing_any() {
     ok(palimpsest(d, &["convert", "src", "--session", "example-1", "out.db"]));
 }
 
+/// An id a SQLite store holds but a JSONL directory cannot name a file
+/// after (over 255 bytes encoded) is refused before anything is written:
+/// not the sessions before it, not the directory.
+#[test]
+fn convert_checks_every_id_fits_the_destination_before_writing_any() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "s.db"]));
+    let long = "L".repeat(300);
+    ok(palimpsest(d, &["fork", "s.db", "--session", "example-1", "--at", "3", "--id", &long]));
+    ok(palimpsest(d, &["fork", "s.db", "--session", "example-1", "--at", "3", "--id", "A0"]));
+    let run = palimpsest(d, &["convert", "s.db", "out"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("error[invalid-id]: out: "), "{:?}", run.stderr);
+    assert!(!d.join("out").exists(), "nothing was written, not even the directory");
+    // Without the long one, the rest converts.
+    ok(palimpsest(d, &["convert", "s.db", "--session", "A0", "out"]));
+}
+
 #[test]
 fn convert_rejects_a_session_file_destination_for_many_sessions() {
     let dir = scratch(&[EXAMPLE, "ok/crash-open.jsonl"]);
