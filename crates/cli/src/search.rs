@@ -62,9 +62,9 @@ pub(crate) fn search(
         message: e.detail(),
         exit: Exit::Usage,
     })?;
-    let store = Store::open_existing(store, Access::Read)?;
+    let store = Store::open_existing(store, Access::Read).map_err(unreadable)?;
     // One more than shown, to tell whether the limit cut the list.
-    let mut hits = store.search(&query.clone().with_limit(limit.saturating_add(1)))?;
+    let mut hits = store.search(&query.clone().with_limit(limit.saturating_add(1))).map_err(unreadable)?;
     let more = hits.len() > limit;
     hits.truncate(limit);
     if json {
@@ -80,7 +80,7 @@ pub(crate) fn search(
         });
         output::json_lines_array(out, lines)?;
     } else {
-        let ids: Vec<String> = store.list()?.into_iter().map(|h| h.id).collect();
+        let ids: Vec<String> = store.list().map_err(unreadable)?.into_iter().map(|h| h.id).collect();
         write_hits(&hits, &ids, query.terms(), color, out)?;
     }
     if hits.is_empty() {
@@ -96,6 +96,15 @@ pub(crate) fn search(
         output::note(&format!("the first {limit} hits are shown; --limit N shows more"));
     }
     Ok(Exit::Success)
+}
+
+/// Any error of a search is exit 2, whatever its code (a session that
+/// does not decode is `event-malformed`, elsewhere exit 1): exit 1 is
+/// grep's "nothing matched" here, and a script must not read a store it
+/// could not search as one without the words (docs/search.md, 3).
+fn unreadable(mut error: CliError) -> CliError {
+    error.exit = Exit::Usage;
+    error
 }
 
 /// The human form: a header line and the indented snippet per hit.

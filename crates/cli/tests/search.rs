@@ -172,3 +172,27 @@ fn control_characters_in_logged_text_never_reach_the_terminal() {
         assert!(logged.contains(r"\u001b[31mRED"), "--json keeps the text as logged: {logged}");
     }
 }
+
+/// A store that cannot be searched whole is exit 2, as grep's error, not
+/// exit 1 ("nothing matched"), whatever the error's own code: here one
+/// session of a JSONL directory does not decode (`event-malformed`).
+#[test]
+fn a_store_that_cannot_be_searched_is_exit_2_not_nothing_found() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let src = test_data("ok/compaction-and-prune.jsonl").display().to_string();
+    ok(palimpsest(d, &["convert", &src, "store"]));
+    let text = fs::read_to_string(test_data("ok/compaction-and-prune.jsonl")).expect("read");
+    let broken =
+        text.replace("\"id\":\"example-1\"", "\"id\":\"zbad\"").replace("\"turn\":1,", "\"turn\":\"x\",");
+    fs::write(d.join("store/zbad.jsonl"), broken).expect("write");
+    for json in [false, true] {
+        let mut args = vec!["search", "store", "notes"];
+        if json {
+            args.push("--json");
+        }
+        let run = palimpsest(d, &args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(run.stderr.contains("error[event-malformed]"), "{args:?}: {run:?}");
+    }
+}
