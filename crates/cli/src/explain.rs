@@ -295,7 +295,8 @@ fn render(k: &Known<'_>, e: &Explanation, chain: &[u64]) -> String {
         let _ = write!(o, "  {name:<9} ");
     };
 
-    let _ = writeln!(o, "event {} of {}: {}", e.seq, k.session.id(), e.event_type.as_str());
+    let id = crate::output::printable_line(k.session.id());
+    let _ = writeln!(o, "event {} of {id}: {}", e.seq, crate::output::printable_line(e.event_type.as_str()));
     label(&mut o, "what");
     let _ = writeln!(o, "{}", summarize(event));
     label(&mut o, "time");

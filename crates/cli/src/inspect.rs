@@ -219,27 +219,29 @@ impl<'a> View<'a> {
         let label = |o: &mut String, name: &str| {
             let _ = write!(o, "{} ", st.bold(&format!("{name:<9}")));
         };
+        // Logged text: no control character of it reaches the terminal.
+        let shown = crate::output::printable_line;
         label(o, "session");
-        let _ = writeln!(o, "{}", h.id);
+        let _ = writeln!(o, "{}", shown(&h.id));
         label(o, "created");
         let _ = writeln!(o, "{} ({})", timefmt::utc(h.created_at), h.created_at);
         if let Some(cwd) = &h.cwd {
             label(o, "cwd");
-            let _ = writeln!(o, "{cwd}");
+            let _ = writeln!(o, "{}", shown(cwd));
         }
         if let Some(parent) = &h.parent_session {
             label(o, "parent");
             match h.seed_length {
                 Some(n) => {
-                    let _ = writeln!(o, "{parent} (forked with its first {n} events)");
+                    let _ = writeln!(o, "{} (forked with its first {n} events)", shown(parent));
                 }
                 None => {
-                    let _ = writeln!(o, "{parent}");
+                    let _ = writeln!(o, "{}", shown(parent));
                 }
             }
         }
         label(o, "source");
-        let _ = writeln!(o, "{}", self.checked.origin);
+        let _ = writeln!(o, "{}", shown(&self.checked.origin));
 
         label(o, "events");
         match (t.first_time, t.last) {

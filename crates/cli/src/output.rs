@@ -7,23 +7,30 @@ use palimpsest_core_session::payload::Block;
 
 /// Writes one `error[<code>]: ...` line to stderr.
 pub(crate) fn error_line(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "{line}");
+    let _ = writeln!(io::stderr().lock(), "{}", to_stderr(line));
 }
 
 /// Writes a `warning: ...` line to stderr: something worth knowing that does
 /// not change the exit code.
 pub(crate) fn warning(message: &str) {
-    let _ = writeln!(io::stderr().lock(), "warning: {message}");
+    let _ = writeln!(io::stderr().lock(), "warning: {}", to_stderr(message));
 }
 
 /// Writes a `hint: ...` line to stderr: what may fix the error just printed.
 pub(crate) fn hint(message: &str) {
-    let _ = writeln!(io::stderr().lock(), "hint: {message}");
+    let _ = writeln!(io::stderr().lock(), "hint: {}", to_stderr(message));
 }
 
 /// Writes a `note: ...` line to stderr: what the command did besides its output.
 pub(crate) fn note(message: &str) {
-    let _ = writeln!(io::stderr().lock(), "note: {message}");
+    let _ = writeln!(io::stderr().lock(), "note: {}", to_stderr(message));
+}
+
+/// A message for stderr: it may quote logged text (a session id, a line
+/// of the log), so every control character but a line break is shown as
+/// [`printable`] shows it.
+fn to_stderr(message: &str) -> String {
+    message.chars().map(|c| if c == '\n' { c } else { printable(c) }).collect()
 }
 
 /// How a character of logged text is shown on a terminal line: a line
@@ -93,7 +100,7 @@ mod tests {
 /// `text` on one line (runs of whitespace folded to one space), cut to `max`
 /// characters with `…`: for progress lines.
 pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = printable_line(&text.split_whitespace().collect::<Vec<_>>().join(" "));
     if flat.chars().count() <= max {
         flat
     } else {

@@ -119,7 +119,8 @@ fn write_hits(
         .iter()
         .map(|h| {
             let ty = output::printable_line(&h.event_type);
-            [short_id(&h.session_id, ids), h.seq.to_string(), ty, timefmt::utc(h.time)]
+            let id = output::printable_line(&short_id(&h.session_id, ids));
+            [id, h.seq.to_string(), ty, timefmt::utc(h.time)]
         })
         .collect();
     let width = |col: usize| rows.iter().map(|r| r[col].chars().count()).max().unwrap_or(0);

@@ -215,6 +215,10 @@ pub(crate) fn sessions(store: &Path, tree: bool, as_json: bool, out: &mut dyn Wr
             table.push(cells);
         }
     }
+    // Ids, parents and titles are logged text: no control character of
+    // theirs reaches the terminal (`output::printable`).
+    let table: Vec<[String; COLUMNS]> =
+        table.into_iter().map(|row| row.map(|cell| output::printable_line(&cell))).collect();
     write_table(&table, out)?;
     if rows.is_empty() {
         output::note(&format!("{}: the {} holds no sessions", store.path().display(), store.kind()));

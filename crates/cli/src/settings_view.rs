@@ -51,7 +51,9 @@ pub(crate) fn line(s: &Settings) -> String {
     if parts.is_empty() {
         "no settings".to_owned()
     } else {
-        parts.join(" · ")
+        // Logged text (a prompt, tool names): no control character of it
+        // reaches the terminal.
+        crate::output::printable_line(&parts.join(" · "))
     }
 }
 

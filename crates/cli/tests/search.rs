@@ -196,3 +196,41 @@ fn a_store_that_cannot_be_searched_is_exit_2_not_nothing_found() {
         assert!(run.stderr.contains("error[event-malformed]"), "{args:?}: {run:?}");
     }
 }
+
+/// The same for ids, a working directory, a system prompt and tool names:
+/// every human view (`sessions`, its tree, `search`, `inspect`, `explain`,
+/// the note `fork` prints) shows their control characters as `�`.
+#[test]
+fn control_characters_in_ids_and_settings_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let text = fs::read_to_string(test_data("ok/settings.jsonl")).expect("read");
+    let hostile = text
+        .replace("You are a pirate.", r"You are \u001b[31ma pirate\u0007.")
+        .replace("\"name\":\"read_file\"", r#""name":"read\u001b]0;x\u0007_file""#);
+    assert_ne!(hostile, text);
+    fs::write(d.join("s.jsonl"), hostile).expect("write");
+    ok(palimpsest(d, &["convert", "s.jsonl", "s.db"]));
+    let id = ok(palimpsest(d, &["sessions", "--json", "s.db"])).json()[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let evil = "x\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let fork = palimpsest(d, &["fork", "s.db", "--session", &id, "--at", "2", "--id", evil]);
+    assert_eq!(fork.code, 0, "{fork:?}");
+    assert!(!fork.stderr.chars().any(|c| c.is_control() && c != '\n'), "{:?}", fork.stderr);
+    let runs = [
+        vec!["sessions", "s.db"],
+        vec!["sessions", "--tree", "s.db"],
+        vec!["search", "s.db", "pirate"],
+        vec!["inspect", "s.db", "--session", evil, "--no-pager", "--color", "never"],
+        vec!["inspect", "s.db", "--session", &id, "--no-pager", "--color", "never"],
+        vec!["explain", "s.db", "--session", evil, "0"],
+    ];
+    for args in runs {
+        let out = palimpsest(d, &args);
+        assert!(out.code == 0 || out.code == 1, "{args:?}: {out:?}");
+        let shown = out.stdout + &out.stderr;
+        assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{args:?}: {shown:?}");
+    }
+}
