@@ -344,3 +344,39 @@ fn man_dir_writes_one_page_per_command_and_lists_them() {
     let run_page = fs::read_to_string(dir.path().join("pages/palimpsest-run.1")).expect("run's page");
     assert!(run_page.contains(".TH palimpsest-run 1"), "{}", &run_page[..200]);
 }
+
+/// `export -o`: a new file gets a new file's usual permissions (not the
+/// temporary file's private 0600), a replaced file keeps its own, a
+/// symlink is followed (the link stays, the file it names is replaced),
+/// and `-o -` is stdout.
+#[cfg(unix)]
+#[test]
+fn export_to_a_file_keeps_permissions_and_links_and_dash_is_stdout() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let dir = scratch(&["ok/compaction-and-prune.jsonl"]);
+    let d = dir.path();
+    let f = "compaction-and-prune.jsonl";
+    let md = ok(palimpsest(d, &["export", f, "--format", "md"])).stdout;
+    let mode = |p: &str| fs::metadata(d.join(p)).expect("stat").permissions().mode() & 0o777;
+
+    ok(palimpsest(d, &["export", f, "-o", "new.md"]));
+    assert_eq!(mode("new.md"), 0o644);
+    fs::write(d.join("old.md"), "old").expect("write");
+    fs::set_permissions(d.join("old.md"), fs::Permissions::from_mode(0o640)).expect("chmod");
+    ok(palimpsest(d, &["export", f, "-o", "old.md"]));
+    assert_eq!(mode("old.md"), 0o640, "a replaced file keeps its permissions");
+    assert_eq!(fs::read_to_string(d.join("old.md")).expect("read"), md);
+
+    fs::write(d.join("real.md"), "old").expect("write");
+    symlink("real.md", d.join("link.md")).expect("symlink");
+    ok(palimpsest(d, &["export", f, "-o", "link.md"]));
+    assert!(
+        fs::symlink_metadata(d.join("link.md")).expect("stat").file_type().is_symlink(),
+        "the link stays"
+    );
+    assert_eq!(fs::read_to_string(d.join("real.md")).expect("read"), md, "the file it names is replaced");
+
+    let dash = ok(palimpsest(d, &["export", f, "--format", "md", "-o", "-"]));
+    assert_eq!(dash.stdout, md);
+    assert!(!d.join("-").exists(), "no file named -");
+}

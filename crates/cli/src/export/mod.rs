@@ -621,6 +621,21 @@ pub(crate) fn chosen_format(format: Option<Format>, output: Option<&Path>) -> Re
     }
 }
 
+/// The permissions of a new export: read and write for the owner, read
+/// for the others (`0644`, what `umask 022` gives a file an editor makes).
+fn new_file_permissions(file: &std::fs::File) -> std::io::Result<std::fs::Permissions> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = file;
+        Ok(std::fs::Permissions::from_mode(0o644))
+    }
+    #[cfg(not(unix))]
+    {
+        file.metadata().map(|m| m.permissions())
+    }
+}
+
 pub(crate) fn export(
     args: &StoreArgs,
     format: Option<Format>,
@@ -629,6 +644,8 @@ pub(crate) fn export(
     out: &mut dyn Write,
 ) -> anyhow::Result<Exit> {
     let format = chosen_format(format, output)?;
+    // `-o -` is stdout, as for most tools.
+    let output = output.filter(|p| *p != Path::new("-"));
     let target = store_arg::open(args, Access::Read)?;
     let checked = target.check_keeping(Retain::Surface)?;
     report_tail(&checked);
@@ -653,11 +670,29 @@ pub(crate) fn export(
                 Some(p) if !p.as_os_str().is_empty() => p,
                 _ => Path::new("."),
             };
+            // A symlink is followed: the file it names is replaced, and
+            // the link stays.
+            let real = match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).map_err(|e| cannot(&e))?,
+                _ => path.to_owned(),
+            };
+            let dir = match real.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => dir,
+            };
             let file = tempfile::NamedTempFile::new_in(dir).map_err(|e| cannot(&e))?;
+            // The temporary file is private (0600); the export gets the
+            // permissions of the file it replaces, or a new file's usual
+            // ones.
+            let permissions = match std::fs::metadata(&real) {
+                Ok(m) => m.permissions(),
+                Err(_) => new_file_permissions(file.as_file()).map_err(|e| cannot(&e))?,
+            };
+            file.as_file().set_permissions(permissions).map_err(|e| cannot(&e))?;
             let mut writer = BufWriter::new(file);
             write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut writer)?;
             let file = writer.into_inner().map_err(|e| cannot(&e.into_error()))?;
-            file.persist(path).map_err(|e| cannot(&e.error))?;
+            file.persist(&real).map_err(|e| cannot(&e.error))?;
             crate::output::note(&format!(
                 "{origin}: wrote the {} view as {} to {}",
                 view.name(),
