@@ -149,8 +149,11 @@ impl Row {
         }
     }
 
-    /// The tree's last column: where this fork was made.
-    fn forked_cell(&self, parent_here: bool) -> String {
+    /// The tree's last column: where this fork was made. `parent_here`:
+    /// drawn under its parent; `ids`: every session of the store (a
+    /// parent that is there but could not be drawn above its child is in
+    /// a cycle of hand-edited headers, or is the session itself).
+    fn forked_cell(&self, parent_here: bool, ids: &HashSet<&str>) -> String {
         let h = &self.header;
         let at = match h.seed_length {
             Some(0) => "before seq 0".to_owned(),
@@ -160,6 +163,8 @@ impl Row {
         match &h.parent_session {
             None => "-".to_owned(),
             Some(_) if parent_here => at,
+            Some(p) if *p == h.id => format!("from itself {at} (its header names it as its own parent)"),
+            Some(p) if ids.contains(p.as_str()) => format!("from {p} {at} (a cycle of parents)"),
             Some(p) => format!("from {p} {at} (not in this store)"),
         }
     }
@@ -203,9 +208,10 @@ pub(crate) fn sessions(store: &Path, tree: bool, as_json: bool, out: &mut dyn Wr
         vec![["ID", "CREATED", "LAST ACTIVITY", "EVENTS", "TURNS", "OUTCOME", "TITLE", last_column]
             .map(String::from)];
     if tree {
+        let ids: HashSet<&str> = rows.iter().map(|r| r.header.id.as_str()).collect();
         for (row, prefix, parent_here) in lineage(&rows) {
             let mut cells = row.cells(format!("{prefix}{}", row.header.id));
-            cells[COLUMNS - 1] = row.forked_cell(parent_here);
+            cells[COLUMNS - 1] = row.forked_cell(parent_here, &ids);
             table.push(cells);
         }
     } else {
@@ -325,6 +331,29 @@ mod tests {
     fn a_cycle_of_parents_is_listed_not_lost() {
         let mut rows = vec![row("x", 1, Some("y")), row("y", 2, Some("x")), row("self", 3, Some("self"))];
         assert_eq!(drawn(&mut rows), ["self", "y", "x"]);
+    }
+
+    #[test]
+    fn a_parent_in_the_store_is_never_said_to_be_missing() {
+        let mut rows = vec![
+            row("x", 1, Some("y")),
+            row("y", 2, Some("x")),
+            row("self", 3, Some("self")),
+            row("orphan", 4, Some("gone")),
+        ];
+        rows.sort_by(newest_first);
+        let ids: HashSet<&str> = rows.iter().map(|r| r.header.id.as_str()).collect();
+        let cells: Vec<String> =
+            lineage(&rows).into_iter().map(|(r, _, here)| r.forked_cell(here, &ids)).collect();
+        assert_eq!(
+            cells,
+            [
+                "from gone after seq 2 (not in this store)",
+                "from itself after seq 2 (its header names it as its own parent)",
+                "from x after seq 2 (a cycle of parents)",
+                "from y after seq 2 (a cycle of parents)",
+            ]
+        );
     }
 
     #[test]
