@@ -378,11 +378,16 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
     }
 }
 
-/// Checks that `header` can be written: its line is within the format's
-/// limit, so every reader reads it back. Every backend runs it in
+/// Checks that `header` can be written: its id is not empty (`invalid-id`:
+/// no `--session` can name it, and a JSONL store cannot name a file after
+/// it, so every store refuses it alike), and its line is within the
+/// format's limit, so every reader reads it back. Every backend runs it in
 /// [`create`](SessionStore::create) before writing anything. (Events need no
 /// such check: an [`Event`] longer than its limit cannot be built.)
 pub fn check_header(header: &SessionHeader) -> Result<(), StoreError> {
+    if header.id.is_empty() {
+        return Err(StoreError::InvalidId { reason: "the session id is empty".into() });
+    }
     header.check_size().map_err(|cause| StoreError::InvalidHeader { session_id: header.id.clone(), cause })
 }
 

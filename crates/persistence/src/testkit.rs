@@ -1450,7 +1450,8 @@ pub fn sessions_are_independent(factory: &dyn StoreFactory) -> Outcome {
 /// device names, case variants, percent signs, unicode, 4 KB) either work as
 /// sessions of their own or are refused with `invalid-id`, and nothing in
 /// between. Ids of 1 to 64 ASCII letters, digits, `-` and `_` must work, and
-/// ids differing only in case are different sessions.
+/// ids differing only in case are different sessions. The empty id is
+/// refused by every store ([`check_header`](crate::check_header)).
 pub fn unusual_ids_work_or_are_refused_cleanly(factory: &dyn StoreFactory) -> Outcome {
     let must_work =
         ["plain", "UPPER", "upper", "Upper", "a-b_c", "0", "9f1c2d3e-aaaa-4bbb-8ccc-0123456789ab"];
@@ -1504,6 +1505,14 @@ pub fn unusual_ids_work_or_are_refused_cleanly(factory: &dyn StoreFactory) -> Ou
     ids.push(&huge_unicode);
 
     let store = factory.open();
+    must_fail(store.create(&header("")), "invalid-id", "the empty id");
+    match store.load("") {
+        Err(e) if e.code() == "not-found" || e.code() == "invalid-id" => {}
+        other => panic!(
+            "load of the refused empty id: expected `not-found` or `invalid-id`, got {:?}",
+            other.map(|s| s.header)
+        ),
+    }
     let mut accepted = Vec::new();
     for id in &ids {
         match store.create(&header(id)) {

@@ -12,8 +12,8 @@ use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
 use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
 use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault, CHECKS};
 use palimpsest_persistence::{
-    check_continues, Hold, LoadReport, Resumable, SearchHit, SearchQuery, SessionStore, StoreError,
-    StoredSession,
+    check_continues, check_header, Hold, LoadReport, Resumable, SearchHit, SearchQuery, SessionStore,
+    StoreError, StoredSession,
 };
 
 /// What the store gets wrong.
@@ -164,6 +164,7 @@ impl BytesStore {
 
 impl SessionStore for BytesStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+        check_header(header)?;
         let key = self.key(&header.id);
         let mut files = self.files();
         if files.live.contains_key(&key) {
@@ -185,6 +186,7 @@ impl SessionStore for BytesStore {
             self.create(header)?;
             return self.append(&header.id, events);
         }
+        check_header(header)?;
         check_continues(&header.id, 0, events)?;
         let key = self.key(&header.id);
         let mut files = self.files();
