@@ -4,12 +4,16 @@
 //!
 //! # The key decision: log first, then act
 //!
-//! Streamed deltas are appended as `assistant/chunk` events within one
-//! flush window of arriving (one event per content block per window,
-//! [`AgentConfig::chunk_window_ms`], 50 ms by default); every `tool/call` is
-//! appended before the tool runs; every result is appended alone as soon as
-//! it exists. So at any instant the log says what happened up to that point
-//! (give or take one window of streamed text), and a crash (or a dropped future, or a
+//! Streamed deltas are appended as `assistant/chunk` events, coalesced:
+//! at most one event per content block per flush window
+//! ([`AgentConfig::chunk_window_ms`], 50 ms by default), written once 256
+//! bytes are pending, and at the latest ten windows (500 ms by default)
+//! after the first pending delta arrived. Every `tool/call` is appended
+//! before the tool runs; every result is appended alone as soon as it
+//! exists. So at any instant the log says what happened up to that point
+//! (give or take the streamed text of the last ten windows, which a crash
+//! or a dropped future loses; `chunk_window_ms: 0` writes every delta as
+//! it arrives), and a crash (or a dropped future, or a
 //! failed store) leaves a log that is valid as written and that crash
 //! repair (contract section 5) closes on the next open. The loop never
 //! rewrites: history changes only by appends that pass the surface rules,
@@ -126,7 +130,8 @@
 //! let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
 //! let mut agent = AgentLoop::builder(provider).create(store.clone(), "s1")?;
 //!
-//! let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! // The loop needs tokio's time driver (flush windows, retries): enable it.
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 //! let outcome = runtime.block_on(agent.run_turn(TurnInput::text("hi")))?;
 //!
 //! assert_eq!(outcome.reason, TurnEndReason::Completed);
