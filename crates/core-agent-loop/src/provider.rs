@@ -483,6 +483,32 @@ impl ProviderError {
         ProviderError::Other { code: code.into(), message: message.into() }
     }
 
+    /// The same error with its message passed through `f`: for a provider
+    /// that must take something out of text a server sent (a secret the
+    /// server echoed back) before it reaches the log.
+    ///
+    /// ```
+    /// use palimpsest_core_agent_loop::ProviderError;
+    /// let e = ProviderError::refused("bad key sk-123").map_message(|m| m.replace("sk-123", "***"));
+    /// assert_eq!(e.to_string(), "provider refused the request: bad key ***");
+    /// assert_eq!(e.code(), "PROVIDER_REFUSED");
+    /// ```
+    pub fn map_message(self, f: impl FnOnce(String) -> String) -> ProviderError {
+        match self {
+            ProviderError::Unavailable { message, source } => {
+                ProviderError::Unavailable { message: f(message), source }
+            }
+            ProviderError::RateLimited { message, retry_after_ms } => {
+                ProviderError::RateLimited { message: f(message), retry_after_ms }
+            }
+            ProviderError::Refused { message } => ProviderError::Refused { message: f(message) },
+            ProviderError::Stream { message, source } => {
+                ProviderError::Stream { message: f(message), source }
+            }
+            ProviderError::Other { code, message } => ProviderError::Other { code, message: f(message) },
+        }
+    }
+
     /// The stable code written into the `turn/end` error.
     pub fn code(&self) -> &str {
         match self {

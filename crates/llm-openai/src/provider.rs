@@ -9,8 +9,9 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 
-use futures_util::stream;
+use futures_util::{stream, StreamExt};
 use palimpsest_core_agent_loop::{BoxFuture, ChunkStream, ModelRequest, Provider, ProviderError, StreamItem};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{Response, Url};
@@ -46,6 +47,22 @@ pub struct OpenAiProvider {
     shown_endpoint: String,
     client: reqwest::Client,
     headers: HeaderMap,
+    /// The API key and the extra headers' values: taken out of every
+    /// error message, which may quote what a server echoed back (an
+    /// "incorrect API key" body that repeats the key) and ends up in the
+    /// log and on the terminal.
+    secrets: Arc<[String]>,
+}
+
+/// `message` with every secret replaced by `***`.
+fn scrub(message: String, secrets: &[String]) -> String {
+    secrets.iter().fold(message, |m, secret| {
+        if m.contains(secret.as_str()) {
+            m.replace(secret.as_str(), "***")
+        } else {
+            m
+        }
+    })
 }
 
 impl OpenAiProvider {
@@ -84,7 +101,15 @@ impl OpenAiProvider {
         }
         let client = builder.build().map_err(|source| ConfigError::HttpClient { source })?;
         let shown_endpoint = crate::config::redact(endpoint.as_str());
-        Ok(OpenAiProvider { config, endpoint, shown_endpoint, client, headers })
+        // Short values would blank out ordinary words; keys are long.
+        let secrets: Arc<[String]> = config
+            .api_key
+            .iter()
+            .chain(config.extra_headers.iter().map(|(_, value)| value))
+            .filter(|s| s.len() >= 4)
+            .cloned()
+            .collect();
+        Ok(OpenAiProvider { config, endpoint, shown_endpoint, client, headers, secrets })
     }
 
     /// The configuration.
@@ -145,6 +170,8 @@ impl OpenAiProvider {
                     (send_error(e.without_url(), url, attempt), retryable, None)
                 }
             };
+            // Scrubbed before it is logged or returned.
+            let error = error.map_message(|m| scrub(m, &self.secrets));
             if !retryable || retry >= policy.max_retries {
                 tracing::warn!(attempt, code = error.code(), error = %error, "request failed");
                 return Err(error);
@@ -160,6 +187,7 @@ impl OpenAiProvider {
         let body = serde_json::to_vec(&self.request_body(&request)).map_err(|e| {
             ProviderError::other("PROVIDER_REQUEST", format!("cannot encode the request: {e}"))
         })?;
+        let scrubbed = |e: ProviderError| e.map_message(|m| scrub(m, &self.secrets));
         let response = self.send(body).await?;
         let is_json = response
             .headers()
@@ -170,12 +198,15 @@ impl OpenAiProvider {
             // A server that answers a streaming request with one JSON body:
             // an error object, or a completion that ignored `stream`.
             let body = read_limited(response).await;
-            return Err(ProviderError::stream(format!(
+            return Err(scrubbed(ProviderError::stream(format!(
                 "the server answered with JSON instead of an event stream: {}",
                 server_message(&body)
-            )));
+            ))));
         }
-        Ok(Box::pin(chunk_stream(response)))
+        let secrets = self.secrets.clone();
+        Ok(Box::pin(
+            chunk_stream(response).map(move |item| item.map_err(|e| e.map_message(|m| scrub(m, &secrets)))),
+        ))
     }
 }
 

@@ -376,6 +376,28 @@ async fn no_retries_means_one_attempt() -> TestResult {
     Ok(())
 }
 
+/// A server that echoes the API key back (in an HTTP error body, or in an
+/// error event of the stream): the key never reaches an error message,
+/// which the loop writes into the log.
+#[tokio::test]
+async fn an_api_key_a_server_echoes_back_is_taken_out_of_every_error() -> TestResult {
+    let echoed =
+        r#"{"error":{"message":"Incorrect API key provided: Bearer sk-test-key","code":"invalid_api_key"}}"#;
+    let in_stream = b"data: {\"error\":{\"message\":\"key sk-test-key is over quota\"}}\n\n";
+    let server = MockServer::start(vec![Reply::json(401, echoed), Reply::sse(in_stream, 64)]).await?;
+    let provider = provider(config(&server.base_url()))?;
+    let refused = plain(&provider_error(&provider).await?);
+    assert_eq!(refused.0, "PROVIDER_REFUSED");
+    assert!(refused.1.contains("Incorrect API key provided: Bearer ***"), "{}", refused.1);
+    let items = collect(&provider, request()).await?;
+    let failed = items.iter().find_map(|i| i.as_ref().err()).ok_or("the stream did not fail")?;
+    assert!(failed.1.contains("key *** is over quota"), "{}", failed.1);
+    for message in [&refused.1, &failed.1] {
+        assert!(!message.contains("sk-test-key"), "{message}");
+    }
+    Ok(())
+}
+
 /// The error a `stream` call returns (a test failure if it succeeds).
 async fn provider_error(provider: &OpenAiProvider) -> Result<ProviderError, String> {
     use palimpsest_core_agent_loop::Provider;
