@@ -421,9 +421,9 @@ struct WireFunction {
 
 #[derive(Debug, Deserialize)]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_count")]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_count")]
     completion_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens_details: Option<WirePromptDetails>,
@@ -433,13 +433,13 @@ struct WireUsage {
 
 #[derive(Debug, Deserialize)]
 struct WirePromptDetails {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_count")]
     cached_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
 struct WireCompletionDetails {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_count")]
     reasoning_tokens: Option<u64>,
 }
 
@@ -452,6 +452,29 @@ impl WireUsage {
             reasoning_tokens: self.completion_tokens_details.and_then(|d| d.reasoning_tokens),
         }
     }
+}
+
+/// A token count as servers send it: an integer, or a float some send
+/// (`4.0`, rounded); anything else (negative, a string, an object) is no
+/// count. Usage is bookkeeping: an odd figure must not fail a turn whose
+/// answer arrived whole.
+fn lenient_count<'de, D>(deserializer: D) -> Result<Option<u64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = Value::deserialize(deserializer)?;
+    let count = match &value {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64)
+                .map(|f| f.round() as u64)
+        }),
+        _ => None,
+    };
+    if count.is_none() && !value.is_null() {
+        tracing::warn!(%value, "a token count that is not a number of tokens; ignored");
+    }
+    Ok(count)
 }
 
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -679,6 +702,32 @@ mod tests {
                 }))),
                 Ok(StreamItem::Chunk(StreamChunk::Usage(Usage { input_tokens: 11, ..Usage::default() }))),
             ]
+        );
+    }
+
+    /// Floats (some servers send `4.0`) are counts; a negative, a string or
+    /// an object is no count, and none of them fails the stream: the answer
+    /// before it arrived whole.
+    #[test]
+    fn odd_token_counts_never_fail_a_finished_answer() {
+        let items = decode(concat!(
+            "data: {\"choices\":[{\"delta\":{\"content\":\"done\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12.0,\"completion_tokens\":4.4,\"total_tokens\":16.0}}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-1,\"completion_tokens\":\"3\",",
+            "\"prompt_tokens_details\":{\"cached_tokens\":{}}}}\n\n",
+            "data: [DONE]\n\n",
+        ));
+        let usages: Vec<&Usage> = items
+            .iter()
+            .filter_map(|i| match i {
+                Ok(StreamItem::Chunk(StreamChunk::Usage(u))) => Some(u),
+                _ => None,
+            })
+            .collect();
+        assert!(items.iter().all(Result::is_ok), "{items:?}");
+        assert_eq!(
+            usages,
+            [&Usage { input_tokens: 12, output_tokens: 4, ..Usage::default() }, &Usage::default()]
         );
     }
 }
