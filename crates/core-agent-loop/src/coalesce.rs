@@ -19,8 +19,10 @@
 //!
 //! Merging keeps what the [`Assembler`](crate::assemble) builds: text and
 //! arguments concatenate in order, a tool call keeps its first non-empty id
-//! and first name, the last usage wins. The assistant message still cites
-//! every chunk event of its step.
+//! and first name, the last usage wins. A call delta naming another id or
+//! name than the pending one is not merged but kept as its own chunk, so
+//! the log holds everything the model sent. The assistant message still
+//! cites every chunk event of its step.
 
 use std::time::Duration;
 
@@ -104,9 +106,24 @@ fn delta_bytes(chunk: &StreamChunk) -> usize {
 fn same_block(a: &StreamChunk, b: &StreamChunk) -> bool {
     match (a, b) {
         (StreamChunk::TextDelta { index: x, .. }, StreamChunk::TextDelta { index: y, .. })
-        | (StreamChunk::ReasoningDelta { index: x, .. }, StreamChunk::ReasoningDelta { index: y, .. })
-        | (StreamChunk::ToolCallDelta { index: x, .. }, StreamChunk::ToolCallDelta { index: y, .. }) => {
+        | (StreamChunk::ReasoningDelta { index: x, .. }, StreamChunk::ReasoningDelta { index: y, .. }) => {
             x == y
+        }
+        // A delta that names a different id or name than the pending one
+        // is not folded in: merging keeps the first of each, and the log
+        // must keep what the model sent (a name some server splits across
+        // deltas, a reused index).
+        (
+            StreamChunk::ToolCallDelta { index: x, id, name, .. },
+            StreamChunk::ToolCallDelta { index: y, id: next_id, name: next_name, .. },
+        ) => {
+            let differ = |a: Option<&str>, b: Option<&str>| matches!((a, b), (Some(a), Some(b)) if a != b);
+            x == y
+                && !differ(
+                    Some(id.as_str()).filter(|s| !s.is_empty()),
+                    Some(next_id.as_str()).filter(|s| !s.is_empty()),
+                )
+                && !differ(name.as_deref(), next_name.as_deref())
         }
         (StreamChunk::Usage(_), StreamChunk::Usage(_)) => true,
         _ => false,
@@ -168,7 +185,13 @@ mod tests {
             assert!(!coalescer.push(d.clone()), "no time passed");
         }
         let chunks = coalescer.take();
-        assert_eq!(chunks.len(), 3, "{chunks:?}");
+        // Text, reasoning, and the call twice: its last delta names another
+        // id and tool, which a merge would drop from the log.
+        assert_eq!(chunks.len(), 4, "{chunks:?}");
+        assert!(
+            matches!(&chunks[3], StreamChunk::ToolCallDelta { id, name: Some(n), .. } if id == "c2" && n == "other"),
+            "{chunks:?}"
+        );
         for c in &chunks {
             merged.push(c);
         }
