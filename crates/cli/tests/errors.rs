@@ -66,7 +66,7 @@ fn a_full_disk_in_the_demo_says_the_outcome_is_unknown_and_reopening_tells() {
         &["demo", "--store", "s", "--resume", &id, "--pace", "0", "--quiet", "--color", "never"],
     ));
     assert!(resumed.stdout.contains("4 of 6 turns completed"), "{}", resumed.stdout);
-    assert!(resumed.stdout.contains("closed by 2 repair event(s), seqs 90..92"), "{}", resumed.stdout);
+    assert!(resumed.stdout.contains("closed by 2 repair event(s), seqs 90..=91"), "{}", resumed.stdout);
 }
 
 #[test]

@@ -189,11 +189,23 @@ impl OpenAiProvider {
         })?;
         let scrubbed = |e: ProviderError| e.map_message(|m| scrub(m, &self.secrets));
         let response = self.send(body).await?;
-        let is_json = response
+        let content_type = response
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        if content_type.starts_with("text/html") {
+            // A proxy's or a login page: say what came, not that the
+            // event stream was empty.
+            let body = read_limited(response).await;
+            return Err(scrubbed(ProviderError::stream(format!(
+                "the server answered with {content_type} instead of an event stream: {}",
+                server_message(&body)
+            ))));
+        }
+        let is_json = content_type.starts_with("application/json");
         if is_json {
             // A server that answers a streaming request with one JSON body:
             // an error object, or a completion that ignored `stream`.

@@ -221,10 +221,10 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
             if let Some(range) = &report.repaired {
                 writeln!(
                     out,
-                    "repaired:  the interrupted turn was closed by {} repair event(s), seqs {}..{}",
+                    "repaired:  the interrupted turn was closed by {} repair event(s), seqs {}..={}",
                     range.end - range.start,
                     range.start,
-                    range.end
+                    range.end.saturating_sub(1)
                 )?;
             }
             (agent, done)

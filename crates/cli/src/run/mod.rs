@@ -504,10 +504,10 @@ async fn run_async(
             }
             if let Some(range) = report.repaired {
                 output::note(&format!(
-                    "closed the interrupted last turn first ({} repair event(s), seqs {}..{})",
+                    "closed the interrupted last turn first ({} repair event(s), seqs {}..={})",
                     range.end - range.start,
                     range.start,
-                    range.end
+                    range.end.saturating_sub(1)
                 ));
             }
             if agent.session().settings_seq() != logged_seq {

@@ -398,6 +398,25 @@ async fn an_api_key_a_server_echoes_back_is_taken_out_of_every_error() -> TestRe
     Ok(())
 }
 
+/// A 200 that is an HTML page (a proxy's, a login's): the error says what
+/// came instead of an event stream, not that the stream was empty.
+#[tokio::test]
+async fn an_html_page_instead_of_a_stream_is_named() -> TestResult {
+    let page = b"<html><body>502 Bad Gateway (nginx)</body></html>".to_vec();
+    let reply =
+        Reply::new(200, crate::mock::Body::Full(page)).header("content-type", "text/html; charset=utf-8");
+    let server = MockServer::start(vec![reply]).await?;
+    let provider = provider(config(&server.base_url()))?;
+    let (code, message) = plain(&provider_error(&provider).await?);
+    assert_eq!(code, "PROVIDER_STREAM");
+    assert!(
+        message.contains("answered with text/html; charset=utf-8 instead of an event stream"),
+        "{message}"
+    );
+    assert!(message.contains("502 Bad Gateway (nginx)"), "{message}");
+    Ok(())
+}
+
 /// The error a `stream` call returns (a test failure if it succeeds).
 async fn provider_error(provider: &OpenAiProvider) -> Result<ProviderError, String> {
     use palimpsest_core_agent_loop::Provider;
