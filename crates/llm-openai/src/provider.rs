@@ -166,7 +166,13 @@ impl OpenAiProvider {
                     (status_error(status, url, &body, asked, attempt), is_retryable(status), asked)
                 }
                 Err(e) => {
-                    let retryable = e.is_connect() || e.is_timeout() || e.is_request();
+                    // A server that took the request and stayed silent for
+                    // the whole idle timeout is not asked again: with the
+                    // default ten minutes and two retries, a hung server
+                    // held the turn for half an hour. Failing to connect
+                    // (a connect timeout included) is retried.
+                    let silent = e.is_timeout() && !e.is_connect();
+                    let retryable = (e.is_connect() || e.is_request()) && !silent;
                     (send_error(e.without_url(), url, attempt), retryable, None)
                 }
             };

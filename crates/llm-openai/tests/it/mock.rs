@@ -28,6 +28,8 @@ pub(crate) enum Body {
     CloseDelimited(Vec<Vec<u8>>),
     /// Headers, then silence for this long before closing.
     Stall(Duration),
+    /// Not even headers: silence for this long, then the connection closes.
+    NoAnswer(Duration),
 }
 
 /// One scripted response.
@@ -177,6 +179,10 @@ async fn read_request(socket: &mut TcpStream) -> Option<Recorded> {
 }
 
 async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
+    if let Body::NoAnswer(duration) = reply.body {
+        tokio::time::sleep(duration).await;
+        return socket.shutdown().await;
+    }
     let mut head = format!("HTTP/1.1 {} Mock\r\nconnection: close\r\n", reply.status);
     for (k, v) in &reply.headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -215,6 +221,7 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
                 tokio::time::sleep(pause).await;
             }
         }
+        Body::NoAnswer(_) => {}
         Body::Stall(duration) => {
             head.push_str("transfer-encoding: chunked\r\n\r\n");
             socket.write_all(head.as_bytes()).await?;

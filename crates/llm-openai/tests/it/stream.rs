@@ -348,6 +348,26 @@ async fn a_silent_stream_times_out_as_a_stream_error() -> TestResult {
     Ok(())
 }
 
+/// A server that takes the request and never answers fails the call once,
+/// after one idle timeout: it is not asked again (with the defaults, ten
+/// minutes and two retries, that held a turn for half an hour).
+#[tokio::test]
+async fn a_server_that_never_answers_is_not_retried() -> TestResult {
+    let silent = || Reply::new(200, Body::NoAnswer(Duration::from_secs(5)));
+    let server = MockServer::start(vec![silent(), silent(), silent()]).await?;
+    let mut config = config(&server.base_url());
+    config.idle_timeout = Some(Duration::from_millis(200));
+    let provider = provider(config)?;
+    let started = Instant::now();
+    let (code, message) = plain(&provider_error(&provider).await?);
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(code, "PROVIDER_UNAVAILABLE");
+    assert!(message.contains("timed out"), "{message}");
+    assert!(!message.contains("gave up after"), "not retried: {message}");
+    assert_eq!(server.requests().len(), 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_json_answer_to_a_streaming_request_is_reported() -> TestResult {
     let server =
