@@ -463,6 +463,37 @@ fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
     assert_eq!(types(&log).last(), Some(&"turn/end"));
 }
 
+/// SIGTERM and SIGHUP (a supervisor stopping the run, the terminal
+/// closing) end the turn as Ctrl-C does: cancelled, aborted in a valid
+/// log, not left open for repair; and the run ends.
+#[cfg(unix)]
+#[test]
+fn sigterm_and_sighup_cancel_the_turn_like_ctrl_c_and_end_the_run() {
+    for signal in ["-TERM", "-HUP"] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(vec![Reply::Stall]);
+        let mut child = spawn_until_requested(dir.path(), &server, &["--store", "s", "Think hard."]);
+        let kill = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+        assert!(kill.success());
+        let mut stderr = String::new();
+        BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok).for_each(|l| {
+            stderr.push_str(&l);
+            stderr.push('\n');
+        });
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(1), "{signal}: {stderr}");
+        assert!(stderr.contains("terminating: cancelling the turn"), "{signal}: {stderr}");
+        assert!(
+            stderr.contains("note: terminated; `palimpsest run --store s --session "),
+            "{signal}: {stderr}"
+        );
+        let id = Run { code: None, stdout: String::new(), stderr }.session_id();
+        assert_valid(dir.path(), "s", &id);
+        let log = jsonl_log(&dir.path().join("s"));
+        assert_eq!(turn_end_reasons(&log), [json!({"kind": "aborted", "reason": "cancelled"})], "{signal}");
+    }
+}
+
 #[cfg(unix)]
 #[test]
 fn tools_refuse_a_fifo_and_a_dangling_link_out_without_hanging_and_the_log_stays_valid() {

@@ -684,7 +684,7 @@ impl Driver<'_> {
                         // of a turn. Like Ctrl-C at the prompt it changes
                         // nothing (and quitting would leave the terminal in
                         // the editor's raw mode). Without the editor it quits.
-                        if !lines.is_editor() {
+                        if !lines.is_editor() || interrupts.terminated() {
                             break None;
                         }
                     }
@@ -905,7 +905,11 @@ impl Driver<'_> {
                         if cancel.is_cancelled() {
                             break None;
                         }
-                        self.console.line("  ^C: cancelling the turn (Ctrl-C again to quit)…")?;
+                        if interrupts.terminated() {
+                            self.console.line("  terminating: cancelling the turn…")?;
+                        } else {
+                            self.console.line("  ^C: cancelling the turn (Ctrl-C again to quit)…")?;
+                        }
                         cancel.cancel();
                     }
                 }
@@ -924,13 +928,26 @@ impl Driver<'_> {
             return Ok(Ended::Quit);
         };
         let outcome = result.map_err(|e| loop_error(e, &self.shown))?;
-        Ok(self.report(&outcome))
+        let ended = self.report(&outcome);
+        if interrupts.terminated() {
+            output::note(&format!(
+                "terminated; `palimpsest run --store {} --session {}` carries on",
+                self.shown,
+                self.agent.session_id()
+            ));
+            return Ok(Ended::Quit);
+        }
+        Ok(ended)
     }
 
     /// Says on stderr how a turn that did not complete ended.
     fn report(&self, outcome: &TurnOutcome) -> Ended {
         if let Some(range) = &outcome.repaired {
-            output::note(&format!("closed an interrupted turn first (seqs {}..{})", range.start, range.end));
+            output::note(&format!(
+                "closed an interrupted turn first (seqs {}..={})",
+                range.start,
+                range.end.saturating_sub(1)
+            ));
         }
         match &outcome.reason {
             TurnEndReason::Completed => Ended::Completed,
@@ -1020,20 +1037,35 @@ fn eprintln_line(line: &str) {
 }
 
 /// Ctrl-C presses, counted from the moment the handler is installed (a
-/// press before that ends the process the usual way).
+/// press before that ends the process the usual way). On Unix, SIGTERM and
+/// SIGHUP (a supervisor stopping the run, the terminal closing) count as
+/// a press too, and mark the run [`terminated`](Interrupts::terminated):
+/// the running turn is cancelled the same way, so what streamed is kept as
+/// an interrupted message the next request carries, and the run then
+/// ends instead of waiting for the next prompt.
 struct Interrupts {
     #[cfg(unix)]
     signal: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hangup: tokio::signal::unix::Signal,
     #[cfg(not(unix))]
     rx: mpsc::UnboundedReceiver<()>,
+    terminated: bool,
 }
 
 impl Interrupts {
     fn install() -> io::Result<Interrupts> {
         #[cfg(unix)]
         {
-            let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-            Ok(Interrupts { signal })
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Interrupts {
+                signal: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+                hangup: signal(SignalKind::hangup())?,
+                terminated: false,
+            })
         }
         #[cfg(not(unix))]
         {
@@ -1045,15 +1077,30 @@ impl Interrupts {
                     }
                 }
             });
-            Ok(Interrupts { rx })
+            Ok(Interrupts { rx, terminated: false })
         }
+    }
+
+    /// Whether a SIGTERM or SIGHUP came: the run ends after the turn.
+    fn terminated(&self) -> bool {
+        self.terminated
     }
 
     /// The next press.
     async fn recv(&mut self) -> Option<()> {
         #[cfg(unix)]
         {
-            self.signal.recv().await
+            tokio::select! {
+                pressed = self.signal.recv() => pressed,
+                asked = self.terminate.recv() => {
+                    self.terminated = true;
+                    asked
+                }
+                asked = self.hangup.recv() => {
+                    self.terminated = true;
+                    asked
+                }
+            }
         }
         #[cfg(not(unix))]
         {
