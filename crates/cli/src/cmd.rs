@@ -173,7 +173,13 @@ pub(crate) fn derive(
         let target = store_arg::open(args, Access::Read)?;
         match target.resumed()? {
             Some(session) => session,
-            None => checked_whole(&target)?,
+            None => {
+                crate::output::note(&format!(
+                    "{}: no checkpoint matches the log; reading the whole log",
+                    target.origin()
+                ));
+                checked_whole(&target)?
+            }
         }
     } else {
         checked_session(args)?

@@ -152,8 +152,9 @@ fn a_damaged_checkpoint_is_ignored_and_reading_never_writes_one() {
     }
     fs::remove_file(&sidecar).expect("remove");
     assert_eq!(reads(d, "store"), whole, "no checkpoint: the whole log");
-    let resumed = ok(palimpsest(d, &["derive", "--request", "--from-checkpoint", "store"])).stdout;
-    assert_eq!(resumed, whole[2], "--from-checkpoint without one: the whole log");
+    let resumed = ok(palimpsest(d, &["derive", "--request", "--from-checkpoint", "store"]));
+    assert_eq!(resumed.stdout, whole[2], "--from-checkpoint without one: the whole log");
+    assert!(resumed.stderr.contains("no checkpoint matches the log; reading the whole log"), "{resumed:?}");
     assert!(!sidecar.exists(), "reading commands write no checkpoint");
 }
 
