@@ -3,11 +3,13 @@
 //! the lines from the start up to the first prompt. On a long session that
 //! is a few kilobytes of a file of gigabytes.
 //!
-//! Only a healthy file is read this way: it ends in `\n`, every line read is
-//! a well-formed event within the line cap, and the seqs read count by one
-//! (from 0 after the header). Anything else — a torn or unterminated tail, a
-//! bad line, a gap — gives up ([`None`]), and the store falls back to a full
-//! load, which reports it exactly as a load does (with its line number).
+//! Only a healthy file is read this way: every line read is a well-formed
+//! event within the line cap, and the seqs read count by one (from 0 after
+//! the header). A torn last line (unterminated, and not JSON: what a crash
+//! mid-append leaves) is dropped, as a load drops it. Anything else — an
+//! unterminated last line that parses, a bad line, a gap — gives up
+//! ([`None`]), and the store falls back to a full load, which reports it
+//! exactly as a load does (with its line number).
 
 use std::fs::File;
 use std::io::{self, BufRead, Read, Seek, SeekFrom};
@@ -89,11 +91,18 @@ fn try_summarize(path: &Path, options: ReadOptions) -> io::Result<Option<Session
         cap: options.max_line_bytes,
         too_long: false,
     };
+    let mut lowest = len;
     if !back.ends_in_newline()? {
-        return Ok(None);
+        // The last line has no `\n`. Torn, it is dropped as a load drops
+        // it (a crashed session must not cost a full load to list); whole,
+        // the full load keeps and words it.
+        let Some((offset, tail)) = back.unterminated_tail()? else { return Ok(None) };
+        if !is_torn(&head, &tail, options) {
+            return Ok(None);
+        }
+        lowest = offset;
     }
     let mut next_seq: Option<u64> = None;
-    let mut lowest = len;
     let mut earliest_prompt = None;
     while let Some((offset, line)) = back.next_line()? {
         let Some(event) = decode(&line, options) else { return Ok(None) };
@@ -146,6 +155,17 @@ fn try_summarize(path: &Path, options: ReadOptions) -> io::Result<Option<Session
     Ok(Some(summary))
 }
 
+/// Whether `tail`, the file's unterminated last line, is a torn write a
+/// load drops: decided by the load's own reader, given the header line and
+/// that line alone.
+fn is_torn(head: &[u8], tail: &[u8], options: ReadOptions) -> bool {
+    let mut bytes = Vec::with_capacity(head.len() + tail.len());
+    bytes.extend_from_slice(head);
+    bytes.extend_from_slice(tail);
+    let Ok(mut reader) = JsonlReader::new(&bytes, options) else { return false };
+    reader.by_ref().next().is_none() && reader.torn_tail().is_some()
+}
+
 /// One line (without its `\n`) as a load decodes it, or `None` for any
 /// line a load would not take as it is.
 fn decode(line: &[u8], options: ReadOptions) -> Option<Event> {
@@ -187,6 +207,29 @@ impl Backward<'_> {
         self.buf = chunk;
         self.pos = start;
         Ok(())
+    }
+
+    /// The file's last line when it has no `\n` (after
+    /// [`ends_in_newline`](Backward::ends_in_newline) said so), and its
+    /// offset, taken off `buf` so that [`next_line`](Backward::next_line)
+    /// goes on from the line before it; `None` for one longer than the cap
+    /// (setting `too_long`).
+    fn unterminated_tail(&mut self) -> io::Result<Option<(u64, Vec<u8>)>> {
+        loop {
+            if let Some(i) = self.buf.iter().rposition(|&b| b == b'\n') {
+                let tail = self.buf[i + 1..].to_vec();
+                self.buf.truncate(i + 1);
+                return Ok(Some((self.pos + i as u64 + 1, tail)));
+            }
+            if self.pos == self.low {
+                return Ok(Some((self.pos, std::mem::take(&mut self.buf))));
+            }
+            if self.buf.len() > self.cap {
+                self.too_long = true;
+                return Ok(None);
+            }
+            self.more()?;
+        }
     }
 
     /// The previous line and its offset, without its `\n`; `None` at `low`,

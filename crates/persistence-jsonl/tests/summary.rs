@@ -81,6 +81,47 @@ fn a_torn_tail_is_left_out_as_a_load_leaves_it_out() {
     assert_eq!(summary.last_turn.as_ref().map(|e| e.seq()), Some(20));
 }
 
+/// A torn last line (what a crash mid-append leaves) does not cost a full
+/// load: the summary drops it as a load does and still reads the head and
+/// the tail only. Proof: a line in the middle is broken, so a full load
+/// would fail, and the summary does not.
+#[test]
+fn a_torn_tail_is_dropped_without_reading_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JsonlStore::open(dir.path()).expect("open");
+    long_session(&store, 2000);
+    drop(store);
+    let store = JsonlStore::open(dir.path()).expect("reopen");
+    let whole = store.load("long").expect("load");
+    let expected = SessionSummary::of(whole.header, &whole.events);
+    let path = store.path_of("long").expect("path");
+    break_line(&path, 2000);
+    let mut bytes = fs::read(&path).expect("read");
+    bytes.extend_from_slice(br#"{"seq":4001,"time":3,"type":"turn/st"#);
+    fs::write(&path, &bytes).expect("write");
+    assert_eq!(store.load("long").expect_err("a load reads the broken line").code(), "corrupt");
+    assert_eq!(store.summary("long").expect("summary"), expected);
+
+    // A session whose only event line is torn: the header alone.
+    let mut s = Session::create(SessionHeader::new("fresh", 0));
+    s.append_log(1, TurnStart { turn: 1 }).expect("turn/start");
+    store.create_with_events(s.header(), &[]).expect("create");
+    let fresh = store.path_of("fresh").expect("path");
+    let mut bytes = fs::read(&fresh).expect("read");
+    bytes.extend_from_slice(br#"{"seq":0,"ti"#);
+    fs::write(&fresh, &bytes).expect("write");
+    let summary = store.summary("fresh").expect("summary");
+    assert_eq!((summary.events, summary.last_turn.is_none()), (0, true));
+
+    // An unterminated last line that parses is kept (a full load decides).
+    let mut bytes = fs::read(&fresh).expect("read");
+    bytes.truncate(bytes.len() - br#"{"seq":0,"ti"#.len());
+    bytes.extend_from_slice(s.events()[0].to_json().as_bytes());
+    fs::write(&fresh, &bytes).expect("write");
+    let summary = store.summary("fresh").expect("summary");
+    assert_eq!(summary.events, 1);
+}
+
 /// `summaries` opens each file once and shares the files among threads:
 /// on a store of hundreds of sessions, some damaged near their end, it
 /// returns what listing them and asking `summary` of each returns, in the
