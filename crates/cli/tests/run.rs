@@ -437,6 +437,20 @@ fn spawn_until_requested(dir: &Path, server: &Server, args: &[&str]) -> Child {
     child
 }
 
+/// Sends `signal` (`-INT`, `-TERM`, ...) to `child`, then reads its
+/// stderr to the end and waits for it.
+#[cfg(unix)]
+fn signal_and_wait(child: &mut Child, signal: &str) -> (std::process::ExitStatus, String) {
+    let kill = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let mut stderr = String::new();
+    BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok).for_each(|l| {
+        stderr.push_str(&l);
+        stderr.push('\n');
+    });
+    (child.wait().unwrap(), stderr)
+}
+
 #[cfg(unix)]
 #[test]
 fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
@@ -444,14 +458,7 @@ fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
     let server = Server::start(vec![Reply::Stall]);
     // Wait until the request is in: the turn is running, the handler installed.
     let mut child = spawn_until_requested(dir.path(), &server, &["--store", "s", "Think hard."]);
-    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let mut stderr = String::new();
-    BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok).for_each(|l| {
-        stderr.push_str(&l);
-        stderr.push('\n');
-    });
-    let status = child.wait().unwrap();
+    let (status, stderr) = signal_and_wait(&mut child, "-INT");
     assert_eq!(status.code(), Some(1), "a cancelled one-shot turn is not a success: {stderr}");
     assert!(stderr.contains("^C: cancelling the turn"), "{stderr}");
     assert!(stderr.contains("note: turn 1 cancelled"), "{stderr}");
@@ -473,14 +480,7 @@ fn sigterm_and_sighup_cancel_the_turn_like_ctrl_c_and_end_the_run() {
         let dir = tempfile::tempdir().unwrap();
         let server = Server::start(vec![Reply::Stall]);
         let mut child = spawn_until_requested(dir.path(), &server, &["--store", "s", "Think hard."]);
-        let kill = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
-        assert!(kill.success());
-        let mut stderr = String::new();
-        BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok).for_each(|l| {
-            stderr.push_str(&l);
-            stderr.push('\n');
-        });
-        let status = child.wait().unwrap();
+        let (status, stderr) = signal_and_wait(&mut child, signal);
         assert_eq!(status.code(), Some(1), "{signal}: {stderr}");
         assert!(stderr.contains("terminating: cancelling the turn"), "{signal}: {stderr}");
         assert!(

@@ -21,6 +21,16 @@ fn long_session(store: &JsonlStore, turns: u64) {
     store.create_with_events(s.header(), s.events()).expect("create");
 }
 
+/// A store holding [`long_session`] of 2000 turns, reopened, and its
+/// summary as a full load gives it.
+fn long_store(dir: &std::path::Path) -> (JsonlStore, SessionSummary) {
+    long_session(&JsonlStore::open(dir).expect("open"), 2000);
+    let store = JsonlStore::open(dir).expect("reopen");
+    let whole = store.load("long").expect("load");
+    let expected = SessionSummary::of(whole.header, &whole.events);
+    (store, expected)
+}
+
 /// Replaces the first byte of line `line` (0-based, the header being 0).
 fn break_line(path: &std::path::Path, line: usize) {
     let mut bytes = fs::read(path).expect("read");
@@ -32,12 +42,7 @@ fn break_line(path: &std::path::Path, line: usize) {
 #[test]
 fn a_summary_reads_the_head_and_tail_only() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = JsonlStore::open(dir.path()).expect("open");
-    long_session(&store, 2000);
-    drop(store);
-    let store = JsonlStore::open(dir.path()).expect("reopen");
-    let whole = store.load("long").expect("load");
-    let expected = SessionSummary::of(whole.header, &whole.events);
+    let (store, expected) = long_store(dir.path());
     assert_eq!((expected.events, expected.turns()), (4001, 2000));
 
     break_line(&store.path_of("long").expect("path"), 2000);
@@ -88,12 +93,7 @@ fn a_torn_tail_is_left_out_as_a_load_leaves_it_out() {
 #[test]
 fn a_torn_tail_is_dropped_without_reading_the_log() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = JsonlStore::open(dir.path()).expect("open");
-    long_session(&store, 2000);
-    drop(store);
-    let store = JsonlStore::open(dir.path()).expect("reopen");
-    let whole = store.load("long").expect("load");
-    let expected = SessionSummary::of(whole.header, &whole.events);
+    let (store, expected) = long_store(dir.path());
     let path = store.path_of("long").expect("path");
     break_line(&path, 2000);
     let mut bytes = fs::read(&path).expect("read");
