@@ -90,6 +90,18 @@ impl Location {
         PgStore::connect_with(url, options).map_err(|e| from_store(&e, &redact_url(url)))
     }
 
+    /// Opens the SQLite store at `path` for writing, refusing a file that
+    /// is not a store yet without touching it: a read-only open first,
+    /// since opening for writing initialises an empty file.
+    pub(crate) fn open_existing_sqlite(
+        path: &Path,
+    ) -> Result<SqliteStore, palimpsest_persistence::StoreError> {
+        SqliteStore::open_read_only(path).and_then(|probe| {
+            drop(probe);
+            SqliteStore::open(path)
+        })
+    }
+
     /// Opens (creating when missing) a store that sessions are written
     /// into through [`SessionStore`]: a directory, a database or a server,
     /// or a session file as a store of one session

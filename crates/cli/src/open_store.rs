@@ -71,10 +71,10 @@ pub(crate) fn open_existing_store(arg: &Path) -> Result<OpenedStore, CliError> {
             return Ok(OpenedStore { store, location });
         }
         Location::Sqlite(path) => {
-            // A read-only open refuses a file that is not a store without
-            // touching it; opening for writing would initialise it.
-            palimpsest_persistence_sqlite::SqliteStore::open_read_only(path)
+            let store = Location::open_existing_sqlite(path)
                 .map_err(|e| crate::error::from_store(&e, &location.shown()))?;
+            let store: Arc<dyn SessionStore> = Arc::new(store);
+            return Ok(OpenedStore { store, location });
         }
         Location::JsonlDir(_) | Location::JsonlFile(_) => {}
     }

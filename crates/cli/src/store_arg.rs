@@ -98,14 +98,9 @@ impl Store {
             fs::metadata(path).map_err(|e| CliError::io(shown.clone(), format!("cannot read: {e}")))?;
         match location {
             Location::Sqlite(_) if meta.is_file() => {
-                // Opening for writing initialises an empty file: a
-                // read-only open first refuses what is not a store yet.
                 let opened = match access {
                     Access::Read => SqliteStore::open_read_only(path),
-                    Access::Write => SqliteStore::open_read_only(path).and_then(|probe| {
-                        drop(probe);
-                        SqliteStore::open(path)
-                    }),
+                    Access::Write => Location::open_existing_sqlite(path),
                 };
                 opened.map(|s| Store::Sqlite(Box::new(s))).map_err(|e| from_store(&e, &shown))
             }
