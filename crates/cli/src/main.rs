@@ -32,6 +32,7 @@ mod export;
 mod file_store;
 mod fork;
 mod inspect;
+mod interrupts;
 mod location;
 mod open_store;
 mod output;

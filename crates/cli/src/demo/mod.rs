@@ -36,6 +36,7 @@ use palimpsest_core_session::payload::{Settings, TurnEnd, TurnEndReason};
 use palimpsest_core_session::{EventType, SurfaceOp};
 
 use crate::error::Exit;
+use crate::interrupts::Interrupts;
 use crate::open_store::{open_existing_store, open_store};
 use crate::store_arg::Store;
 
@@ -234,26 +235,10 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     writeln!(out, "session:   {id}\n")?;
     out.flush()?;
 
-    // One Ctrl-C listener for the whole run: once tokio's handler is in
-    // place it replaces the default one, so a Ctrl-C between turns, with
-    // no turn listening, would be swallowed. Each press is queued here.
-    let (ctrl_c_tx, mut ctrl_c) = tokio::sync::mpsc::unbounded_channel();
-    // On Unix the handler is registered here, before the first turn is
-    // announced, not when the listening task first runs.
-    #[cfg(unix)]
-    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("listening for Ctrl-C")?;
-    let listener = tokio::spawn(async move {
-        loop {
-            #[cfg(unix)]
-            let pressed = interrupts.recv().await.is_some();
-            #[cfg(not(unix))]
-            let pressed = tokio::signal::ctrl_c().await.is_ok();
-            if !pressed || ctrl_c_tx.send(()).is_err() {
-                break;
-            }
-        }
-    });
+    // One listener for the whole run, registered before the first turn is
+    // announced: a Ctrl-C between turns, with no turn running, is queued,
+    // not lost (see `crate::interrupts`).
+    let mut interrupts = Interrupts::install().context("listening for Ctrl-C")?;
     let resume_hint = format!(
         "Resume with:\n  palimpsest demo --store {} --resume {id}",
         crate::output::shell_word(&shown)
@@ -263,16 +248,14 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
     for (i, turn) in TURNS.iter().enumerate().skip(first_turn) {
         writeln!(out, "turn {} of {}", i + 1, TURNS.len())?;
         out.flush()?;
-        // A Ctrl-C before the turn starts (in the pause, or pressed as the
-        // last turn ended) stops the demo here: nothing is left open.
-        let stop = if options.pace.is_zero() {
-            ctrl_c.try_recv().is_ok()
-        } else {
-            tokio::select! {
-                _ = tokio::time::sleep(options.pace) => ctrl_c.try_recv().is_ok(),
-                Some(()) = ctrl_c.recv() => true,
-            }
-        };
+        // A Ctrl-C in the pause before the turn stops the demo here:
+        // nothing is left open. (Without a pause, one pressed as the last
+        // turn ended cancels this one at once.)
+        let stop = !options.pace.is_zero()
+            && tokio::select! {
+                _ = tokio::time::sleep(options.pace) => false,
+                Some(()) = interrupts.recv() => true,
+            };
         if stop || cancel.is_cancelled() {
             writeln!(out, "  ^C: stopped before the turn began.\n\n{resume_hint}")?;
             interrupted = true;
@@ -289,7 +272,7 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
                         writeln!(out, "{line}")?;
                         out.flush()?;
                     }
-                    Some(()) = ctrl_c.recv(), if !cancel.is_cancelled() => {
+                    Some(()) = interrupts.recv(), if !cancel.is_cancelled() => {
                         writeln!(out, "  ^C: cancelling the turn…")?;
                         cancel.cancel();
                     }
@@ -314,7 +297,6 @@ async fn run_async(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result
             break;
         }
     }
-    listener.abort();
     agent.flush().context("syncing the store")?;
     drop(agent);
 

@@ -45,6 +45,7 @@ use palimpsest_persistence::SessionStore;
 use tokio::sync::mpsc;
 
 use crate::error::{from_store, CliError, Exit};
+use crate::interrupts::Interrupts;
 use crate::location::Location;
 use crate::open_store::{open_existing_store, open_store, writable_location, OpenedStore};
 use crate::output;
@@ -1034,79 +1035,6 @@ impl Console<'_> {
 
 fn eprintln_line(line: &str) {
     let _ = writeln!(io::stderr().lock(), "{line}");
-}
-
-/// Ctrl-C presses, counted from the moment the handler is installed (a
-/// press before that ends the process the usual way). On Unix, SIGTERM and
-/// SIGHUP (a supervisor stopping the run, the terminal closing) count as
-/// a press too, and mark the run [`terminated`](Interrupts::terminated):
-/// the running turn is cancelled the same way, so what streamed is kept as
-/// an interrupted message the next request carries, and the run then
-/// ends instead of waiting for the next prompt.
-struct Interrupts {
-    #[cfg(unix)]
-    signal: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    hangup: tokio::signal::unix::Signal,
-    #[cfg(not(unix))]
-    rx: mpsc::UnboundedReceiver<()>,
-    terminated: bool,
-}
-
-impl Interrupts {
-    fn install() -> io::Result<Interrupts> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            Ok(Interrupts {
-                signal: signal(SignalKind::interrupt())?,
-                terminate: signal(SignalKind::terminate())?,
-                hangup: signal(SignalKind::hangup())?,
-                terminated: false,
-            })
-        }
-        #[cfg(not(unix))]
-        {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(async move {
-                while tokio::signal::ctrl_c().await.is_ok() {
-                    if tx.send(()).is_err() {
-                        break;
-                    }
-                }
-            });
-            Ok(Interrupts { rx, terminated: false })
-        }
-    }
-
-    /// Whether a SIGTERM or SIGHUP came: the run ends after the turn.
-    fn terminated(&self) -> bool {
-        self.terminated
-    }
-
-    /// The next press.
-    async fn recv(&mut self) -> Option<()> {
-        #[cfg(unix)]
-        {
-            tokio::select! {
-                pressed = self.signal.recv() => pressed,
-                asked = self.terminate.recv() => {
-                    self.terminated = true;
-                    asked
-                }
-                asked = self.hangup.recv() => {
-                    self.terminated = true;
-                    asked
-                }
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            self.rx.recv().await
-        }
-    }
 }
 
 #[cfg(test)]
