@@ -110,10 +110,7 @@ impl Row {
                 s.events.to_string(),
                 s.turns.to_string(),
                 s.outcome.unwrap_or("-").to_owned(),
-                // Logged text on a terminal: control characters shown as `�`.
-                s.title
-                    .as_deref()
-                    .map_or_else(|| "-".to_owned(), |t| clip(&output::printable_line(t), TITLE_CHARS)),
+                s.title.as_deref().map_or_else(|| "-".to_owned(), |t| clip(t, TITLE_CHARS)),
             ),
             Err(_) => ["?"; 5].map(str::to_owned).into(),
         };
