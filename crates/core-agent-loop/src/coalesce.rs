@@ -117,13 +117,9 @@ fn same_block(a: &StreamChunk, b: &StreamChunk) -> bool {
             StreamChunk::ToolCallDelta { index: x, id, name, .. },
             StreamChunk::ToolCallDelta { index: y, id: next_id, name: next_name, .. },
         ) => {
-            let differ = |a: Option<&str>, b: Option<&str>| matches!((a, b), (Some(a), Some(b)) if a != b);
-            x == y
-                && !differ(
-                    Some(id.as_str()).filter(|s| !s.is_empty()),
-                    Some(next_id.as_str()).filter(|s| !s.is_empty()),
-                )
-                && !differ(name.as_deref(), next_name.as_deref())
+            let ids_differ = !id.is_empty() && !next_id.is_empty() && id != next_id;
+            let names_differ = matches!((name, next_name), (Some(a), Some(b)) if a != b);
+            x == y && !ids_differ && !names_differ
         }
         (StreamChunk::Usage(_), StreamChunk::Usage(_)) => true,
         _ => false,
