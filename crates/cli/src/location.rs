@@ -39,6 +39,28 @@ pub(crate) enum Location {
 }
 
 impl Location {
+    /// The files and directories the store is made of: a SQLite database
+    /// with the files SQLite keeps beside it, a JSONL file with its
+    /// checkpoint sidecar, a JSONL directory; none for a server.
+    pub(crate) fn files(&self) -> Vec<PathBuf> {
+        let beside = |path: &PathBuf, suffixes: &[&str]| -> Vec<PathBuf> {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            suffixes.iter().map(|suffix| path.with_file_name(format!("{name}{suffix}"))).collect()
+        };
+        match self {
+            Location::Postgres(_) => Vec::new(),
+            Location::Sqlite(path) => beside(path, &["", "-wal", "-shm", "-journal"]),
+            Location::JsonlFile(path) => {
+                let mut files = vec![path.clone()];
+                let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let stem = stem.strip_suffix(".jsonl").unwrap_or(&stem).to_owned();
+                files.push(path.with_file_name(format!("{stem}.checkpoint.json")));
+                files
+            }
+            Location::JsonlDir(dir) => vec![dir.clone()],
+        }
+    }
+
     /// Reads a STORE argument.
     pub(crate) fn parse(arg: &Path) -> Result<Location, CliError> {
         if let Some(url) = arg.to_str().filter(|s| is_postgres_url(s)) {

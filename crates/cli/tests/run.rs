@@ -748,6 +748,8 @@ fn temperature_max_tokens_and_headers_reach_the_request_and_the_logged_settings_
         "Authorization: Bearer tok-headersecret",
         "--header",
         "x-api-key:key-headersecret",
+        "--header",
+        "X-Custom-Creds:creds-headersecret",
         "Hi",
     ];
     let first = run(dir.path(), &model_args(&base, &flags));
@@ -770,7 +772,12 @@ fn temperature_max_tokens_and_headers_reach_the_request_and_the_logged_settings_
     assert_eq!(logged["params"], json!({"temperature": 0.25, "maxTokens": 77}));
     assert_eq!(
         logged["headers"],
-        json!({"X-Title": "palimpsest tests", "Authorization": "<redacted>", "x-api-key": "<redacted>"})
+        json!({
+            "X-Title": "palimpsest tests",
+            "Authorization": "<redacted>",
+            "x-api-key": "<redacted>",
+            "X-Custom-Creds": "<redacted>"
+        })
     );
 
     // Resumed without the flags: temperature and limit carry on from the
@@ -789,7 +796,7 @@ fn temperature_max_tokens_and_headers_reach_the_request_and_the_logged_settings_
 
     for file in files_under(dir.path()) {
         let bytes = std::fs::read(&file).unwrap();
-        for secret in ["tok-headersecret", "key-headersecret"] {
+        for secret in ["tok-headersecret", "key-headersecret", "creds-headersecret"] {
             assert!(
                 !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
                 "{secret} is in {}",

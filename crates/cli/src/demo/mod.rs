@@ -85,7 +85,7 @@ fn builder(
     progress: tokio::sync::mpsc::UnboundedSender<String>,
     pace: Duration,
 ) -> anyhow::Result<AgentLoopBuilder> {
-    let tools = crate::tools::sandbox_tools(workspace, pace).context("opening the workspace")?;
+    let tools = crate::tools::sandbox_tools(workspace, pace, &[]).context("opening the workspace")?;
     let provider: Arc<dyn Provider> = Arc::new(script::provider());
     // The settings every request is made with, logged first (contract 1.3).
     let settings = Settings {

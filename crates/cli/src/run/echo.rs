@@ -6,7 +6,7 @@
 //! over a channel because `on_event` runs inline on the loop's task and
 //! must stay cheap; the driver prints.
 
-use crate::output::{first_text, one_line, ERROR_CHARS};
+use crate::output::{first_text, one_line, printable_line, ERROR_CHARS};
 use std::collections::HashMap;
 
 use palimpsest_core_agent_loop::plugins::{COMPACTION_END, COMPACTION_OVER_BUDGET, COMPACTION_START};
@@ -64,20 +64,25 @@ impl EchoPlugin {
             }
             EventType::ToolCall => {
                 let call = event.data_as::<ToolCall>().ok()?;
-                self.names.insert(call.call_id.clone(), call.name.clone());
-                format!("  → {} {}", call.name, one_line(&call.arguments, 80))
+                // A tool name is the model's text: shown, never obeyed.
+                self.names.insert(call.call_id.clone(), printable_line(&call.name));
+                format!("  → {} {}", printable_line(&call.name), one_line(&call.arguments, 80))
             }
             EventType::ToolResult => {
                 let result = event.data_as::<ToolResult>().ok()?;
                 let id = result.call_id();
-                let name = self.names.get(id).map_or(id, String::as_str);
+                let name = self.names.get(id).cloned().unwrap_or_else(|| printable_line(id));
                 let text = first_text(&result.message.content);
                 match (event.surface_op(), &result.error) {
                     (Some(SurfaceOp::Replace { start, .. }), _) => {
                         format!("  ✂ pruned the old result of {name} (seq {start}, now a stub at seq {seq})")
                     }
                     (_, Some(error)) => {
-                        format!("  ✗ {name}: {} [{}]", one_line(&text, ERROR_CHARS), error.code)
+                        format!(
+                            "  ✗ {name}: {} [{}]",
+                            one_line(&text, ERROR_CHARS),
+                            printable_line(&error.code)
+                        )
                     }
                     (_, None) => {
                         format!("  ← {name}: {} chars: {}", text.chars().count(), one_line(&text, 60))

@@ -125,8 +125,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_tokens: Option<u64>,
     /// An extra HTTP header of every request, NAME:VALUE; repeatable. Logged by name in the
-    /// settings, with the value `<redacted>` when the name looks secret (authorization, cookie,
-    /// or containing key, token, secret, auth, password); never carried over by --session.
+    /// settings, with the value `<redacted>` unless the header is one known to carry no
+    /// credential (X-Title, HTTP-Referer, OpenAI-Organization, OpenAI-Project, ...); never
+    /// carried over by --session.
     #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
     pub(crate) headers: Vec<(String, String)>,
     /// One turn with this prompt; without it, an interactive prompt on stdin.
@@ -287,15 +288,32 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
     Ok((name.to_owned(), value.to_owned()))
 }
 
-/// Whether a header's value is a secret, by its name: `authorization`,
-/// `cookie`, or a name containing `key`, `token`, `secret`, `auth` or
-/// `password`. Such values are never logged.
+/// Whether a header's value is a secret, by its name: every header but
+/// those known to carry no credential ([`PUBLIC_HEADERS`]). Guessing the
+/// secret ones by name (`key`, `token`, ...) missed `X-Custom-Creds`,
+/// `X-Signature` and the like; a value that is logged is one a user
+/// cannot take back, so the guess now goes the other way.
 fn is_secret_header(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name == "cookie"
-        || name == "set-cookie"
-        || ["auth", "key", "token", "secret", "password"].iter().any(|w| name.contains(w))
+    !PUBLIC_HEADERS.iter().any(|public| public.eq_ignore_ascii_case(name))
 }
+
+/// Extra headers whose values are logged as they are: routing, titles and
+/// API versions, which OpenAI-compatible services and their proxies ask
+/// for, and no credential.
+const PUBLIC_HEADERS: &[&str] = &[
+    "accept",
+    "accept-language",
+    "anthropic-beta",
+    "anthropic-version",
+    "http-referer",
+    "openai-beta",
+    "openai-organization",
+    "openai-project",
+    "referer",
+    "user-agent",
+    "x-request-id",
+    "x-title",
+];
 
 /// Resolves a run's settings: flag, then the resumed session's logged
 /// settings, then `env` (the `OPENAI_*` variables). The API key is never
@@ -462,9 +480,10 @@ async fn run_async(
         None => None,
     };
     let tools = match &tools_dir {
-        Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO).map_err(|e| {
-            CliError::io(dir.display().to_string(), format!("cannot open the tools' workspace: {e}"))
-        })?,
+        Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO, &opened.location.files())
+            .map_err(|e| {
+                CliError::io(dir.display().to_string(), format!("cannot open the tools' workspace: {e}"))
+            })?,
         None => ToolRegistry::new(),
     };
     let settings = settings_of(&resolved, &tools, tools_dir.as_deref());
@@ -532,7 +551,7 @@ async fn run_async(
     let mut driver = Driver {
         agent,
         rx,
-        console: Console { out, mid_line: false, step: None },
+        console: Console { out, mid_line: false, step: None, terminal: io::stdout().is_terminal() },
         shown,
         store,
         maker,
@@ -993,6 +1012,12 @@ struct Console<'o> {
     mid_line: bool,
     /// The `(turn, step)` whose text was printed last.
     step: Option<(u64, u64)>,
+    /// stdout is a terminal: the model's text is shown, not obeyed. Its
+    /// escape sequences could clear the lines above that showed what the
+    /// tools did, retitle the window or write the clipboard (OSC 52), so
+    /// every control character but a line break or tab is shown as `�`
+    /// ([`output::printable`]). Piped, the text is passed on as written.
+    terminal: bool,
 }
 
 impl Console<'_> {
@@ -1003,7 +1028,15 @@ impl Console<'_> {
                     self.end_line()?;
                     self.step = Some(step);
                 }
-                self.out.write_all(text.as_bytes())?;
+                if self.terminal {
+                    let shown: String = text
+                        .chars()
+                        .map(|c| if matches!(c, '\n' | '\t') { c } else { output::printable(c) })
+                        .collect();
+                    self.out.write_all(shown.as_bytes())?;
+                } else {
+                    self.out.write_all(text.as_bytes())?;
+                }
                 self.mid_line = !text.ends_with('\n');
                 self.out.flush()
             }
@@ -1057,7 +1090,7 @@ mod tests {
     #[test]
     fn two_messages_are_never_glued_and_stderr_lines_end_the_answer_line() {
         let mut buf = Vec::new();
-        let mut console = Console { out: &mut buf, mid_line: false, step: None };
+        let mut console = Console { out: &mut buf, mid_line: false, step: None, terminal: false };
         let text = |step: u64, t: &str| Echo::Text { step: (1, step), text: t.into() };
         console.show(text(1, "Let me ")).unwrap();
         console.show(text(1, "look.")).unwrap();
@@ -1066,6 +1099,18 @@ mod tests {
         console.end_turn().unwrap();
         console.end_turn().unwrap();
         assert_eq!(String::from_utf8(buf).unwrap(), "Let me look.\nIt says hi.\n");
+    }
+
+    #[test]
+    fn on_a_terminal_the_answer_cannot_move_the_cursor_or_retitle_the_window() {
+        let answer = "\u{1b}[4A\u{1b}[0JAll good.\u{1b}]0;title\u{7}\tdone\u{202e}\n";
+        for (terminal, expected) in [(true, "�[4A�[0JAll good.�]0;title�\tdone�\n"), (false, answer)]
+        {
+            let mut buf = Vec::new();
+            let mut console = Console { out: &mut buf, mid_line: false, step: None, terminal };
+            console.show(Echo::Text { step: (1, 1), text: answer.into() }).unwrap();
+            assert_eq!(String::from_utf8(buf).unwrap(), expected, "terminal: {terminal}");
+        }
     }
 
     #[test]

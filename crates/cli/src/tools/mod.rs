@@ -44,10 +44,15 @@ pub(crate) const MAX_READ_BYTES: u64 = 192 * 1024;
 /// Where `list_files` stops.
 pub(crate) const LIST_LIMITS: ListLimits = ListLimits { visited: 100_000, bytes: 128 * 1024, depth: 32 };
 
-/// The four tools, confined to `root`. Each call first waits `pace` (the
-/// demo slows down so a person can follow; zero elsewhere).
-pub(crate) fn sandbox_tools(root: &Path, pace: Duration) -> std::io::Result<ToolRegistry> {
-    let workspace = Arc::new(Workspace::open(root)?);
+/// The four tools, confined to `root` and kept off `store` (the session
+/// store's files, where they lie inside `root`). Each call first waits
+/// `pace` (the demo slows down so a person can follow; zero elsewhere).
+pub(crate) fn sandbox_tools(
+    root: &Path,
+    pace: Duration,
+    store: &[std::path::PathBuf],
+) -> std::io::Result<ToolRegistry> {
+    let workspace = Arc::new(Workspace::open_protecting(root, store)?);
     Ok(ToolRegistry::new()
         .with(OffThread::new(pace, ListFiles(Arc::clone(&workspace))))
         .with(OffThread::new(pace, ReadFile(Arc::clone(&workspace))))
@@ -465,7 +470,7 @@ mod tests {
             0,
         )
         .unwrap();
-        let tools = sandbox_tools(dir.path(), Duration::ZERO).unwrap();
+        let tools = sandbox_tools(dir.path(), Duration::ZERO, &[]).unwrap();
         let call = |name: &str, args: &str| {
             let tool = Arc::clone(tools.get(name).unwrap());
             let args = args.to_owned();
@@ -489,6 +494,56 @@ mod tests {
             "{listing:?}"
         );
         assert_eq!(call("calculator", r#"{"expression": "6 * 7"}"#).await.unwrap(), vec![Block::text("42")]);
+    }
+
+    /// `--tools .` with the default `./palimpsest.db`: the model could
+    /// read its own log or replace the store. The store's files (and a
+    /// link to them inside the workspace) are refused by name and by what
+    /// they are, and listed without their sizes.
+    #[tokio::test]
+    async fn the_tools_never_read_or_write_the_session_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        std::fs::write(ws.join("palimpsest.db"), "the store").unwrap();
+        std::fs::write(ws.join("palimpsest.db-wal"), "its wal").unwrap();
+        std::fs::create_dir(ws.join("logs")).unwrap();
+        std::fs::write(ws.join("logs/s.jsonl"), "a session").unwrap();
+        std::fs::write(ws.join("notes.txt"), "mine").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("palimpsest.db", ws.join("alias")).unwrap();
+        let mut protected = crate::location::Location::Sqlite(ws.join("palimpsest.db")).files();
+        protected.push(ws.join("logs"));
+        let tools = sandbox_tools(ws, Duration::ZERO, &protected).unwrap();
+        let call = |name: &str, args: String| {
+            let tool = Arc::clone(tools.get(name).unwrap());
+            async move { tool.execute(&args, ToolContext::new("s", "c")).await }
+        };
+        let mut refused =
+            vec!["palimpsest.db", "palimpsest.db-wal", "palimpsest.db-shm", "logs/s.jsonl", "logs/new.jsonl"];
+        if cfg!(unix) {
+            refused.push("alias");
+        }
+        for path in refused {
+            let read = call("read_file", format!(r#"{{"path": "{path}"}}"#)).await;
+            let write = call("write_file", format!(r#"{{"path": "{path}", "content": "gone"}}"#)).await;
+            for (e, how) in [(read.unwrap_err(), "read"), (write.unwrap_err(), "write")] {
+                assert_eq!(e.code, "INVALID_ARGUMENTS", "{path}: {e:?}");
+                // A write never goes through a link, whatever it names.
+                let why = if path == "alias" && how == "write" { "symbolic link" } else { "session store" };
+                assert!(e.message.contains(why), "{path} ({how}): {}", e.message);
+            }
+        }
+        assert_eq!(std::fs::read_to_string(ws.join("palimpsest.db")).unwrap(), "the store");
+        assert!(!ws.join("palimpsest.db-shm").exists() && !ws.join("logs/new.jsonl").exists());
+        assert_eq!(
+            call("read_file", r#"{"path": "notes.txt"}"#.into()).await.unwrap(),
+            vec![Block::text("mine")]
+        );
+        let listing = call("list_files", "{}".into()).await.unwrap();
+        let Block::Text { text } = &listing[0] else { panic!("{listing:?}") };
+        assert!(text.contains("palimpsest.db (the session store: the tools do not open it)"), "{text}");
+        assert!(text.contains("logs (the session store: the tools do not open it)"), "{text}");
+        assert!(!text.contains("s.jsonl"), "{text}");
     }
 
     #[test]

@@ -63,13 +63,67 @@ pub(crate) struct ListLimits {
 #[derive(Debug)]
 pub(crate) struct Workspace {
     root: Dir,
+    /// The session store's files inside the workspace, relative to the
+    /// root: never read, written or listed with their sizes.
+    protected: Vec<PathBuf>,
+    /// The same files by absolute path, to compare what a path opens
+    /// (through a link inside the workspace) with what they are now.
+    protected_abs: Vec<PathBuf>,
 }
 
 impl Workspace {
     /// Opens `root` (the one path resolved outside the sandbox).
     pub(crate) fn open(root: &Path) -> io::Result<Workspace> {
-        let root = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
-        Ok(Workspace { root })
+        Workspace::open_protecting(root, &[])
+    }
+
+    /// Opens `root`, keeping the tools off `protected` (absolute paths:
+    /// the session store's files and directories) where they lie inside
+    /// it. A model could otherwise read its own log, or replace the store
+    /// it is logged to (`--tools .` with the default `./palimpsest.db`).
+    pub(crate) fn open_protecting(root: &Path, protected: &[PathBuf]) -> io::Result<Workspace> {
+        let handle = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
+        let root = std::fs::canonicalize(root)?;
+        let mut inside = Vec::new();
+        let mut inside_abs = Vec::new();
+        for path in protected {
+            let Some(abs) = canonical_or_planned(path) else { continue };
+            if let Ok(rel) = abs.strip_prefix(&root) {
+                inside.push(rel.to_owned());
+                inside_abs.push(abs.clone());
+            }
+        }
+        Ok(Workspace { root: handle, protected: inside, protected_abs: inside_abs })
+    }
+
+    /// Refuses `path` (relative, checked by [`relative_path`]) when it is,
+    /// or lies in, one of the store's files.
+    fn check_unprotected(&self, rel: &str, path: &Path) -> Result<(), ToolError> {
+        if self.protected.iter().any(|p| path.starts_with(p)) {
+            return Err(store_file(rel));
+        }
+        Ok(())
+    }
+
+    /// Refuses what was opened when it is one of the store's files, reached
+    /// another way (a link inside the workspace).
+    fn check_not_the_store(&self, rel: &str, opened: &Metadata) -> Result<(), ToolError> {
+        #[cfg(unix)]
+        {
+            use cap_std::fs::MetadataExt as _;
+            use std::os::unix::fs::MetadataExt as _;
+            let same = self.protected_abs.iter().filter_map(|p| std::fs::metadata(p).ok()).any(|m| {
+                // A directory store: anything beneath it is on its device,
+                // so compare the files of the store one by one instead.
+                m.is_file() && m.dev() == opened.dev() && m.ino() == opened.ino()
+            });
+            if same {
+                return Err(store_file(rel));
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (rel, opened);
+        Ok(())
     }
 
     /// The UTF-8 text of the regular file `rel`, refused past `max` bytes
@@ -81,6 +135,7 @@ impl Workspace {
     /// [`read_text`](Self::read_text) after the lexical check: the
     /// directory handle alone keeps the read inside.
     fn read_path(&self, rel: &str, path: &Path, max: u64) -> Result<String, ToolError> {
+        self.check_unprotected(rel, path)?;
         // Early and by path, for the reason and so a device is never opened.
         let meta = self.root.metadata(path).map_err(|e| io_error(rel, &e))?;
         regular_file(rel, &meta)?;
@@ -88,6 +143,7 @@ impl Workspace {
         // The authority: what was actually opened.
         let meta = file.metadata().map_err(|e| io_error(rel, &e))?;
         regular_file(rel, &meta)?;
+        self.check_not_the_store(rel, &meta)?;
         let mut bytes = Vec::new();
         (&mut file).take(max + 1).read_to_end(&mut bytes).map_err(|e| io_error(rel, &e))?;
         if bytes.len() as u64 > max {
@@ -126,6 +182,7 @@ impl Workspace {
         let Some(name) = path.file_name() else {
             return Err(ToolError::invalid_arguments(format!("{rel:?} names no file")));
         };
+        self.check_unprotected(rel, path)?;
         let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
             None => self.root.try_clone().map_err(|e| io_error(rel, &e))?,
             Some(parent) => match self.root.open_dir(parent) {
@@ -144,12 +201,16 @@ impl Workspace {
             }
             Ok(meta) => {
                 regular_file(rel, &meta)?;
-                Some(meta.permissions())
+                self.check_not_the_store(rel, &meta)?;
+                Some(plain_permissions(meta.permissions()))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_error(rel, &e)),
         };
-        let (temp_name, mut temp) = create_temp(&dir).map_err(|e| io_error(rel, &e))?;
+        // The new content of an existing file is private until it has the
+        // old file's permissions: none of it is readable in between.
+        let (temp_name, mut temp) =
+            create_temp(&dir, permissions.is_some()).map_err(|e| io_error(rel, &e))?;
         let written = (|| {
             temp.write_all(content.as_bytes())?;
             if let Some(permissions) = permissions {
@@ -181,7 +242,8 @@ impl Workspace {
     /// are listed, never followed. Stops at `limits`, saying so in a last
     /// line.
     pub(crate) fn list(&self, limits: ListLimits) -> Result<String, ToolError> {
-        let mut walk = Walk { limits, visited: 0, text: String::new(), stopped: None };
+        let mut walk =
+            Walk { limits, visited: 0, text: String::new(), stopped: None, protected: &self.protected };
         walk.dir(&self.root, Path::new(""), 0).map_err(|e| ToolError::failed(format!("listing: {e}")))?;
         let mut text = walk.text;
         match walk.stopped {
@@ -196,7 +258,9 @@ impl Workspace {
 }
 
 /// A listing in progress.
-struct Walk {
+struct Walk<'p> {
+    /// [`Workspace::protected`]: listed by name only, never entered.
+    protected: &'p [PathBuf],
     limits: ListLimits,
     visited: usize,
     text: String,
@@ -204,7 +268,7 @@ struct Walk {
     stopped: Option<String>,
 }
 
-impl Walk {
+impl Walk<'_> {
     fn dir(&mut self, dir: &Dir, prefix: &Path, depth: usize) -> io::Result<()> {
         let mut entries = Vec::new();
         for entry in dir.entries()? {
@@ -220,7 +284,9 @@ impl Walk {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, kind, entry) in entries {
             let path = prefix.join(&name);
-            if kind.is_dir() {
+            if self.protected.iter().any(|p| path.starts_with(p)) {
+                self.line(format!("{} (the session store: the tools do not open it)", path.display()));
+            } else if kind.is_dir() {
                 if depth >= self.limits.depth {
                     self.line(format!(
                         "{}/ (not listed: deeper than {} levels)",
@@ -348,12 +414,36 @@ fn read_options() -> OpenOptions {
     options
 }
 
-/// Creates a new, empty file in `dir`, under a fresh name.
-fn create_temp(dir: &Dir) -> io::Result<(PathBuf, File)> {
+/// An existing file's permissions as a replacement written by this
+/// process may take them: without setuid, setgid or sticky bits. The new
+/// file is the running user's, so a setuid bit kept would make the model's
+/// content a program that runs as that user (as root, when run as root).
+#[cfg(unix)]
+fn plain_permissions(permissions: cap_std::fs::Permissions) -> cap_std::fs::Permissions {
+    use cap_std::fs::PermissionsExt;
+    cap_std::fs::Permissions::from_mode(permissions.mode() & 0o777)
+}
+
+#[cfg(not(unix))]
+fn plain_permissions(permissions: cap_std::fs::Permissions) -> cap_std::fs::Permissions {
+    permissions
+}
+
+/// Creates a new, empty file in `dir`, under a fresh name; readable and
+/// writable by its owner only when `private`, with the default mode
+/// otherwise.
+fn create_temp(dir: &Dir, private: bool) -> io::Result<(PathBuf, File)> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut options = OpenOptions::new();
     // `create_new` is O_EXCL: never opens, or follows, something already there.
     options.write(true).create_new(true);
+    #[cfg(unix)]
+    if private {
+        use cap_std::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
     let mut last = None;
     for _ in 0..16 {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -366,6 +456,22 @@ fn create_temp(dir: &Dir) -> io::Result<(PathBuf, File)> {
         }
     }
     Err(last.unwrap_or_else(|| io::Error::other("no free temporary name")))
+}
+
+/// The error for a path of the session store.
+fn store_file(rel: &str) -> ToolError {
+    ToolError::invalid_arguments(format!(
+        "{rel} is the session store (or one of its files), where this session is logged; the tools never read or write it"
+    ))
+}
+
+/// `path` made absolute with its links resolved; for a file that does not
+/// exist yet (SQLite's `-wal`), its directory's, joined with its name.
+fn canonical_or_planned(path: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(path).ok().or_else(|| {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some(std::fs::canonicalize(parent).ok()?.join(path.file_name()?))
+    })
 }
 
 /// An I/O error as a tool error: a path that leads outside is the model's

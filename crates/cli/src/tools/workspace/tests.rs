@@ -286,6 +286,22 @@ fn writes_replace_the_file_whole_keep_its_mode_and_leave_no_temporary() {
     assert_eq!(std::fs::read_to_string(f.ws.join(&longest)).unwrap(), "written by the model");
 }
 
+/// A setuid (or setgid, or sticky) file replaced by the model must not
+/// become the running user's setuid program with the model's content: the
+/// new file takes the old one's permission bits only.
+#[test]
+fn a_write_never_keeps_setuid_setgid_or_sticky_bits() {
+    let f = Fixture::new();
+    let tool = f.ws.join("tool");
+    for mode in [0o4755, 0o2755, 0o6711, 0o1644] {
+        std::fs::write(&tool, "#!/bin/sh").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(mode)).unwrap();
+        assert_eq!(std::fs::metadata(&tool).unwrap().permissions().mode() & 0o7777, mode, "the fixture");
+        f.write("tool").unwrap();
+        assert_eq!(std::fs::metadata(&tool).unwrap().permissions().mode() & 0o7777, mode & 0o777, "{mode:o}");
+    }
+}
+
 const LIMITS: ListLimits = ListLimits { visited: 1000, bytes: 64 * 1024, depth: 8 };
 
 #[test]
