@@ -78,6 +78,12 @@ pub(crate) fn status_error(
     if status == StatusCode::TOO_MANY_REQUESTS {
         let retry_after_ms = retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         ProviderError::RateLimited { message, retry_after_ms }
+    } else if status.is_redirection() {
+        // Only a redirect to another origin gets here (see the provider's
+        // redirect policy): following it would send the headers there.
+        ProviderError::Refused {
+            message: format!("{message}: a redirect to another origin, which is not followed"),
+        }
     } else if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT {
         ProviderError::Refused { message }
     } else {

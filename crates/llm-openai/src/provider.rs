@@ -54,6 +54,28 @@ pub struct OpenAiProvider {
     secrets: Arc<[String]>,
 }
 
+/// Redirects are followed only within the endpoint's origin (scheme, host
+/// and port), at most [`MAX_REDIRECTS`] of them. A redirect elsewhere would
+/// carry the extra headers (an `api-key`, an `x-api-key`) and the whole
+/// conversation to another server: reqwest drops only `Authorization` on
+/// the way. It is not followed, and the request fails with the redirect's
+/// status, which names where it pointed.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt.previous().first().map(Url::origin);
+        if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error("too many redirects")
+        } else if first.is_some_and(|origin| origin == attempt.url().origin()) {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}
+
+/// The most redirects within the endpoint's origin a request follows.
+const MAX_REDIRECTS: usize = 5;
+
 /// `message` with every secret replaced by `***`.
 fn scrub(message: String, secrets: &[String]) -> String {
     secrets.iter().fold(message, |m, secret| {
@@ -95,7 +117,8 @@ impl OpenAiProvider {
         }
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!(env!("CARGO_PKG_NAME"), "/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(config.connect_timeout);
+            .connect_timeout(config.connect_timeout)
+            .redirect(same_origin_redirects());
         if let Some(idle) = config.idle_timeout {
             builder = builder.read_timeout(idle);
         }

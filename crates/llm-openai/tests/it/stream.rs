@@ -437,6 +437,32 @@ async fn an_html_page_instead_of_a_stream_is_named() -> TestResult {
     Ok(())
 }
 
+/// A redirect to another origin would carry the extra headers (an
+/// `api-key`) and the conversation there: it is not followed, and the
+/// request fails with its status. One within the endpoint's origin is.
+#[tokio::test]
+async fn redirects_are_followed_only_within_the_endpoints_origin() -> TestResult {
+    let elsewhere = MockServer::start(vec![Reply::sse(TEXT, 64)]).await?;
+    let moved = Reply::json(307, "{}").header("location", &endpoint(&elsewhere));
+    let server = MockServer::start(vec![moved]).await?;
+    let mut with_header = config(&server.base_url());
+    with_header.extra_headers.push(("api-key".into(), "azure-secret".into()));
+    let provider = provider(with_header)?;
+    let (code, message) = plain(&provider_error(&provider).await?);
+    assert_eq!(code, "PROVIDER_REFUSED", "{message}");
+    assert!(message.contains("307"), "{message}");
+    assert!(elsewhere.requests().is_empty(), "the other origin was asked: {:?}", elsewhere.requests().len());
+
+    let same = Reply::json(308, "{}").header("location", "/moved/chat/completions");
+    let followed = MockServer::start(vec![same, Reply::sse(TEXT, 64)]).await?;
+    let provider = crate::common::provider(config(&followed.base_url()))?;
+    let items = collect(&provider, request()).await?;
+    assert!(items.iter().all(Result::is_ok), "{items:?}");
+    let paths: Vec<String> = followed.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/v1/chat/completions", "/moved/chat/completions"]);
+    Ok(())
+}
+
 /// The error a `stream` call returns (a test failure if it succeeds).
 async fn provider_error(provider: &OpenAiProvider) -> Result<ProviderError, String> {
     use palimpsest_core_agent_loop::Provider;
