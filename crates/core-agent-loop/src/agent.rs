@@ -901,7 +901,17 @@ impl AgentLoop {
         for group in groups(&concurrent) {
             for i in group.clone() {
                 let bad_arguments = arguments_error(&calls[i].arguments);
+                let max = self.core.config.max_tool_calls_per_step;
                 slots[i] = match (&tools[i], bad_arguments) {
+                    _ if i >= max => Slot::Done(Err(ToolError::new(
+                        "TooManyToolCalls",
+                        codes::TOO_MANY_TOOL_CALLS,
+                        format!(
+                            "This response asked for {} tool calls; at most {max} run per response, and this one (number {}) was not run.",
+                            calls.len(),
+                            i + 1
+                        ),
+                    ))),
                     (None, _) => Slot::Done(Err(self.unknown_tool(&calls[i].name))),
                     (Some(_), Some(why)) => Slot::Done(Err(invalid_arguments(&calls[i].arguments, &why))),
                     (Some(tool), None) => {

@@ -40,7 +40,17 @@ pub struct AgentConfig {
     /// every `tool/result` fits the format's event limit. Default:
     /// [`DEFAULT_MAX_TOOL_RESULT_BYTES`](crate::DEFAULT_MAX_TOOL_RESULT_BYTES).
     pub max_tool_result_bytes: usize,
+    /// Most tool calls one response may have run. The calls past it are
+    /// answered with `TOO_MANY_TOOL_CALLS` errors, not run: one response
+    /// of 8 MiB holds about 250,000 small calls, each of whose results
+    /// would be logged (a probe's 3,000 `read_file` calls wrote 574 MB).
+    /// Default [`DEFAULT_MAX_TOOL_CALLS_PER_STEP`].
+    pub max_tool_calls_per_step: usize,
 }
+
+/// Default [`AgentConfig::max_tool_calls_per_step`]: 64, well above what
+/// models ask for in parallel.
+pub const DEFAULT_MAX_TOOL_CALLS_PER_STEP: usize = 64;
 
 impl Default for AgentConfig {
     fn default() -> AgentConfig {
@@ -53,6 +63,7 @@ impl Default for AgentConfig {
             stream_caps: StreamCaps::default(),
             chunk_window_ms: DEFAULT_CHUNK_WINDOW_MS,
             max_tool_result_bytes: crate::caps::DEFAULT_MAX_TOOL_RESULT_BYTES,
+            max_tool_calls_per_step: DEFAULT_MAX_TOOL_CALLS_PER_STEP,
         }
     }
 }
@@ -61,6 +72,12 @@ impl AgentConfig {
     /// Sets the system prompt.
     pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> AgentConfig {
         self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Sets the most tool calls one response may have run.
+    pub fn with_max_tool_calls_per_step(mut self, max: usize) -> AgentConfig {
+        self.max_tool_calls_per_step = max;
         self
     }
 

@@ -34,6 +34,8 @@
 //! | what | in the log | `turn/end` reason |
 //! |---|---|---|
 //! | unknown tool | error `tool/result`, `error {name: UnknownTool, code: UNKNOWN_TOOL}`; the turn goes on | — |
+//! | arguments that are not one JSON object, or name a key twice | error `tool/result`, `INVALID_ARGUMENTS`; the tool is not run | — |
+//! | more calls in one response than [`AgentConfig::max_tool_calls_per_step`] | the first ones run; the others get `TOO_MANY_TOOL_CALLS` error results | — |
 //! | tool error / panic | error `tool/result` with the tool's name and code (`TOOL_PANICKED` for a panic); the turn goes on | — |
 //! | provider error before the stream | nothing more in the step | `error`, code from [`ProviderError::code`] |
 //! | provider error mid-stream | the chunks; the prefix as an `assistant/message` with `interrupted: true`; its calls get a `tool/call` and a `STREAM_FAILED` error result | `error` |
@@ -171,7 +173,7 @@ pub use caps::{
     StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_RESULT_BYTES,
 };
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
-pub use config::{AgentConfig, DEFAULT_CHUNK_WINDOW_MS};
+pub use config::{AgentConfig, DEFAULT_CHUNK_WINDOW_MS, DEFAULT_MAX_TOOL_CALLS_PER_STEP};
 pub use dev::DevMode;
 pub use error::LoopError;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
@@ -232,6 +234,9 @@ pub mod codes {
     /// [`AgentConfig::max_tool_result_bytes`](crate::AgentConfig::max_tool_result_bytes)
     /// and was not logged (error name `ToolResultTooLarge`).
     pub const TOOL_RESULT_TOO_LARGE: &str = "TOOL_RESULT_TOO_LARGE";
+    /// The call was past [`AgentConfig::max_tool_calls_per_step`](crate::AgentConfig::max_tool_calls_per_step)
+    /// and was not run (error name `TooManyToolCalls`).
+    pub const TOO_MANY_TOOL_CALLS: &str = "TOO_MANY_TOOL_CALLS";
     /// `turn/end` error code: a plugin hook failed.
     pub const PLUGIN_FAILED: &str = "PLUGIN_FAILED";
     /// The `reason` of an `aborted` turn end written on cancellation.

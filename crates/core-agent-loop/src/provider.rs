@@ -165,7 +165,10 @@ pub(crate) fn arguments_error(raw: &str) -> Option<String> {
         return None;
     }
     match serde_json::from_str::<serde_json::Value>(raw) {
-        Ok(serde_json::Value::Object(_)) => None,
+        // The tool reads the last of a key named twice; what a person reads
+        // may be the first (`{"path":"a","path":"../x"}`).
+        Ok(serde_json::Value::Object(_)) => palimpsest_core_session::duplicate_key(raw)
+            .map(|key| format!("they name the key {key:?} twice; name each key once")),
         Ok(other) => {
             let kind = match other {
                 serde_json::Value::Array(_) => "an array",

@@ -84,6 +84,7 @@ pub use limits::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
 pub use resident::ResidentLog;
 pub use session::{AppendGuard, BatchError, GuardViolation, Session, SessionView};
 pub use surface::{SurfaceManager, SurfaceStep};
+pub use unique_keys::duplicate_key;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -38,7 +38,18 @@ const MAX_DEPTH: usize = 128;
 /// `json` is meant to be text a JSON parser accepted. On anything else the
 /// answer is `None` or a duplicate found before the text stopped being
 /// JSON, never a panic: the caller's parser judges the rest.
-pub(crate) fn duplicate_key(json: &str) -> Option<String> {
+///
+/// The rule every event and header follows, for other JSON a log holds as
+/// text: a tool call's `arguments`, which the agent loop refuses when they
+/// name a key twice (the tool would read one value, a person the other).
+///
+/// ```
+/// use palimpsest_core_session::duplicate_key;
+///
+/// assert_eq!(duplicate_key(r#"{"path":"a","path":"../x"}"#).as_deref(), Some("path"));
+/// assert_eq!(duplicate_key(r#"{"a":{"b":1},"c":{"b":2}}"#), None);
+/// ```
+pub fn duplicate_key(json: &str) -> Option<String> {
     let mut scanner = Scanner { text: json, pos: 0 };
     match scanner.value(0) {
         Err(Stop::Duplicate(raw)) => Some(display(raw)),

@@ -376,3 +376,62 @@ async fn a_strict_provider_accepts_every_request_after_broken_arguments() {
     })
     .await;
 }
+
+/// The error codes of a turn's tool results, in order.
+fn result_codes(session: &Session) -> Vec<Option<String>> {
+    session
+        .events()
+        .iter()
+        .filter(|e| *e.event_type() == EventType::ToolResult)
+        .map(|e| e.data_as::<ToolResult>().expect("tool/result").error.map(|e| e.code))
+        .collect()
+}
+
+/// A response of many calls (one probe sent 3,000 `read_file` calls in
+/// one response, and the loop logged 574 MB of results): the first
+/// `max_tool_calls_per_step` run, every other one is answered with
+/// `TOO_MANY_TOOL_CALLS` without running, and the turn goes on.
+#[tokio::test]
+async fn calls_past_the_per_step_cap_are_answered_without_running() {
+    let mut first = ScriptedResponse::new();
+    for i in 0..7u32 {
+        first = first.tool_call(i, &format!("call-{i}"), "read", &["{\"path\": \"a\"}"]);
+    }
+    let provider = Arc::new(ScriptedProvider::new([first, ScriptedResponse::reply("Enough.")]));
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+    let config = palimpsest_core_agent_loop::AgentConfig::default()
+        .with_dev_mode(palimpsest_core_agent_loop::DevMode::On)
+        .with_chunk_window_ms(0)
+        .with_max_tool_calls_per_step(3);
+    let mut agent = crate::common::builder(&provider).config(config).create(store, SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("Read a lot.")).await.expect("turn");
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+    let codes = result_codes(agent.session());
+    let too_many = Some("TOO_MANY_TOOL_CALLS".to_owned());
+    assert_eq!(codes, [None, None, None, too_many.clone(), too_many.clone(), too_many.clone(), too_many]);
+    assert!(Session::from_log(agent.session().header().clone(), agent.session().events().to_vec()).is_ok());
+}
+
+/// Arguments naming a key twice read one way to the tool (the last) and
+/// another to a person (often the first): `{"path":"a","path":"../x"}`.
+/// The call is refused as invalid arguments, and the tool does not run.
+#[tokio::test]
+async fn arguments_naming_a_key_twice_are_refused() {
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedResponse::new().tool_call(0, "call-1", "read", &["{\"path\": \"a\", \"path\": \"../x\"}"]),
+        ScriptedResponse::reply("Oops."),
+    ]));
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+    let mut agent = crate::common::builder(&provider).create(store, SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("Read.")).await.expect("turn");
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+    assert_eq!(result_codes(agent.session()), [Some("INVALID_ARGUMENTS".to_owned())]);
+    let result = agent
+        .session()
+        .events()
+        .iter()
+        .find(|e| *e.event_type() == EventType::ToolResult)
+        .map(|e| e.data().to_owned())
+        .unwrap_or_default();
+    assert!(result.contains("twice"), "{result}");
+}
