@@ -53,6 +53,10 @@ impl Target {
         upto: u64,
         consume: impl FnOnce(&mut dyn Iterator<Item = Event>) -> R,
     ) -> Result<R, CliError> {
+        if upto == 0 {
+            // Nothing to read; a row read anyway could be the bad one.
+            return Ok(consume(&mut std::iter::empty()));
+        }
         match (&self.store, self.id()) {
             (Store::File(path), _) => replay_file(path, upto, consume),
             (Store::Dir(store), Some(id)) => {
@@ -100,6 +104,11 @@ impl LoadSink for ChannelSink {
             return ControlFlow::Break(());
         }
         self.left -= 1;
+        // Stop as the last wanted event goes: the row after it may be the
+        // one the check stopped at, and must not be decoded.
+        if self.left == 0 {
+            return ControlFlow::Break(());
+        }
         ControlFlow::Continue(())
     }
 }
@@ -163,6 +172,16 @@ impl FileEvents {
                 true
             }
             Ok(_) => match decoder.feed(&self.pending) {
+                Ok(used) if self.pending.len() - used > decoder.next_line_cap() => {
+                    // The check read this line whole, under the cap: the
+                    // file changed since. Nothing more of it is held.
+                    self.error = Some(CliError::io(
+                        self.origin.clone(),
+                        "changed while it was read: a line is now over the size limit".to_owned(),
+                    ));
+                    self.decoder = None;
+                    false
+                }
                 Ok(used) => {
                     self.pending.drain(..used);
                     self.ready = decoder.take_events().into_iter();

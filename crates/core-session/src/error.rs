@@ -27,7 +27,9 @@ pub enum AppendError {
     EventTooLarge {
         /// The event's seq, when it could be read.
         seq: Option<u64>,
-        /// The line's length in bytes, without its `\n`.
+        /// The line's length in bytes, without its `\n`; a reader counts no
+        /// further than [`MAX_COUNTED_LINE_BYTES`](crate::MAX_COUNTED_LINE_BYTES),
+        /// so a line that long or longer (or endless) says that.
         len: u64,
         /// The limit it broke.
         limit: u64,
@@ -153,6 +155,7 @@ impl AppendError {
         match self {
             AppendError::EventMalformed { detail, .. } => detail.clone(),
             AppendError::EventTooLarge { len, limit, .. } => {
+                let len = crate::limits::counted_len(*len);
                 format!("the event is {len} bytes as a line, longer than the {limit}-byte limit")
             }
             AppendError::SurfaceOpMissing { event_type, .. } => {

@@ -100,7 +100,10 @@ impl ReadOptions {
     pub fn overlong_header(&self, len: u64) -> LoadError {
         let limit = self.max_header_bytes();
         LoadError::HeaderMalformed {
-            detail: format!("the header line is {len} bytes, longer than the {limit}-byte limit"),
+            detail: format!(
+                "the header line is {} bytes, longer than the {limit}-byte limit",
+                crate::limits::counted_len(len)
+            ),
         }
     }
 }

@@ -80,7 +80,7 @@ pub use error::{AppendError, LoadError};
 pub use event::{Event, EventType, SurfaceIntent, SurfaceOp};
 pub use header::{SessionHeader, SESSION_FORMAT_VERSION};
 pub use history::{History, HistoryMessage};
-pub use limits::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
+pub use limits::{MAX_COUNTED_LINE_BYTES, MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
 pub use resident::ResidentLog;
 pub use session::{AppendGuard, BatchError, GuardViolation, Session, SessionView};
 pub use surface::{SurfaceManager, SurfaceStep};

@@ -29,7 +29,10 @@ use std::io::{self, Read};
 
 use palimpsest_core_session::explain::Shadowing;
 use palimpsest_core_session::jsonl::{JsonlDecoder, JsonlPrefix, ReadOptions, TornTail};
-use palimpsest_core_session::{AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp};
+use palimpsest_core_session::limits::line_count_left;
+use palimpsest_core_session::{
+    AppendError, Event, LoadError, Session, SessionHeader, SurfaceOp, MAX_COUNTED_LINE_BYTES,
+};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::checker::{Checker, Fact};
@@ -113,6 +116,20 @@ impl Finding {
                 Some(seq) => Position::Event { seq, line: Some(line) },
                 None => Position::Line(line),
             },
+        };
+        Finding { code: error.code().to_owned(), position, detail: error.detail() }
+    }
+
+    /// A stored row (of a SQL store) that could not be read as an event
+    /// or breaks a rule: placed at its seq where the error names one, else
+    /// at `index`, its position in the session (no line: a row has none).
+    /// The same code a JSONL line with the same fault gets.
+    pub fn stored_row(error: &LoadError, index: u64) -> Finding {
+        let position = match error {
+            LoadError::HeaderMalformed { .. } | LoadError::HeaderVersionUnsupported { .. } => {
+                Position::Header
+            }
+            _ => Position::Event { seq: error.seq().unwrap_or(index), line: None },
         };
         Finding { code: error.code().to_owned(), position, detail: error.detail() }
     }
@@ -763,7 +780,7 @@ fn decode_pieces(
         let Some(used) = used.filter(|_| more) else { return Ok(()) };
         pending.drain(..used);
         if pending.len() > pieces.decoder.next_line_cap() {
-            let len = pending.len() as u64 + count_to_line_end(read)?;
+            let len = line_len(read, pending.len() as u64)?;
             take(Decoded::Overlong(pieces.decoder.overlong(len, &pending)));
             return Ok(());
         }
@@ -772,13 +789,20 @@ fn decode_pieces(
     Ok(())
 }
 
-/// Reads `read` through its next `\n` (or to its end), keeping nothing:
-/// returns the bytes before that `\n`, the rest of an overlong line.
-fn count_to_line_end(read: &mut impl Read) -> io::Result<u64> {
+/// Reads `read` through its next `\n` (or to its end), keeping nothing,
+/// `so_far` bytes of the line already read: returns the line's length
+/// (its `\n` excluded), or [`MAX_COUNTED_LINE_BYTES`] where it goes on past
+/// that, so that an endless stream is refused in bounded time.
+fn line_len(read: &mut impl Read, so_far: u64) -> io::Result<u64> {
     let mut buf = vec![0u8; 64 << 10];
-    let mut count = 0u64;
+    let mut count = so_far;
     loop {
-        let n = match read.read(&mut buf) {
+        let left = usize::try_from(line_count_left(count)).unwrap_or(usize::MAX);
+        if left == 0 {
+            return Ok(MAX_COUNTED_LINE_BYTES);
+        }
+        let want = buf.len().min(left);
+        let n = match read.read(&mut buf[..want]) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
@@ -1043,6 +1067,33 @@ mod tests {
                 assert_eq!(report.events_checked(), 25);
             }
         }
+    }
+
+    /// A stream that never sends a `\n` (`validate /dev/zero`, a pipe):
+    /// the check ends, at the count's bound, with the line "at least" that.
+    #[test]
+    fn an_endless_line_ends_the_check_at_the_count_bound() {
+        let head = lines(3, None);
+        for threads in [0, 1] {
+            // A small cap: in tests a piece is 97 bytes, and the decoder
+            // looks for a line's end in all it holds at each piece.
+            let options = ReadOptions { decode_threads: threads, max_line_bytes: 1000 };
+            let endless = io::Read::chain(head.as_slice(), io::repeat(b'x'));
+            let report = Report::check_jsonl_read(endless, options, Retain::Surface).unwrap();
+            let fatal = report.fatal.as_ref().expect("the endless line is refused");
+            assert_eq!((fatal.code.as_str(), fatal.position.line()), ("event-too-large", Some(5)));
+            assert!(
+                fatal.message().contains(&format!("at least {MAX_COUNTED_LINE_BYTES} bytes")),
+                "{}",
+                fatal.message()
+            );
+            assert_eq!(report.events_checked(), 3);
+        }
+        let report =
+            Report::check_jsonl_read(io::repeat(0), ReadOptions::default(), Retain::Surface).unwrap();
+        let fatal = report.fatal.as_ref().expect("an endless header is refused");
+        assert_eq!(fatal.code, "header-malformed");
+        assert!(fatal.message().contains("at least"), "{}", fatal.message());
     }
 
     #[test]

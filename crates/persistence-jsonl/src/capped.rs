@@ -13,7 +13,8 @@
 use std::io::{self, Read};
 
 use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions};
-use palimpsest_core_session::LoadError;
+use palimpsest_core_session::limits::line_count_left;
+use palimpsest_core_session::{LoadError, MAX_COUNTED_LINE_BYTES};
 
 /// Bytes read per `read` call.
 const CHUNK: usize = 64 * 1024;
@@ -108,24 +109,33 @@ pub(crate) fn read_capped(mut source: impl Read, options: ReadOptions) -> io::Re
     }
 }
 
-/// Reads on to the end of the current line, counting: returns how many
-/// bytes are left of it (its `\n` excluded). What follows is not read.
-pub(crate) fn count_to_line_end(source: &mut impl Read) -> io::Result<u64> {
+/// Reads on to the end of the current line, counting, `so_far` bytes of
+/// it already counted: returns the line's whole length (its `\n`
+/// excluded), or [`MAX_COUNTED_LINE_BYTES`] where it goes on past that.
+/// What follows the line is not read.
+pub(crate) fn line_len(source: &mut impl Read, so_far: u64) -> io::Result<u64> {
     let mut chunk = vec![0u8; CHUNK];
-    skip_line(source, &mut chunk, 0).map(|(len, _, _)| len)
+    skip_line(source, &mut chunk, so_far).map(|(len, _, _)| len)
 }
 
 /// Reads on to the end of the current line, counting: returns the line's
-/// whole length, whether a `\n` ended it, and the bytes read.
+/// whole length, whether a `\n` ended it, and the bytes read. The count
+/// stops at [`MAX_COUNTED_LINE_BYTES`]: an endless stream is never read
+/// to its end.
 fn skip_line(source: &mut impl Read, chunk: &mut [u8], mut len: u64) -> io::Result<(u64, bool, u64)> {
     let mut read = 0u64;
     loop {
-        let n = read_some(source, chunk)?;
+        let left = usize::try_from(line_count_left(len)).unwrap_or(usize::MAX);
+        if left == 0 {
+            return Ok((MAX_COUNTED_LINE_BYTES, false, read));
+        }
+        let want = chunk.len().min(left);
+        let n = read_some(source, &mut chunk[..want])?;
         if n == 0 {
             return Ok((len, false, read));
         }
         read += n as u64;
-        if let Some(i) = chunk[..n].iter().position(|&b| b == b'\n') {
+        if let Some(i) = memchr::memchr(b'\n', &chunk[..n]) {
             // What follows the line is never needed: the load fails here.
             return Ok((len + i as u64, true, read));
         }
@@ -228,5 +238,34 @@ mod tests {
         let overlong = capped.overlong.map(|o| (o.line, o.len));
         assert_eq!(overlong, Some((2, capped.file_len - HEADER.len() as u64 - 1)));
         assert!(capped.file_len >= 100 << 20, "every byte was counted: {}", capped.file_len);
+    }
+
+    /// `/dev/zero` as a session file: the header never ends. The count
+    /// stops at its bound, so the read ends, and the error says "at least".
+    #[test]
+    fn an_endless_line_is_counted_to_a_bound_and_said_to_be_at_least_that() {
+        let options = ReadOptions::default();
+        let capped = match read_capped(io::repeat(0), options) {
+            Ok(c) => c,
+            Err(e) => panic!("read: {e}"),
+        };
+        let overlong = capped.overlong.unwrap_or_else(|| panic!("an endless header is over its cap"));
+        assert_eq!((overlong.line, overlong.len), (1, MAX_COUNTED_LINE_BYTES));
+        let error = overlong.error(options);
+        assert_eq!(error.code(), "header-malformed");
+        assert!(error.to_string().contains(&format!("at least {MAX_COUNTED_LINE_BYTES} bytes")), "{error}");
+
+        // After a header, an endless event line: `event-too-large`.
+        let file = format!("{HEADER}\n").into_bytes();
+        let capped = match read_capped(io::Read::chain(file.as_slice(), io::repeat(b'a')), options) {
+            Ok(c) => c,
+            Err(e) => panic!("read: {e}"),
+        };
+        let overlong = capped.overlong.unwrap_or_else(|| panic!("an endless line is over its cap"));
+        assert_eq!((overlong.line, overlong.len), (2, MAX_COUNTED_LINE_BYTES));
+        assert_eq!(overlong.error(options).code(), "event-too-large");
+        assert!(overlong.error(options).to_string().contains("at least"));
+        // A line that ends under the bound is said exactly.
+        assert_eq!(line_len(&mut &b"abc\ndef"[..], 10).ok(), Some(13));
     }
 }

@@ -94,12 +94,22 @@ pub(crate) struct Resumed {
     pub(crate) report: LoadReport,
 }
 
+/// The sidecar's text: only a regular file's, so that a sidecar made a
+/// FIFO or a link to a device is unusable (as any other bad sidecar is)
+/// rather than a read that blocks or never ends.
+fn read_sidecar(sidecar: &Path) -> io::Result<String> {
+    if !fs::metadata(sidecar)?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a regular file"));
+    }
+    fs::read_to_string(sidecar)
+}
+
 /// Resumes the session file at `path` from its sidecar: `None` (logged at
 /// `debug`, with why) when there is none or it is unusable, and the caller
 /// reads the whole file (which reports any I/O error of its own).
 pub(crate) fn resume(path: &Path, options: ReadOptions) -> Option<Resumed> {
     let sidecar = sidecar_path(path);
-    let text = match fs::read_to_string(&sidecar) {
+    let text = match read_sidecar(&sidecar) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
         Err(e) => {
@@ -194,7 +204,7 @@ pub(crate) fn save(path: &Path, session_id: &str, checkpoint: &Checkpoint) -> Re
         None => header_len,
         Some(seq) => {
             // Start from the old sidecar's line if it is at or before ours.
-            let start = fs::read_to_string(sidecar_path(path))
+            let start = read_sidecar(&sidecar_path(path))
                 .ok()
                 .and_then(|t| parse(&t).ok())
                 .and_then(|s| Some((s.checkpoint.log_len().checked_sub(1)?, s.offset)))

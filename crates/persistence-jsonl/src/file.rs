@@ -102,6 +102,52 @@ pub(crate) fn load_error(path: &Path, e: LoadError) -> StoreError {
     }
 }
 
+/// Checks that `path` is a regular file (a link to one counts), as every
+/// session file and sidecar of a store is: a FIFO would block the reader
+/// forever waiting for a writer, and a device (`/dev/zero`) never ends.
+/// `not-found` if nothing is there, `corrupt` for anything else.
+pub(crate) fn check_regular(path: &Path) -> Result<(), StoreError> {
+    match fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) => Err(StoreError::Corrupt {
+            location: shown(path),
+            detail: format!("not a regular file but {}; a session file is a regular file", file_kind(&m)),
+            cause: None,
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found(path)),
+        Err(e) => Err(io_err(format!("stat {}", shown(path)), e)),
+    }
+}
+
+/// What a file that is not a regular file is, in words.
+#[cfg(unix)]
+fn file_kind(m: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "something else"
+    }
+}
+
+#[cfg(not(unix))]
+fn file_kind(m: &fs::Metadata) -> &'static str {
+    if m.is_dir() {
+        "a directory"
+    } else {
+        "something else"
+    }
+}
+
 fn not_found(path: &Path) -> StoreError {
     StoreError::NotFound { session_id: shown(path) }
 }
@@ -241,6 +287,7 @@ impl SessionFile {
         // A file deleted or replaced between our open and our lock is not
         // the session at `path`: open again (a few times, then give up).
         for _ in 0..3 {
+            check_regular(path)?;
             let file = match OpenOptions::new().read(true).append(true).open(path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found(path)),
@@ -687,8 +734,8 @@ pub(crate) fn read_in_pieces(
         let used = decoder.feed(&pending).map_err(|e| load_error(path, e))?;
         pending.drain(..used);
         if pending.len() > decoder.next_line_cap() {
-            let rest = capped::count_to_line_end(&mut file).map_err(&read_err)?;
-            let error = decoder.overlong(pending.len() as u64 + rest, &pending);
+            let len = capped::line_len(&mut file, pending.len() as u64).map_err(&read_err)?;
+            let error = decoder.overlong(len, &pending);
             return Err(load_error(path, error));
         }
     }
@@ -700,6 +747,11 @@ pub(crate) fn read_in_pieces(
 /// `options.max_line_bytes` of it.
 pub(crate) fn read_header(path: &Path, options: ReadOptions) -> Result<Option<SessionHeader>, StoreError> {
     use std::io::BufRead;
+    match check_regular(path) {
+        // Deleted since the directory was read: not a session any more.
+        Err(StoreError::NotFound { .. }) => return Ok(None),
+        other => other?,
+    }
     let file = match File::open(path) {
         Ok(f) => f,
         // Deleted since the directory was read: not a session any more.

@@ -12,7 +12,7 @@ use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, Stor
 
 use palimpsest_core_session::jsonl::ReadOptions;
 
-use crate::file::{read_header, read_session_file_with, sync_dir, SessionFile};
+use crate::file::{check_regular, read_header, read_session_file_with, sync_dir, SessionFile};
 use crate::name::{file_name, session_id, SUFFIX};
 
 /// Sessions a thread of [`JsonlStore::summaries`] takes at least: below
@@ -300,7 +300,10 @@ impl SessionStore for JsonlStore {
         let path = self.path_of(session_id)?;
         let stored = match self.cached(session_id) {
             Some(handle) => lock_handle(&handle).load()?,
-            None => read_session_file_with(&path, self.read).map_err(|e| with_id(e, session_id))?,
+            None => {
+                check_regular(&path).map_err(|e| with_id(e, session_id))?;
+                read_session_file_with(&path, self.read).map_err(|e| with_id(e, session_id))?
+            }
         };
         check_id(&path, &stored.header.id, session_id)?;
         Ok(stored)
@@ -317,6 +320,7 @@ impl SessionStore for JsonlStore {
             let stored = self.load(session_id)?;
             return Ok(SessionSummary::of(stored.header, &stored.events));
         }
+        check_regular(&path).map_err(|e| with_id(e, session_id))?;
         let summary = crate::read_session_summary(&path, self.read).map_err(|e| with_id(e, session_id))?;
         check_id(&path, &summary.header.id, session_id)?;
         Ok(summary)
@@ -386,6 +390,7 @@ impl SessionStore for JsonlStore {
     /// ignored by every resume.
     fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
         let path = self.path_of(session_id)?;
+        check_regular(&path).map_err(|e| with_id(e, session_id))?;
         // This store's own appends wait while the file is read.
         let handle = self.cached(session_id);
         let _appends = handle.as_ref().map(lock_handle);
@@ -399,6 +404,7 @@ impl SessionStore for JsonlStore {
     /// line. Without a usable sidecar, exactly [`load`](SessionStore::load).
     fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
         let path = self.path_of(session_id)?;
+        check_regular(&path).map_err(|e| with_id(e, session_id))?;
         let handle = self.cached(session_id);
         let appends = handle.as_ref().map(lock_handle);
         if let Some(r) = crate::checkpoint::resume(&path, self.read) {
