@@ -19,8 +19,14 @@ const SNIPPET: usize = 60;
 /// Longest tool-argument snippet, in characters.
 const ARGS_SNIPPET: usize = 40;
 
-/// A one-line summary of an event's payload.
+/// A one-line summary of an event's payload, fit for a terminal: every
+/// character of it [`printable`](crate::output::printable), since it quotes
+/// logged text (ids, names, error codes).
 pub(crate) fn summarize(event: &Event) -> String {
+    crate::output::printable_line(&summary_of(event))
+}
+
+fn summary_of(event: &Event) -> String {
     let raw = || snippet(&one_line_json(event.data()), SNIPPET + 20);
     if let (EventType::Plugin(_), Some(error)) = (event.event_type(), crate::output::event_error(event)) {
         // A failed plugin step: its reason in full, not a clipped raw dump.

@@ -21,7 +21,7 @@
 //! {"session": s, "seq": n, "type": s, "time": n, "turn": n|null, "step": n|null,
 //!  "surfacePosition": n|null, "surfaceOp": "append"|{"op":"replace","start":n,"end":n}|null,
 //!  "shadowed": [n], "shadowedBy": n|null, "shadowChain": [n], "standsInItsPlace": n|null,
-//!  "cites": [{"seq": n, "type": s, "cites": [...]}], "citedBy": [n],
+//!  "cites": [{"seq": n, "type": s, "cites": [...], "repeated"?: true}], "citedBy": [n],
 //!  "error": {"code": s, "name"?: s, "message": s}|null}
 //! ```
 //!
@@ -112,7 +112,9 @@ pub(crate) fn explain(
         serde_json::to_writer(&mut *out, &JsonExplanation::new(&known, &found, chain))?;
         writeln!(out)?;
     } else {
-        out.write_all(render(&known, &found, &chain).as_bytes())?;
+        // Logged text (ids, types, names): no control character of it
+        // reaches the terminal.
+        out.write_all(crate::output::printable_text(&render(&known, &found, &chain)).as_bytes())?;
     }
     Ok(Exit::Success)
 }
@@ -199,7 +201,12 @@ impl<'a> Known<'a> {
         })?;
         // Provenance, a level at a time: what the known events cite and no
         // read has brought yet. Cites point back, so each read stops early.
+        // Each seq is looked up once: provenance is a graph (an event may
+        // cite any earlier one), and a level of every path to it doubled
+        // with each rewrite that cited all before it.
+        let mut visited: HashSet<u64> = HashSet::from([seq]);
         let mut level: Vec<u64> = known.cites_of(&[seq]);
+        level.retain(|&s| visited.insert(s));
         for _ in 0..MAX_PROVENANCE_DEPTH {
             let missing: HashSet<u64> = level.iter().copied().filter(|&s| known.event(s).is_none()).collect();
             if let Some(&last) = missing.iter().max() {
@@ -210,6 +217,7 @@ impl<'a> Known<'a> {
                 })?;
             }
             level = known.cites_of(&level);
+            level.retain(|&s| visited.insert(s));
             if level.is_empty() {
                 break;
             }
@@ -402,7 +410,11 @@ fn render(k: &Known<'_>, e: &Explanation, chain: &[u64]) -> String {
 fn tree(k: &Known<'_>, nodes: &[Provenance], prefix: &str, o: &mut String) {
     for (i, node) in nodes.iter().enumerate() {
         let last = i + 1 == nodes.len();
-        let summary = k.event(node.seq).map(summarize).unwrap_or_default();
+        let summary = match k.event(node.seq) {
+            Some(_) if node.repeated => "(its cites are shown above)".to_owned(),
+            Some(event) => summarize(event),
+            None => String::new(),
+        };
         let _ = writeln!(
             o,
             "{prefix}{}{} {}  {summary}",
@@ -443,6 +455,9 @@ struct JsonProvenance<'a> {
     #[serde(rename = "type")]
     event_type: &'a str,
     cites: Vec<JsonProvenance<'a>>,
+    /// Present (`true`) where the seq was expanded earlier in the tree.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    repeated: bool,
 }
 
 impl<'a> JsonProvenance<'a> {
@@ -451,6 +466,7 @@ impl<'a> JsonProvenance<'a> {
             seq: p.seq,
             event_type: p.event_type.as_str(),
             cites: p.cites.iter().map(JsonProvenance::new).collect(),
+            repeated: p.repeated,
         }
     }
 }

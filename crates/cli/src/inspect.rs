@@ -400,7 +400,7 @@ impl<'a> View<'a> {
             } else {
                 " ".to_owned()
             };
-            let ty = event.event_type().as_str();
+            let ty = &crate::output::printable_line(event.event_type().as_str());
             let pad = type_w.saturating_sub(2 * depth + ty.chars().count());
             let mut summary = summarize(&event);
             let mut notes = Vec::new();
@@ -484,17 +484,18 @@ impl<'a> View<'a> {
         let type_w = surface
             .iter()
             .filter_map(|&s| self.session.event(s))
-            .map(|e| e.event_type().as_str().len())
+            .map(|e| crate::output::printable_line(e.event_type().as_str()).chars().count())
             .max()
             .unwrap_or(0);
         for (i, &seq) in surface.iter().enumerate() {
             let Some(event) = self.session.event(seq) else { continue };
+            let ty = crate::output::printable_line(event.event_type().as_str());
             let mut line = format!(
                 "  {:>pos_w$}. {:>seq_w$}  {}{}  {}",
                 i + 1,
                 seq,
-                st.kind(event.event_type(), event.event_type().as_str()),
-                " ".repeat(type_w - event.event_type().as_str().len()),
+                st.kind(event.event_type(), &ty),
+                " ".repeat(type_w.saturating_sub(ty.chars().count())),
                 summarize(event)
             );
             if let Some(sources) = event.source_event_seqs().filter(|s| !s.is_empty()) {

@@ -30,19 +30,29 @@ pub(crate) fn note(message: &str) {
 /// of the log), so every control character but a line break is shown as
 /// [`printable`] shows it.
 fn to_stderr(message: &str) -> String {
-    message.chars().map(|c| if c == '\n' { c } else { printable(c) }).collect()
+    printable_text(message)
+}
+
+/// Text of several lines for a terminal: every character [`printable`]
+/// but the line breaks, which stay.
+pub(crate) fn printable_text(text: &str) -> String {
+    text.chars().map(|c| if c == '\n' { c } else { printable(c) }).collect()
 }
 
 /// How a character of logged text is shown on a terminal line: a line
 /// break as `⏎`, a carriage return or tab as a space, any other control
 /// character (an escape sequence's ESC, BEL, NUL) as `�`, so that text a
 /// model or a user wrote cannot move the cursor, retitle the window or
-/// hide itself. Every human-readable view of logged text goes through it.
+/// hide itself. The bidirectional controls (U+202A-U+202E, U+2066-U+2069,
+/// the marks U+200E, U+200F and U+061C) are `�` too: they reorder what a
+/// terminal shows, so `../x` could be shown as something else. Every
+/// human-readable view of logged text goes through it.
 pub(crate) fn printable(c: char) -> char {
     match c {
         '\n' => '⏎',
         '\r' | '\t' => ' ',
         c if c.is_control() => '�',
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => '�',
         c => c,
     }
 }

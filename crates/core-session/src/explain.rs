@@ -45,8 +45,15 @@ pub struct Provenance {
     pub seq: u64,
     /// Its type.
     pub event_type: EventType,
-    /// What it cites in turn.
+    /// What it cites in turn; empty when [`repeated`](Provenance::repeated).
     pub cites: Vec<Provenance>,
+    /// Whether this seq was already expanded earlier in the tree (first in
+    /// depth-first order): its cites are shown there, not again. Events may
+    /// cite any earlier event (rule 7 lets a rewrite cite more than it
+    /// shadows), so provenance is a graph; expanded at every occurrence, a
+    /// log of 40 rewrites each citing all earlier ones made a tree of 2^39
+    /// nodes. Expanded once, the tree has one node per citation.
+    pub repeated: bool,
 }
 
 /// Explains event `seq` of `session`, or `None` if there is no such event.
@@ -261,30 +268,34 @@ pub const MAX_PROVENANCE_DEPTH: usize = 32;
 /// What `event` cites, recursively (to [`MAX_PROVENANCE_DEPTH`] levels),
 /// as far as `lookup` finds the cited events: the tree [`explain`] shows,
 /// for a reader that holds the cited events some other way than a whole
-/// log.
+/// log. Each cited event is expanded once, where depth-first order meets
+/// it first; anywhere else it is a leaf marked
+/// [`repeated`](Provenance::repeated), so the tree has at most one node per
+/// citation in the log.
 pub fn provenance<'a>(event: &'a Event, lookup: &dyn Fn(u64) -> Option<&'a Event>) -> Vec<Provenance> {
-    provenance_from(event, lookup, 0)
+    provenance_from(event, lookup, 0, &mut std::collections::HashSet::new())
 }
 
 fn provenance_from<'a>(
     event: &'a Event,
     lookup: &dyn Fn(u64) -> Option<&'a Event>,
     depth: usize,
+    expanded: &mut std::collections::HashSet<u64>,
 ) -> Vec<Provenance> {
     if depth >= MAX_PROVENANCE_DEPTH {
         return Vec::new();
     }
-    event
-        .source_event_seqs()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|&s| lookup(s))
-        .map(|cited| Provenance {
+    let mut nodes = Vec::new();
+    for cited in event.source_event_seqs().unwrap_or_default().iter().filter_map(|&s| lookup(s)) {
+        let first = expanded.insert(cited.seq());
+        nodes.push(Provenance {
             seq: cited.seq(),
             event_type: cited.event_type().clone(),
-            cites: provenance_from(cited, lookup, depth + 1),
-        })
-        .collect()
+            cites: if first { provenance_from(cited, lookup, depth + 1, expanded) } else { Vec::new() },
+            repeated: !first,
+        });
+    }
+    nodes
 }
 
 /// The turn and step `seq` belongs to: its own `turn`/`step` fields when it
