@@ -165,6 +165,20 @@ impl CheckSink {
     pub(crate) fn finish(self) -> Option<Report> {
         Some(self.builder?.finish(self.fatal))
     }
+
+    /// The load stopped at a stored row that is not a valid event
+    /// (`error`, from the store): the report ends there, with that row as
+    /// its fatal finding, as a JSONL line with the same fault ends a file's
+    /// check. `false` when that cannot be: no header was read, or a check
+    /// had already stopped the load.
+    pub(crate) fn stopped_at_row(&mut self, error: &palimpsest_core_session::LoadError) -> bool {
+        let Some(builder) = self.builder.as_ref() else { return false };
+        if self.fatal.is_some() {
+            return false;
+        }
+        self.fatal = Some(Finding::stored_row(error, builder.events_checked()));
+        true
+    }
 }
 
 impl LoadSink for CheckSink {

@@ -186,3 +186,31 @@ fn a_crashed_session_is_checkpointed_before_its_open_turn_and_repaired_from_ther
     let resumable = store.load_resumable("example-1").expect("load_resumable");
     assert!(resumable.tail.is_empty() && resumable.checkpoint.is_some(), "{resumable:?}");
 }
+
+/// A stored row that breaks a rule is a violation of the log, as the same
+/// fault on a JSONL line is: `validate --json` prints the section 7 object
+/// with it at its seq (not an `{"error": ...}`), and `inspect` shows the
+/// timeline up to it with the state `INVALID`. Before, both stopped at
+/// the row with only the error.
+#[test]
+fn a_row_that_breaks_a_rule_is_a_violation_in_validate_and_inspect() {
+    let dir = scratch(&[FIXTURE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", FILE, "x.db"]));
+    let conn = rusqlite::Connection::open(d.join("x.db")).expect("open");
+    // Seq 17 (`u2`, a user message) loses its surfaceOp: rule 1.
+    let changed = conn.execute("UPDATE events SET surface_op = NULL WHERE seq = 17", []).expect("edit");
+    assert_eq!(changed, 1);
+    drop(conn);
+    let run = palimpsest(d, &["validate", "--json", "x.db"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let report = run.json();
+    assert_eq!(report["valid"], false, "{report}");
+    assert_eq!(report["events"], 17, "{report}");
+    let violations = report["violations"].as_array().cloned().unwrap_or_default();
+    assert!(violations.iter().any(|v| v["code"] == "surface-op-missing" && v["seq"] == 17), "{report}");
+    let inspect = palimpsest(d, &["inspect", "x.db"]);
+    assert_eq!(inspect.code, 1, "{inspect:?}");
+    assert!(inspect.stdout.contains("INVALID"), "{}", inspect.stdout);
+    assert!(inspect.stderr.contains("error[surface-op-missing]"), "{}", inspect.stderr);
+}

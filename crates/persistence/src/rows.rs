@@ -150,7 +150,12 @@ fn decode_columns(
     let at = None;
     let seq = from_sql_int(raw_seq);
     if raw_seq < 0 {
-        return Err(LoadError::LogCorrupt { line: at, detail: format!("negative seq {raw_seq}") });
+        // Written by no store (a seq past i64::MAX is never reached): a
+        // negative seq, `event-malformed` as in a JSONL line (section 1.1).
+        return Err(LoadError::Rule {
+            line: at,
+            error: AppendError::EventMalformed { seq: None, detail: format!("negative seq {raw_seq}") },
+        });
     }
     if seq != index {
         return Err(LoadError::Rule {
@@ -545,6 +550,15 @@ mod tests {
         assert_eq!(e.surface_op(), Some(SurfaceOp::Append));
         assert_eq!(surface_op_json(e.surface_op().unwrap_or(SurfaceOp::Append)), "\"append\"");
         assert_eq!(sources_json(&[]), "[]");
+    }
+
+    #[test]
+    fn a_negative_seq_is_event_malformed_as_in_a_jsonl_line() {
+        let mut r = row(MSG, Some("[]"), Some("\"append\""));
+        r.seq = -1;
+        let err = r.decode(3).map(drop);
+        assert_eq!(err.as_ref().map_err(LoadError::code), Err("event-malformed"));
+        assert!(err.is_err_and(|e| e.detail().contains("negative seq -1")));
     }
 
     #[test]
