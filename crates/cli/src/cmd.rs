@@ -131,7 +131,8 @@ pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> any
             ),
             _ => format!("invalid: {} in {}", plural(violations.len(), "violation"), plural(events, "event")),
         };
-        writeln!(out, "{}: {summary}", checked.origin)?;
+        // The origin names the session: logged text, shown, never obeyed.
+        writeln!(out, "{}: {summary}", crate::output::printable_line(&checked.origin))?;
     }
     Ok(if checked.is_valid() { Exit::Success } else { Exit::Invalid })
 }

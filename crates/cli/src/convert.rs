@@ -188,6 +188,14 @@ pub(crate) fn convert(
             return Err(fatal.to_error(&checked.origin).into());
         }
         crate::cmd::warn_invariants(&checked.origin, &checked.report.invariants);
+        // What every store refuses to create (an empty id), refused before
+        // a new destination is made: a `.db` would be left behind, empty.
+        if let Some(header) = checked.report.session.as_ref().map(|s| s.header()) {
+            palimpsest_persistence::check_header(header).map_err(|e| {
+                output::note(&format!("{}: nothing was converted", dst_shown));
+                from_store(&e, &checked.origin)
+            })?;
+        }
         total_events += checked.events_checked() as u64;
         progress.inc(1);
     }

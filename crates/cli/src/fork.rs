@@ -85,6 +85,16 @@ pub(crate) fn fork(
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let store = &target.store;
     let (child, written_to) = match new_id {
+        // A bare file's neighbours are named by file, not by header: only
+        // this check keeps a fork beside it from taking its parent's id.
+        Some(id) if id == parent.id() => {
+            return Err(CliError::refused(
+                "already-exists",
+                origin,
+                format!("{id:?} is the id of the session being forked; a fork needs an id of its own"),
+            )
+            .into());
+        }
         Some(id) => {
             let child = make_child(&parent, at, id, now, &origin)?;
             let written_to = store.write_new(child.header(), child.events())?;

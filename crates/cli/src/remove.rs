@@ -63,7 +63,7 @@ pub(crate) fn delete(args: &StoreArgs, yes: bool, out: &mut dyn Write) -> anyhow
         return Ok(Exit::Success);
     }
     target.store.delete(&doomed[0].id)?;
-    writeln!(out, "deleted {}", doomed[0].id)?;
+    writeln!(out, "deleted {}", crate::output::printable_line(&doomed[0].id))?;
     Ok(Exit::Success)
 }
 
@@ -104,7 +104,7 @@ pub(crate) fn prune(
     let mut exit = Exit::Success;
     for d in &doomed {
         match store.delete(&d.id) {
-            Ok(()) => writeln!(out, "deleted {}", d.id)?,
+            Ok(()) => writeln!(out, "deleted {}", crate::output::printable_line(&d.id))?,
             Err(e) => {
                 // The others still go: say which one stayed, and why.
                 output::error_line(&e.to_string());

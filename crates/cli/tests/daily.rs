@@ -380,3 +380,109 @@ fn export_to_a_file_keeps_permissions_and_links_and_dash_is_stdout() {
     assert_eq!(dash.stdout, md);
     assert!(!d.join("-").exists(), "no file named -");
 }
+
+/// `export -o` naming what it reads from (the session file, the database
+/// or a file of it, a session file of a JSONL directory, also through a
+/// link) is refused before anything is written: it would replace the log
+/// with its own export.
+#[cfg(unix)]
+#[test]
+fn export_never_writes_over_the_store_it_reads() {
+    let dir = scratch(&["ok/compaction-and-prune.jsonl"]);
+    let d = dir.path();
+    let f = "compaction-and-prune.jsonl";
+    ok(palimpsest(d, &["convert", f, "s.db"]));
+    ok(palimpsest(d, &["convert", f, "dir"]));
+    std::os::unix::fs::symlink(f, d.join("link.jsonl")).expect("symlink");
+    let before = |p: &str| fs::read(d.join(p)).unwrap_or_default();
+    let (log, db) = (before(f), before("s.db"));
+    let session = ids_of(d, "dir");
+    for (store, out) in [
+        (f, f.to_owned()),
+        (f, "./link.jsonl".to_owned()),
+        ("s.db", "s.db".to_owned()),
+        ("s.db", "s.db-wal".to_owned()),
+        ("dir", format!("dir/{session}.jsonl")),
+    ] {
+        let run = palimpsest(d, &["export", store, "--format", "json", "-o", &out]);
+        assert_eq!(run.code, 2, "{store} -o {out}: {run:?}");
+        assert!(
+            run.stderr.contains("error[usage]") && run.stderr.contains("what it is read from"),
+            "{run:?}"
+        );
+    }
+    assert_eq!(before(f), log, "the log is unchanged");
+    assert_eq!(before("s.db"), db, "the database is unchanged");
+    assert!(
+        !d.join("s.db-wal").exists() || fs::metadata(d.join("s.db-wal")).map(|m| m.len()).unwrap_or(0) == 0
+    );
+    ok(palimpsest(d, &["validate", f]));
+    ok(palimpsest(d, &["validate", "s.db"]));
+    // Beside the store is fine.
+    ok(palimpsest(d, &["export", "dir", "--format", "html", "-o", "dir/view.html"]));
+}
+
+fn ids_of(d: &Path, store: &str) -> String {
+    let list = ok(palimpsest(d, &["sessions", "--json", store])).json();
+    list[0]["id"].as_str().map(str::to_owned).unwrap_or_default()
+}
+
+/// Provenance is a graph: each rewrite here cites every event before it
+/// (rule 7 allows citing more than is shadowed). `explain` shows each
+/// cited event's own cites once, so its output grows with the citations,
+/// not with the paths through them (2^39 here, which ran out of memory).
+#[test]
+fn explain_shows_shared_provenance_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let message = |i: usize| {
+        format!(
+            r#"{{"message":{{"id":"m{i}","role":"user","content":[{{"type":"text","text":"t{i}"}}],"source":{{"kind":"user"}}}}}}"#
+        )
+    };
+    let mut log = String::from("{\"type\":\"session\",\"version\":0,\"id\":\"dag\",\"createdAt\":1}\n");
+    log.push_str(&format!(
+        "{{\"seq\":0,\"time\":1,\"type\":\"user/message\",\"data\":{},\"surfaceOp\":\"append\"}}\n",
+        message(0)
+    ));
+    for k in 1..40usize {
+        let cites: Vec<String> = (0..k).map(|s| s.to_string()).collect();
+        log.push_str(&format!(
+            "{{\"seq\":{k},\"time\":1,\"type\":\"user/message\",\"data\":{},\"sourceEventSeqs\":[{}],\"surfaceOp\":{{\"op\":\"replace\",\"start\":{},\"end\":{}}}}}\n",
+            message(k),
+            cites.join(","),
+            k - 1,
+            k - 1
+        ));
+    }
+    fs::write(d.join("dag.jsonl"), log).expect("write");
+    ok(palimpsest(d, &["validate", "dag.jsonl"]));
+    let text = ok(palimpsest(d, &["explain", "dag.jsonl", "39"])).stdout;
+    // One line per citation reachable from 39: 39 + 38 + ... + 1.
+    let tree_lines = text.lines().filter(|l| l.contains("user/message")).count();
+    assert!(tree_lines <= 39 * 40 / 2 + 5, "{tree_lines} lines");
+    assert!(text.contains("its cites are shown above"), "{text}");
+    let json = ok(palimpsest(d, &["explain", "dag.jsonl", "39", "--json"])).json();
+    fn nodes(v: &serde_json::Value) -> usize {
+        v["cites"].as_array().map_or(0, |c| c.len() + c.iter().map(nodes).sum::<usize>())
+    }
+    assert_eq!(nodes(&json), 39 * 40 / 2);
+    assert_eq!(json["cites"][0]["seq"], 0);
+    assert_eq!(json["cites"][1]["repeated"], serde_json::Value::Null, "seq 1 is first met here: expanded");
+}
+
+/// A session no store can hold (an empty id) is refused before the
+/// destination is made: no empty database is left behind.
+#[test]
+fn convert_refuses_an_empty_id_before_making_the_destination() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    fs::write(d.join("empty-id.jsonl"), "{\"type\":\"session\",\"version\":0,\"id\":\"\",\"createdAt\":1}\n")
+        .expect("write");
+    for dst in ["out.db", "out-dir"] {
+        let run = palimpsest(d, &["convert", "empty-id.jsonl", dst]);
+        assert_eq!(run.code, 2, "{dst}: {run:?}");
+        assert!(run.stderr.contains("error[invalid-id]"), "{run:?}");
+        assert!(!d.join(dst).exists(), "{dst} was made");
+    }
+}

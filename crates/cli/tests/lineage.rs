@@ -158,6 +158,15 @@ fn fork_refusals_name_their_code_and_write_nothing() {
     let run = palimpsest(d, &["fork", "dir", "--at", "3", "--id", "example-1"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.starts_with("error[already-exists]: "), "{:?}", run.stderr);
+    // Beside a bare file, whose name (`example`) is not its id: the file
+    // names do not catch the parent's own id, the check does.
+    let run = palimpsest(d, &["fork", "example.jsonl", "--at", "3", "--id", "example-1"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("error[already-exists]") && run.stderr.contains("an id of its own"),
+        "{run:?}"
+    );
+    assert!(!d.join("example-1.jsonl").exists(), "nothing was written");
     // An empty id: some stores could hold one, a JSONL store cannot, and
     // `--session` cannot name it, so every store refuses it.
     for store in ["s.db", "dir"] {

@@ -680,6 +680,13 @@ pub(crate) fn export(
                 Some(p) if !p.as_os_str().is_empty() => p,
                 _ => dir,
             };
+            if let Some(what) = overwrites_store(&target.store, &real) {
+                return Err(CliError::usage(format!(
+                    "{}: -o names {what}; the export would replace what it is read from",
+                    path.display()
+                ))
+                .into());
+            }
             let file = tempfile::NamedTempFile::new_in(dir).map_err(|e| cannot(&e))?;
             // The temporary file is private (0600); the export gets the
             // permissions of the file it replaces, or a new file's usual
@@ -706,6 +713,44 @@ pub(crate) fn export(
         }
     }
     Ok(Exit::Success)
+}
+
+/// What of `store` the export file `real` would replace, if anything: the
+/// session file, the database or one of SQLite's files beside it (`-wal`,
+/// `-shm`, `-journal`), or a session file or checkpoint sidecar of a JSONL
+/// directory. Compared by canonical path, so `./x.db` and a link to it are
+/// the store too.
+fn overwrites_store(store: &crate::store_arg::Store, real: &Path) -> Option<&'static str> {
+    use crate::store_arg::Store;
+    let canonical = |p: &Path| -> Option<std::path::PathBuf> {
+        // The export may not exist yet: its directory does.
+        match std::fs::canonicalize(p) {
+            Ok(c) => Some(c),
+            Err(_) => {
+                let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
+            }
+        }
+    };
+    let export = canonical(real)?;
+    match store {
+        Store::File(file) => (canonical(file)? == export).then_some("the session file being exported"),
+        Store::Sqlite(_) => {
+            let db = canonical(store.path())?;
+            let name = db.file_name()?.to_string_lossy().into_owned();
+            let beside =
+                ["", "-wal", "-shm", "-journal"].map(|suffix| db.with_file_name(format!("{name}{suffix}")));
+            beside.contains(&export).then_some("the SQLite store being exported, or one of its files")
+        }
+        Store::Dir(_) => {
+            let dir = canonical(store.path())?;
+            let name = export.file_name()?.to_string_lossy();
+            let session_file = name.ends_with(".jsonl") || name.ends_with(".checkpoint.json");
+            (export.parent() == Some(dir.as_path()) && session_file)
+                .then_some("a session file of the JSONL store being exported")
+        }
+        Store::Postgres(..) => None,
+    }
 }
 
 /// Tool-call arguments for reading: an object or array that parses as
