@@ -107,8 +107,12 @@ struct Sql {
 impl Sql {
     fn new(schema: &str) -> Sql {
         let s = quote_ident(schema);
+        // An expiry of 'infinity' (or '-infinity'), written by hand, is a
+        // hold that never ends (or ended long ago), not an error: the
+        // subtraction is only made of finite times.
         let hold_cols = "holder, token, expires_at, expires_at > clock_timestamp() AS live, \
-             extract(epoch FROM expires_at - clock_timestamp())::float8 AS left_s";
+             CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - clock_timestamp())::float8 \
+             WHEN expires_at > clock_timestamp() THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END AS left_s";
         Sql {
             insert_session: format!(
                 "INSERT INTO {s}.sessions (id, created_at, cwd, parent_session, seed_length) \
@@ -410,6 +414,7 @@ impl PgStore {
     pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
         off_the_runtime(|| {
             let location = redact_url(url);
+            let url = crate::url::lowercase_scheme(url);
             let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
                 invalid_input(format!("reading the connection string {location}"), e.to_string())
             })?;

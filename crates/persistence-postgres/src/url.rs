@@ -1,6 +1,19 @@
 //! Connection strings without their secrets: what errors, logs and `Debug`
 //! show of a URL.
 
+/// `url` with its scheme in lower case (`PostgreSQL://` as
+/// `postgresql://`): URL schemes are case-insensitive (RFC 3986, 3.1), and
+/// the driver reads only the lower-case forms. Anything else is unchanged.
+pub(crate) fn lowercase_scheme(url: &str) -> std::borrow::Cow<'_, str> {
+    let url = url.trim();
+    match url.split_once("://") {
+        Some((scheme, rest)) if scheme.bytes().any(|b| b.is_ascii_uppercase()) => {
+            std::borrow::Cow::Owned(format!("{}://{rest}", scheme.to_ascii_lowercase()))
+        }
+        _ => std::borrow::Cow::Borrowed(url),
+    }
+}
+
 /// `url` with any password replaced by `***`: the user-info password of a
 /// `postgres://user:password@host/db` URL and a `password=` parameter, in a
 /// URL's query string or a `key=value` connection string. Everything else

@@ -250,7 +250,16 @@ pub fn grant(
         Some(r) if r.live && r.holder != holder => {
             Err(StoreError::Locked { what: format!("session {session_id:?} (hold of {})", r.describe()) })
         }
-        Some(r) => Ok((r.token + 1).max(floor)),
+        // Only a record written by hand can hold the largest token; no
+        // larger one exists to fence it out.
+        Some(r) => r.token.checked_add(1).map(|next| next.max(floor)).ok_or_else(|| StoreError::Corrupt {
+            location: format!("the hold of session {session_id:?}"),
+            detail: format!(
+                "its token is {}, the largest there is: no later hold can be fenced from it",
+                r.token
+            ),
+            cause: None,
+        }),
         None => Ok(floor),
     }
 }
@@ -313,6 +322,17 @@ mod tests {
             record("a", 3, false).describe(),
             "\"a\" (token 3) until 2026-12-03T07:20:00.123Z, expired 1.0 s ago"
         );
+    }
+
+    /// A record at the largest token (only a hand-made one can be): no
+    /// larger token exists, so the grant is refused as `corrupt`, never
+    /// wrapped around to a smaller token that an earlier holder could match.
+    #[test]
+    fn the_largest_token_cannot_be_followed_and_is_never_wrapped() {
+        let expired = record("a", u64::MAX, false);
+        let refused = grant("s", "b", Some(&expired), None, 100);
+        assert_eq!(refused.map_err(|e| e.code().to_owned()), Err("corrupt".to_owned()));
+        assert_eq!(grant("s", "b", Some(&record("a", u64::MAX - 1, false)), None, 100).ok(), Some(u64::MAX));
     }
 
     #[test]
