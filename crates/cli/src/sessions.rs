@@ -114,7 +114,13 @@ impl Row {
             ),
             Err(_) => ["?"; 5].map(str::to_owned).into(),
         };
-        [lineage, timefmt::utc(self.header.created_at), last, events, turns, outcome, title, String::new()]
+        // A session whose header could not be read is listed by its file's
+        // name with no creation time (0): not 1970.
+        let created = match &self.stats {
+            Err(_) if self.header.created_at == 0 => "?".to_owned(),
+            _ => timefmt::utc(self.header.created_at),
+        };
+        [lineage, created, last, events, turns, outcome, title, String::new()]
     }
 
     fn json(&self) -> serde_json::Value {

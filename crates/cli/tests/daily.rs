@@ -486,3 +486,25 @@ fn convert_refuses_an_empty_id_before_making_the_destination() {
         assert!(!d.join(dst).exists(), "{dst} was made");
     }
 }
+
+/// A JSONL directory with one file whose header cannot be read: `sessions`
+/// lists the others and that one with `?` and its error (exit 1), and a
+/// command naming another session by its whole id works.
+#[test]
+fn one_broken_file_does_not_hide_a_directorys_other_sessions() {
+    let dir = scratch(&["ok/compaction-and-prune.jsonl"]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "dir"]));
+    fs::write(d.join("dir/broken.jsonl"), "{\"type\":\"session\"\n").expect("write");
+    let run = palimpsest(d, &["sessions", "dir"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let rows: Vec<&str> = run.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{}", run.stdout);
+    assert!(rows.iter().any(|r| r.starts_with("broken ") && r.contains(" ? ")), "{}", run.stdout);
+    assert!(rows.iter().any(|r| r.starts_with("example-1 ")), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("error[header-malformed]") || run.stderr.contains("error[corrupt]"),
+        "{run:?}"
+    );
+    ok(palimpsest(d, &["validate", "dir", "--session", "example-1"]));
+}

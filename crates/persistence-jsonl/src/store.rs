@@ -169,7 +169,10 @@ impl JsonlStore {
         Ok(files)
     }
 
-    /// The summaries of `files` (see [`SessionStore::summaries`]).
+    /// The summaries of `files` (see [`SessionStore::summaries`]). A file
+    /// whose header cannot be read, or names another session, is listed
+    /// under the id its name encodes, with `createdAt` 0 and its error:
+    /// one broken file does not hide the others.
     fn summaries_of(
         &self,
         files: &[(PathBuf, String)],
@@ -179,12 +182,19 @@ impl JsonlStore {
             // `summary` reads the header too, and checks it names `id`.
             match self.summary(id) {
                 Ok(summary) => all.push((summary.header.clone(), Ok(summary))),
-                Err(e) => {
-                    if let Some(header) = read_header(path, self.read)? {
-                        check_id(path, &header.id, id)?;
-                        all.push((header, Err(e)));
+                Err(e) => match read_header(path, self.read) {
+                    // Deleted since the directory was read.
+                    Ok(None) => {}
+                    Ok(Some(header)) if header.id == *id => all.push((header, Err(e))),
+                    // The header cannot be read, or names another session:
+                    // the session is listed under the id its file name
+                    // encodes, with the error, and the others still are.
+                    Ok(Some(header)) => {
+                        let wrong = check_id(path, &header.id, id).err().unwrap_or(e);
+                        all.push((SessionHeader::new(id.clone(), 0), Err(wrong)));
                     }
-                }
+                    Err(header_error) => all.push((SessionHeader::new(id.clone(), 0), Err(header_error))),
+                },
             }
         }
         Ok(all)

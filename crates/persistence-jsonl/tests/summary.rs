@@ -150,3 +150,28 @@ fn summaries_of_many_sessions_are_each_sessions_summary() {
     assert_eq!(store.list().expect("list").len(), 300);
     assert_eq!(broken.len(), 8, "the damaged ones hold their error: {broken:?}");
 }
+
+/// One file whose header cannot be read (or names another session) does
+/// not hide the others: it is listed under the id its name encodes, with
+/// its error, as a session whose log is broken is.
+#[test]
+fn a_file_with_a_broken_header_is_listed_with_its_error_beside_the_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JsonlStore::open(dir.path()).expect("open");
+    for id in ["a", "c"] {
+        store.create(&SessionHeader::new(id, 5)).expect("create");
+    }
+    drop(store);
+    fs::write(dir.path().join("b.jsonl"), "{\"type\":\"session\"\n").expect("write");
+    fs::write(
+        dir.path().join("d.jsonl"),
+        "{\"type\":\"session\",\"version\":0,\"id\":\"other\",\"createdAt\":1}\n",
+    )
+    .expect("write");
+    let store = JsonlStore::open(dir.path()).expect("reopen");
+    let all = store.summaries().expect("the listing itself stands");
+    let listed: Vec<(&str, Option<&str>)> =
+        all.iter().map(|(h, s)| (h.id.as_str(), s.as_ref().err().map(|e| e.code()))).collect();
+    assert_eq!(listed, [("a", None), ("b", Some("corrupt")), ("c", None), ("d", Some("corrupt"))]);
+    assert_eq!(all[1].0.created_at, 0, "no time is made up for an unreadable header");
+}
