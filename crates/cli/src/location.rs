@@ -47,17 +47,27 @@ impl Location {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             suffixes.iter().map(|suffix| path.with_file_name(format!("{name}{suffix}"))).collect()
         };
+        let sidecar = |path: &PathBuf| {
+            let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let stem = stem.strip_suffix(".jsonl").unwrap_or(&stem).to_owned();
+            path.with_file_name(format!("{stem}.checkpoint.json"))
+        };
+        // Named as given and as the link it may be resolves: SQLite names
+        // its `-wal` after the database a link points to.
+        let spellings = |path: &PathBuf| {
+            let mut both = vec![path.clone()];
+            both.extend(std::fs::canonicalize(path).ok().filter(|real| real != path));
+            both
+        };
         match self {
             Location::Postgres(_) => Vec::new(),
-            Location::Sqlite(path) => beside(path, &["", "-wal", "-shm", "-journal"]),
-            Location::JsonlFile(path) => {
-                let mut files = vec![path.clone()];
-                let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                let stem = stem.strip_suffix(".jsonl").unwrap_or(&stem).to_owned();
-                files.push(path.with_file_name(format!("{stem}.checkpoint.json")));
-                files
+            Location::Sqlite(path) => {
+                spellings(path).iter().flat_map(|p| beside(p, &["", "-wal", "-shm", "-journal"])).collect()
             }
-            Location::JsonlDir(dir) => vec![dir.clone()],
+            Location::JsonlFile(path) => {
+                spellings(path).iter().flat_map(|p| [p.clone(), sidecar(p)]).collect()
+            }
+            Location::JsonlDir(dir) => spellings(dir),
         }
     }
 

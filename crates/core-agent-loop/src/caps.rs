@@ -34,6 +34,9 @@ pub const DEFAULT_MAX_TOOL_RESULT_BYTES: usize = 16 << 20;
 /// Default [`StreamCaps::max_response_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 << 20;
 
+/// Default [`StreamCaps::max_tool_calls`]: 256.
+pub const DEFAULT_MAX_TOOL_CALLS: usize = 256;
+
 // The margin of the module docs, held at build time: escaped six times
 // over, with a MiB for the envelope, a capped response fits in one event.
 const _: () =
@@ -47,6 +50,14 @@ pub struct StreamCaps {
     /// Most bytes of one response: every text, reasoning and tool-call delta.
     /// At most a sixth of the event limit, less the envelope.
     pub max_response_bytes: usize,
+    /// Most tool calls in one response. Each call is logged twice (its
+    /// `tool/call` and its result) whether it runs or not
+    /// ([`AgentConfig::max_tool_calls_per_step`](crate::AgentConfig::max_tool_calls_per_step)
+    /// decides that), and an empty call costs the response only a few
+    /// bytes: 100,000 of them fit the byte cap and logged 90 MB. A delta
+    /// that starts one call more ends the stream
+    /// ([`RESPONSE_TOO_LARGE`](crate::codes::RESPONSE_TOO_LARGE)).
+    pub max_tool_calls: usize,
 }
 
 impl Default for StreamCaps {
@@ -54,6 +65,7 @@ impl Default for StreamCaps {
         StreamCaps {
             max_tool_arguments_bytes: DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
         }
     }
 }
@@ -86,6 +98,15 @@ impl StreamBudget {
             StreamChunk::Usage(_) => (0, None),
         };
         if let Some((index, delta)) = call {
+            let calls = self.caps.max_tool_calls;
+            if !self.arguments.contains_key(&index) && self.arguments.len() >= calls {
+                return Err(ProviderError::Other {
+                    code: codes::RESPONSE_TOO_LARGE.into(),
+                    message: format!(
+                        "the streamed response started more than {calls} tool calls; the stream was ended there"
+                    ),
+                });
+            }
             let so_far = self.arguments.get(&index).copied().unwrap_or(0);
             let cap = self.caps.max_tool_arguments_bytes;
             if so_far.saturating_add(delta) > cap {

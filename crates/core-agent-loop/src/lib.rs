@@ -39,7 +39,7 @@
 //! | tool error / panic | error `tool/result` with the tool's name and code (`TOOL_PANICKED` for a panic); the turn goes on | — |
 //! | provider error before the stream | nothing more in the step | `error`, code from [`ProviderError::code`] |
 //! | provider error mid-stream | the chunks; the prefix as an `assistant/message` with `interrupted: true`; its calls get a `tool/call` and a `STREAM_FAILED` error result | `error` |
-//! | a streamed response or one call's arguments pass their cap ([`StreamCaps`]) | as a provider error mid-stream: the chunks before the one that passed it, the interrupted prefix, `STREAM_FAILED` results for its calls; the stream is dropped at once | `error`, code `RESPONSE_TOO_LARGE` or `TOOL_ARGUMENTS_TOO_LARGE` |
+//! | a streamed response, one call's arguments or the number of calls pass their cap ([`StreamCaps`]) | as a provider error mid-stream: the chunks before the one that passed it, the interrupted prefix, `STREAM_FAILED` results for its calls; the stream is dropped at once | `error`, code `RESPONSE_TOO_LARGE` or `TOOL_ARGUMENTS_TOO_LARGE` |
 //! | cancellation mid-stream | same, with `CANCELLED` error results | `aborted` (`reason: "cancelled"`) |
 //! | cancellation while tools run | finished calls keep their results; unfinished ones get `CANCELLED` error results | `aborted` |
 //! | output-token limit ([`FinishReason::MaxTokens`]) | the message; its calls get `OUTPUT_TRUNCATED` error results, none runs | `max-tokens` |
@@ -170,7 +170,8 @@ mod tool;
 pub use agent::{AgentLoop, HooksRun, TurnInput, TurnOutcome, PROVIDER_CALL_ID};
 pub use builder::{AgentLoopBuilder, OpenReport, DEFAULT_HOLD_TTL};
 pub use caps::{
-    StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_RESULT_BYTES,
+    StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_CALLS,
+    DEFAULT_MAX_TOOL_RESULT_BYTES,
 };
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use config::{AgentConfig, DEFAULT_CHUNK_WINDOW_MS, DEFAULT_MAX_TOOL_CALLS_PER_STEP};

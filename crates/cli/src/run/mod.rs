@@ -126,7 +126,7 @@ pub(crate) struct RunArgs {
     pub(crate) max_tokens: Option<u64>,
     /// An extra HTTP header of every request, NAME:VALUE; repeatable. Logged by name in the
     /// settings, with the value `<redacted>` unless the header is one known to carry no
-    /// credential (X-Title, HTTP-Referer, OpenAI-Organization, OpenAI-Project, ...); never
+    /// credential (X-Title, OpenAI-Organization, OpenAI-Project, ...); never
     /// carried over by --session.
     #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
     pub(crate) headers: Vec<(String, String)>,
@@ -297,19 +297,18 @@ fn is_secret_header(name: &str) -> bool {
     !PUBLIC_HEADERS.iter().any(|public| public.eq_ignore_ascii_case(name))
 }
 
-/// Extra headers whose values are logged as they are: routing, titles and
-/// API versions, which OpenAI-compatible services and their proxies ask
-/// for, and no credential.
+/// Extra headers whose values are logged as they are: titles and API
+/// versions, which OpenAI-compatible services and their proxies ask for,
+/// and no credential. (Not `Referer`: a URL may carry a user's password or
+/// a token in its query.)
 const PUBLIC_HEADERS: &[&str] = &[
     "accept",
     "accept-language",
     "anthropic-beta",
     "anthropic-version",
-    "http-referer",
     "openai-beta",
     "openai-organization",
     "openai-project",
-    "referer",
     "user-agent",
     "x-request-id",
     "x-title",
@@ -1066,8 +1065,11 @@ impl Console<'_> {
     }
 }
 
+/// A line for stderr. It may quote a resumed log's text (`/session`,
+/// `/model`, `/system` show the header's id and the logged settings): every
+/// control character of it is shown, not obeyed ([`output::printable_text`]).
 fn eprintln_line(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "{line}");
+    let _ = writeln!(io::stderr().lock(), "{}", output::printable_text(line));
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! | what | cap | past it |
 //! |---|---|---|
 //! | a tool result (all its blocks, as logged) | [`MAX_RESULT_BYTES`] | the call ends with a `TOO_LARGE` error |
+//! | every result of one turn together | [`MAX_TURN_RESULT_BYTES`] | each later call ends with a `TOO_LARGE` error |
 //! | a file `read_file` reads | [`MAX_READ_BYTES`] bytes read | `TOO_LARGE`, nothing returned |
 //! | `list_files` | [`LIST_LIMITS`]: entries looked at, bytes of text, depth | the listing stops, saying so in its last line |
 
@@ -53,11 +54,12 @@ pub(crate) fn sandbox_tools(
     store: &[std::path::PathBuf],
 ) -> std::io::Result<ToolRegistry> {
     let workspace = Arc::new(Workspace::open_protecting(root, store)?);
+    let budget = Arc::new(TurnBudget::default());
     Ok(ToolRegistry::new()
-        .with(OffThread::new(pace, ListFiles(Arc::clone(&workspace))))
-        .with(OffThread::new(pace, ReadFile(Arc::clone(&workspace))))
-        .with(OffThread::new(pace, WriteFile(workspace)))
-        .with(OffThread::new(pace, Calculator)))
+        .with(OffThread::new(pace, ListFiles(Arc::clone(&workspace)), &budget))
+        .with(OffThread::new(pace, ReadFile(Arc::clone(&workspace)), &budget))
+        .with(OffThread::new(pace, WriteFile(workspace), &budget))
+        .with(OffThread::new(pace, Calculator, &budget)))
 }
 
 /// A tool whose work is plain blocking code.
@@ -77,16 +79,49 @@ pub(crate) trait BlockingTool: Send + Sync + 'static {
     fn call(&self, arguments: &str, cancel: &CancellationToken) -> Result<Vec<Block>, ToolError>;
 }
 
+/// The most bytes of results the tools return in one turn, all calls
+/// together: 16 MiB. 64 calls a step of a 190 KB file, for 32 steps, wrote
+/// a log of 392 MB in one turn; past this budget a call is answered with
+/// a short `TOO_LARGE` error instead of its result.
+pub(crate) const MAX_TURN_RESULT_BYTES: usize = 16 << 20;
+
+/// What the tools have returned in one turn, shared by every tool of a
+/// registry: `(session, turn)` and the bytes of their results.
+#[derive(Debug, Default)]
+pub(crate) struct TurnBudget(std::sync::Mutex<Option<((String, u64), usize)>>);
+
+impl TurnBudget {
+    /// Counts a result of `size` bytes in the turn of `ctx`, or refuses it
+    /// when the turn's results would pass [`MAX_TURN_RESULT_BYTES`].
+    fn spend(&self, ctx: &ToolContext, size: usize) -> Result<(), ToolError> {
+        let mut used = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let turn = (ctx.session_id.clone(), ctx.turn);
+        let spent = match used.as_mut() {
+            Some((t, spent)) if *t == turn => spent,
+            _ => &mut used.insert((turn, 0)).1,
+        };
+        if spent.saturating_add(size) > MAX_TURN_RESULT_BYTES {
+            return Err(too_large(format!(
+                "this turn's tool results reached the {MAX_TURN_RESULT_BYTES}-byte limit for one turn; this result ({size} bytes) was dropped"
+            )));
+        }
+        *spent += size;
+        Ok(())
+    }
+}
+
 /// A [`BlockingTool`] as a [`Tool`]: waits `pace`, runs the call on the
-/// blocking pool, and refuses a result past [`MAX_RESULT_BYTES`].
+/// blocking pool, and refuses a result past [`MAX_RESULT_BYTES`], or past
+/// what is left of the turn's [`TurnBudget`].
 pub(crate) struct OffThread<T> {
     pace: Duration,
     tool: Arc<T>,
+    budget: Arc<TurnBudget>,
 }
 
 impl<T> OffThread<T> {
-    pub(crate) fn new(pace: Duration, tool: T) -> OffThread<T> {
-        OffThread { pace, tool: Arc::new(tool) }
+    pub(crate) fn new(pace: Duration, tool: T, budget: &Arc<TurnBudget>) -> OffThread<T> {
+        OffThread { pace, tool: Arc::new(tool), budget: Arc::clone(budget) }
     }
 }
 
@@ -129,20 +164,23 @@ impl<T: BlockingTool> Tool for OffThread<T> {
                     ToolError::new("ToolPanicked", codes::TOOL_PANICKED, what)
                 },
             )??;
-            capped(blocks)
+            let (blocks, size) = capped(blocks)?;
+            self.budget.spend(&ctx, size)?;
+            Ok(blocks)
         })
     }
 }
 
-/// `blocks`, or a `TOO_LARGE` error when they are past [`MAX_RESULT_BYTES`] as logged.
-fn capped(blocks: Vec<Block>) -> Result<Vec<Block>, ToolError> {
+/// `blocks` and their size as logged, or a `TOO_LARGE` error when they are
+/// past [`MAX_RESULT_BYTES`].
+fn capped(blocks: Vec<Block>) -> Result<(Vec<Block>, usize), ToolError> {
     let size = serde_json::to_vec(&blocks).map_or(usize::MAX, |json| json.len());
     if size > MAX_RESULT_BYTES {
         return Err(too_large(format!(
             "the result is {size} bytes, more than the {MAX_RESULT_BYTES}-byte limit for a tool result; it was dropped"
         )));
     }
-    Ok(blocks)
+    Ok((blocks, size))
 }
 
 fn args(raw: &str) -> Result<Value, ToolError> {
@@ -395,7 +433,7 @@ mod tests {
             .finish(FinishReason::ToolCalls)]));
         let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
         let mut agent = AgentLoop::builder(provider)
-            .tools(ToolRegistry::new().with(OffThread::new(Duration::ZERO, stuck)))
+            .tools(ToolRegistry::new().with(OffThread::new(Duration::ZERO, stuck, &Arc::default())))
             .create(Arc::clone(&store), "s1")
             .unwrap();
         let cancel = CancellationToken::new();
@@ -446,12 +484,12 @@ mod tests {
     #[tokio::test]
     async fn a_result_past_the_cap_ends_the_call_with_too_large() {
         let ctx = || ToolContext::new("s", "c");
-        let fits = OffThread::new(Duration::ZERO, Big(MAX_RESULT_BYTES - 100));
+        let fits = OffThread::new(Duration::ZERO, Big(MAX_RESULT_BYTES - 100), &Arc::default());
         assert_eq!(
             fits.execute("{}", ctx()).await.unwrap()[0],
             Block::text("x".repeat(MAX_RESULT_BYTES - 100))
         );
-        let over = OffThread::new(Duration::ZERO, Big(MAX_RESULT_BYTES));
+        let over = OffThread::new(Duration::ZERO, Big(MAX_RESULT_BYTES), &Arc::default());
         let e = over.execute("{}", ctx()).await.unwrap_err();
         assert_eq!(e.code, workspace::TOO_LARGE, "{e}");
         assert!(e.message.contains("more than the 262144-byte limit for a tool result"), "{e}");
@@ -509,10 +547,24 @@ mod tests {
         std::fs::create_dir(ws.join("logs")).unwrap();
         std::fs::write(ws.join("logs/s.jsonl"), "a session").unwrap();
         std::fs::write(ws.join("notes.txt"), "mine").unwrap();
+        // A second store, opened through a link: SQLite names its `-wal`
+        // after the file the link points to.
+        std::fs::write(ws.join("real.db"), "another store").unwrap();
+        std::fs::write(ws.join("real.db-wal"), "its wal").unwrap();
         #[cfg(unix)]
-        std::os::unix::fs::symlink("palimpsest.db", ws.join("alias")).unwrap();
+        {
+            use std::os::unix::fs::symlink;
+            symlink("palimpsest.db", ws.join("alias")).unwrap();
+            symlink("logs", ws.join("lnk")).unwrap();
+            symlink(".", ws.join("self")).unwrap();
+            symlink("real.db", ws.join("link.db")).unwrap();
+            std::fs::hard_link(ws.join("palimpsest.db"), ws.join("hl")).unwrap();
+        }
         let mut protected = crate::location::Location::Sqlite(ws.join("palimpsest.db")).files();
         protected.push(ws.join("logs"));
+        if cfg!(unix) {
+            protected.extend(crate::location::Location::Sqlite(ws.join("link.db")).files());
+        }
         let tools = sandbox_tools(ws, Duration::ZERO, &protected).unwrap();
         let call = |name: &str, args: String| {
             let tool = Arc::clone(tools.get(name).unwrap());
@@ -521,20 +573,33 @@ mod tests {
         let mut refused =
             vec!["palimpsest.db", "palimpsest.db-wal", "palimpsest.db-shm", "logs/s.jsonl", "logs/new.jsonl"];
         if cfg!(unix) {
-            refused.push("alias");
+            // Around the spelling: a link to the database, a link to the
+            // store directory, a link to the root for files not made yet,
+            // and the files of a store opened through a link.
+            refused.extend([
+                "alias",
+                "lnk/s.jsonl",
+                "lnk/new.jsonl",
+                "self/palimpsest.db-journal",
+                "self/logs/s.jsonl",
+                "real.db",
+                "real.db-wal",
+                "self/real.db-shm",
+            ]);
         }
         for path in refused {
             let read = call("read_file", format!(r#"{{"path": "{path}"}}"#)).await;
             let write = call("write_file", format!(r#"{{"path": "{path}", "content": "gone"}}"#)).await;
             for (e, how) in [(read.unwrap_err(), "read"), (write.unwrap_err(), "write")] {
                 assert_eq!(e.code, "INVALID_ARGUMENTS", "{path}: {e:?}");
-                // A write never goes through a link, whatever it names.
-                let why = if path == "alias" && how == "write" { "symbolic link" } else { "session store" };
-                assert!(e.message.contains(why), "{path} ({how}): {}", e.message);
+                assert!(e.message.contains("session store"), "{path} ({how}): {}", e.message);
             }
         }
         assert_eq!(std::fs::read_to_string(ws.join("palimpsest.db")).unwrap(), "the store");
-        assert!(!ws.join("palimpsest.db-shm").exists() && !ws.join("logs/new.jsonl").exists());
+        for made in ["palimpsest.db-shm", "palimpsest.db-journal", "logs/new.jsonl", "real.db-shm"] {
+            assert!(!ws.join(made).exists(), "{made} was made");
+        }
+        assert_eq!(std::fs::read_to_string(ws.join("real.db-wal")).unwrap(), "its wal");
         assert_eq!(
             call("read_file", r#"{"path": "notes.txt"}"#.into()).await.unwrap(),
             vec![Block::text("mine")]
@@ -544,6 +609,30 @@ mod tests {
         assert!(text.contains("palimpsest.db (the session store: the tools do not open it)"), "{text}");
         assert!(text.contains("logs (the session store: the tools do not open it)"), "{text}");
         assert!(!text.contains("s.jsonl"), "{text}");
+        if cfg!(unix) {
+            // A hard link to the database is the database: no size shown.
+            assert!(text.contains("hl (the session store: the tools do not open it)"), "{text}");
+            assert!(text.contains("real.db-wal (the session store"), "{text}");
+        }
+    }
+
+    /// The turn's results together are capped: past the budget a result
+    /// is refused; the next turn (or another session) starts afresh.
+    #[test]
+    fn a_turns_results_share_one_budget() {
+        let budget = TurnBudget::default();
+        let mut ctx = ToolContext::new("s", "c");
+        ctx.turn = 1;
+        let half = MAX_TURN_RESULT_BYTES / 2;
+        assert!(budget.spend(&ctx, half).is_ok());
+        assert!(budget.spend(&ctx, half).is_ok());
+        let refused = budget.spend(&ctx, 1).unwrap_err();
+        assert_eq!(refused.code, "TOO_LARGE");
+        assert!(refused.message.contains("this turn's tool results"), "{}", refused.message);
+        ctx.turn = 2;
+        assert!(budget.spend(&ctx, half).is_ok(), "a new turn has its whole budget");
+        let other = ToolContext::new("t", "c");
+        assert!(budget.spend(&other, half).is_ok(), "so has another session");
     }
 
     #[test]

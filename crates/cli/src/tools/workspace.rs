@@ -37,7 +37,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cap_std::fs::{Dir, File, FileType, Metadata, OpenOptions};
+
+mod store_files;
 use palimpsest_core_agent_loop::{codes, CancellationToken, ToolError};
+use store_files::StoreFiles;
 
 /// Code of the error for content past a cap (a file too large to read, a
 /// result too large to log).
@@ -63,12 +66,9 @@ pub(crate) struct ListLimits {
 #[derive(Debug)]
 pub(crate) struct Workspace {
     root: Dir,
-    /// The session store's files inside the workspace, relative to the
-    /// root: never read, written or listed with their sizes.
-    protected: Vec<PathBuf>,
-    /// The same files by absolute path, to compare what a path opens
-    /// (through a link inside the workspace) with what they are now.
-    protected_abs: Vec<PathBuf>,
+    /// The session store's files inside the workspace: never read,
+    /// written or listed with their sizes ([`store_files`]).
+    store: StoreFiles,
 }
 
 impl Workspace {
@@ -77,52 +77,28 @@ impl Workspace {
         Workspace::open_protecting(root, &[])
     }
 
-    /// Opens `root`, keeping the tools off `protected` (absolute paths:
-    /// the session store's files and directories) where they lie inside
-    /// it. A model could otherwise read its own log, or replace the store
-    /// it is logged to (`--tools .` with the default `./palimpsest.db`).
-    pub(crate) fn open_protecting(root: &Path, protected: &[PathBuf]) -> io::Result<Workspace> {
+    /// Opens `root`, keeping the tools off `store` (the session store's
+    /// files and directories) where they lie inside it.
+    pub(crate) fn open_protecting(root: &Path, store: &[PathBuf]) -> io::Result<Workspace> {
         let handle = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
-        let root = std::fs::canonicalize(root)?;
-        let mut inside = Vec::new();
-        let mut inside_abs = Vec::new();
-        for path in protected {
-            let Some(abs) = canonical_or_planned(path) else { continue };
-            if let Ok(rel) = abs.strip_prefix(&root) {
-                inside.push(rel.to_owned());
-                inside_abs.push(abs.clone());
-            }
-        }
-        Ok(Workspace { root: handle, protected: inside, protected_abs: inside_abs })
+        Ok(Workspace { root: handle, store: StoreFiles::inside(root, store)? })
     }
 
     /// Refuses `path` (relative, checked by [`relative_path`]) when it is,
-    /// or lies in, one of the store's files.
+    /// lies in, or leads to one of the store's files.
     fn check_unprotected(&self, rel: &str, path: &Path) -> Result<(), ToolError> {
-        if self.protected.iter().any(|p| path.starts_with(p)) {
+        if self.store.covers(&self.root, path) {
             return Err(store_file(rel));
         }
         Ok(())
     }
 
-    /// Refuses what was opened when it is one of the store's files, reached
-    /// another way (a link inside the workspace).
+    /// Refuses what was opened when it is one of the store's files (the
+    /// authority, after the check by path).
     fn check_not_the_store(&self, rel: &str, opened: &Metadata) -> Result<(), ToolError> {
-        #[cfg(unix)]
-        {
-            use cap_std::fs::MetadataExt as _;
-            use std::os::unix::fs::MetadataExt as _;
-            let same = self.protected_abs.iter().filter_map(|p| std::fs::metadata(p).ok()).any(|m| {
-                // A directory store: anything beneath it is on its device,
-                // so compare the files of the store one by one instead.
-                m.is_file() && m.dev() == opened.dev() && m.ino() == opened.ino()
-            });
-            if same {
-                return Err(store_file(rel));
-            }
+        if self.store.is_store_entry(opened) {
+            return Err(store_file(rel));
         }
-        #[cfg(not(unix))]
-        let _ = (rel, opened);
         Ok(())
     }
 
@@ -242,8 +218,7 @@ impl Workspace {
     /// are listed, never followed. Stops at `limits`, saying so in a last
     /// line.
     pub(crate) fn list(&self, limits: ListLimits) -> Result<String, ToolError> {
-        let mut walk =
-            Walk { limits, visited: 0, text: String::new(), stopped: None, protected: &self.protected };
+        let mut walk = Walk { limits, visited: 0, text: String::new(), stopped: None, store: &self.store };
         walk.dir(&self.root, Path::new(""), 0).map_err(|e| ToolError::failed(format!("listing: {e}")))?;
         let mut text = walk.text;
         match walk.stopped {
@@ -259,8 +234,8 @@ impl Workspace {
 
 /// A listing in progress.
 struct Walk<'p> {
-    /// [`Workspace::protected`]: listed by name only, never entered.
-    protected: &'p [PathBuf],
+    /// [`Workspace::store`]: listed by name only, never entered.
+    store: &'p StoreFiles,
     limits: ListLimits,
     visited: usize,
     text: String,
@@ -284,7 +259,7 @@ impl Walk<'_> {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, kind, entry) in entries {
             let path = prefix.join(&name);
-            if self.protected.iter().any(|p| path.starts_with(p)) {
+            if self.store.lists(dir, &name, entry.metadata().ok().as_ref()) {
                 self.line(format!("{} (the session store: the tools do not open it)", path.display()));
             } else if kind.is_dir() {
                 if depth >= self.limits.depth {
@@ -463,15 +438,6 @@ fn store_file(rel: &str) -> ToolError {
     ToolError::invalid_arguments(format!(
         "{rel} is the session store (or one of its files), where this session is logged; the tools never read or write it"
     ))
-}
-
-/// `path` made absolute with its links resolved; for a file that does not
-/// exist yet (SQLite's `-wal`), its directory's, joined with its name.
-fn canonical_or_planned(path: &Path) -> Option<PathBuf> {
-    std::fs::canonicalize(path).ok().or_else(|| {
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        Some(std::fs::canonicalize(parent).ok()?.join(path.file_name()?))
-    })
 }
 
 /// An I/O error as a tool error: a path that leads outside is the model's

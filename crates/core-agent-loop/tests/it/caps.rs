@@ -14,7 +14,8 @@ use palimpsest_core_session::{EventType, Session, MAX_EVENT_LINE_BYTES};
 
 use crate::common::*;
 
-const CAPS: StreamCaps = StreamCaps { max_tool_arguments_bytes: 100, max_response_bytes: 250 };
+const CAPS: StreamCaps =
+    StreamCaps { max_tool_arguments_bytes: 100, max_response_bytes: 250, max_tool_calls: 3 };
 
 fn config() -> AgentConfig {
     AgentConfig::default().with_dev_mode(DevMode::On).with_stream_caps(CAPS).with_chunk_window_ms(0)
@@ -72,6 +73,27 @@ async fn tool_arguments_past_their_cap_end_the_stream_with_an_error_and_the_sess
         assert_eq!(next.reason, TurnEndReason::Completed);
     })
     .await;
+}
+
+/// A response that starts more calls than the cap: each would be logged
+/// twice however small (100,000 empty calls fit the byte cap and logged
+/// 90 MB), so the call past the cap ends the stream.
+#[tokio::test]
+async fn a_call_past_the_calls_cap_ends_the_stream_with_an_error() {
+    let mut many = ScriptedResponse::new();
+    for i in 0..5u32 {
+        many = many.tool_call(i, &format!("call-{i}"), "read", &["{}"]);
+    }
+    let provider = Arc::new(ScriptedProvider::new([many, ScriptedResponse::reply("Fewer.")]));
+    let store: Arc<dyn palimpsest_persistence::SessionStore> =
+        Arc::new(palimpsest_persistence::MemoryStore::default());
+    let mut agent = builder(&provider).config(config()).create(store, SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("Read everything.")).await.expect("turn");
+    assert_eq!(error_code(&outcome.reason), Some(codes::RESPONSE_TOO_LARGE), "{:?}", outcome.reason);
+    let calls = agent.session().events().iter().filter(|e| *e.event_type() == EventType::ToolCall).count();
+    assert_eq!(calls, 3, "the three calls before the cap are logged, the rest never read");
+    let next = agent.run_turn(TurnInput::text("Again.")).await.expect("turn 2");
+    assert_eq!(next.reason, TurnEndReason::Completed);
 }
 
 #[tokio::test]
