@@ -9,7 +9,7 @@
 
 use palimpsest_core_session::{AppendError, Event, Session, SessionHeader};
 use palimpsest_invariants::ReportBuilder;
-pub(crate) use palimpsest_invariants::{Finding, Report, Retain};
+pub(crate) use palimpsest_invariants::{Finding, Position, Report, Retain};
 use palimpsest_persistence::LoadSink;
 
 use crate::error::CliError;

@@ -122,10 +122,11 @@ pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> any
             (_, Some(fatal)) => format!(
                 "invalid: {}; checking stopped at {} after {}",
                 plural(violations.len(), "violation"),
-                match (fatal.line(), fatal.seq()) {
-                    (Some(line), _) => format!("line {line}"),
-                    (None, Some(seq)) => format!("seq {seq}"),
-                    (None, None) => "the header".to_owned(),
+                match (fatal.line(), fatal.seq(), &fatal.position) {
+                    (Some(line), _, _) => format!("line {line}"),
+                    (None, Some(seq), _) => format!("seq {seq}"),
+                    (None, None, crate::check::Position::Store) => "a row with no readable seq".to_owned(),
+                    (None, None, _) => "the header".to_owned(),
                 },
                 plural(events, "valid event")
             ),

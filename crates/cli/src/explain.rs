@@ -21,7 +21,7 @@
 //! {"session": s, "seq": n, "type": s, "time": n, "turn": n|null, "step": n|null,
 //!  "surfacePosition": n|null, "surfaceOp": "append"|{"op":"replace","start":n,"end":n}|null,
 //!  "shadowed": [n], "shadowedBy": n|null, "shadowChain": [n], "standsInItsPlace": n|null,
-//!  "cites": [{"seq": n, "type": s, "cites": [...], "repeated"?: true}], "citedBy": [n],
+//!  "cites": [{"seq": n, "type": s, "cites": [...], "repeated"?: true, "cut"?: true}], "citedBy": [n],
 //!  "error": {"code": s, "name"?: s, "message": s}|null}
 //! ```
 //!
@@ -39,7 +39,7 @@ use std::io::Write;
 use std::collections::{HashMap, HashSet};
 
 use palimpsest_core_session::explain::{
-    provenance, Explanation, Provenance, TurnTracker, MAX_PROVENANCE_DEPTH,
+    provenance, Explanation, Provenance, TurnTracker, MAX_PROVENANCE_DEPTH, MAX_PROVENANCE_NODES,
 };
 use palimpsest_core_session::payload::Settings;
 use palimpsest_core_session::{Event, Session, SurfaceManager, SurfaceOp};
@@ -412,6 +412,10 @@ fn tree(k: &Known<'_>, nodes: &[Provenance], prefix: &str, o: &mut String) {
         let last = i + 1 == nodes.len();
         let summary = match k.event(node.seq) {
             Some(_) if node.repeated => "(its cites are shown above)".to_owned(),
+            Some(event) if node.cut => format!(
+                "{}  (its cites are not shown: the tree stops at {MAX_PROVENANCE_DEPTH} levels and {MAX_PROVENANCE_NODES} nodes)",
+                summarize(event)
+            ),
             Some(event) => summarize(event),
             None => String::new(),
         };
@@ -458,6 +462,10 @@ struct JsonProvenance<'a> {
     /// Present (`true`) where the seq was expanded earlier in the tree.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     repeated: bool,
+    /// Present (`true`) where its cites exist but are not shown: the tree
+    /// stops at 32 levels and 10,000 nodes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cut: bool,
 }
 
 impl<'a> JsonProvenance<'a> {
@@ -467,6 +475,7 @@ impl<'a> JsonProvenance<'a> {
             event_type: p.event_type.as_str(),
             cites: p.cites.iter().map(JsonProvenance::new).collect(),
             repeated: p.repeated,
+            cut: p.cut,
         }
     }
 }

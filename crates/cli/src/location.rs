@@ -14,6 +14,7 @@
 //! names `.db` alone, and a directory called `x.sqlite` is never what was
 //! meant (see `docs/contract-notes.md`, note 19).
 
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -75,6 +76,12 @@ impl Location {
     pub(crate) fn parse(arg: &Path) -> Result<Location, CliError> {
         if let Some(url) = arg.to_str().filter(|s| is_postgres_url(s)) {
             return Ok(Location::Postgres(url.to_owned()));
+        }
+        // A pipe, FIFO or device (`validate <(zcat s.jsonl.gz)`,
+        // `/dev/stdin`) is read once, as a session file: its bytes are
+        // never sniffed, which would take them from the read.
+        if fs::metadata(arg).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+            return Ok(Location::JsonlFile(arg.to_owned()));
         }
         let ext = arg.extension().and_then(|e| e.to_str()).unwrap_or_default();
         if ext == "db" || SqliteStore::is_sqlite_file(arg) {

@@ -508,3 +508,47 @@ fn one_broken_file_does_not_hide_a_directorys_other_sessions() {
     );
     ok(palimpsest(d, &["validate", "dir", "--session", "example-1"]));
 }
+
+/// A session read from a pipe (`validate <(zcat s.jsonl.gz)`, `/dev/stdin`,
+/// a FIFO) is read once, whole: its first bytes are never taken by a look
+/// for the SQLite header, so a valid log is valid. A command that reads
+/// the session twice says it cannot, instead of reading nothing or waiting.
+#[cfg(unix)]
+#[test]
+fn a_session_read_from_a_pipe_is_read_whole_and_once() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let dir = scratch(&["ok/compaction-and-prune.jsonl"]);
+    let d = dir.path();
+    let log = fs::read(d.join("compaction-and-prune.jsonl")).expect("read");
+    let piped = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_palimpsest"))
+            .args(args)
+            .current_dir(d)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let bytes = log.clone();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&bytes);
+        });
+        let out = child.wait_with_output().expect("wait");
+        let _ = writer.join();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = piped(&["validate", "--json", "/dev/stdin"]);
+    assert_eq!(code, Some(0), "{stdout} {stderr}");
+    assert!(stdout.contains("\"valid\":true") && stdout.contains("\"events\":27"), "{stdout}");
+    let (code, stdout, _) = piped(&["surface", "/dev/stdin"]);
+    assert_eq!((code, stdout.trim()), (Some(0), "[20,15,17,24]"));
+    let (code, _, stderr) = piped(&["inspect", "/dev/stdin"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("a pipe can be read once"), "{stderr}");
+}

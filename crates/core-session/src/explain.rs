@@ -54,6 +54,10 @@ pub struct Provenance {
     /// log of 40 rewrites each citing all earlier ones made a tree of 2^39
     /// nodes. Expanded once, the tree has one node per citation.
     pub repeated: bool,
+    /// Whether its cites were left out although it has some: the tree
+    /// reached [`MAX_PROVENANCE_DEPTH`] levels, or [`MAX_PROVENANCE_NODES`]
+    /// nodes, here. `cites` is then empty and says nothing of the event.
+    pub cut: bool,
 }
 
 /// Explains event `seq` of `session`, or `None` if there is no such event.
@@ -265,6 +269,12 @@ impl Shadowing {
 /// How many levels of a provenance tree [`provenance`] follows.
 pub const MAX_PROVENANCE_DEPTH: usize = 32;
 
+/// How many nodes a provenance tree [`provenance`] builds at most. A log
+/// may cite without bound (each of 4,000 events citing every earlier one
+/// is eight million citations); past this the nodes not expanded are
+/// marked [`cut`](Provenance::cut).
+pub const MAX_PROVENANCE_NODES: usize = 10_000;
+
 /// What `event` cites, recursively (to [`MAX_PROVENANCE_DEPTH`] levels),
 /// as far as `lookup` finds the cited events: the tree [`explain`] shows,
 /// for a reader that holds the cited events some other way than a whole
@@ -273,29 +283,49 @@ pub const MAX_PROVENANCE_DEPTH: usize = 32;
 /// [`repeated`](Provenance::repeated), so the tree has at most one node per
 /// citation in the log.
 pub fn provenance<'a>(event: &'a Event, lookup: &dyn Fn(u64) -> Option<&'a Event>) -> Vec<Provenance> {
-    provenance_from(event, lookup, 0, &mut std::collections::HashSet::new())
+    let mut walk = Walk { lookup, expanded: std::collections::HashSet::new(), nodes: 0 };
+    walk.cites_of(event, 0)
 }
 
-fn provenance_from<'a>(
-    event: &'a Event,
-    lookup: &dyn Fn(u64) -> Option<&'a Event>,
-    depth: usize,
-    expanded: &mut std::collections::HashSet<u64>,
-) -> Vec<Provenance> {
-    if depth >= MAX_PROVENANCE_DEPTH {
-        return Vec::new();
+/// A provenance tree being built: what was expanded, and how many nodes.
+struct Walk<'a, 'l> {
+    lookup: &'l dyn Fn(u64) -> Option<&'a Event>,
+    expanded: std::collections::HashSet<u64>,
+    nodes: usize,
+}
+
+impl<'a> Walk<'a, '_> {
+    /// The nodes of what `event`, at `depth`, cites.
+    fn cites_of(&mut self, event: &'a Event, depth: usize) -> Vec<Provenance> {
+        let mut nodes = Vec::new();
+        for cited in event.source_event_seqs().unwrap_or_default().iter().filter_map(|&s| (self.lookup)(s)) {
+            if self.nodes >= MAX_PROVENANCE_NODES {
+                break;
+            }
+            self.nodes += 1;
+            let first = self.expanded.insert(cited.seq());
+            let has_cites = cited.source_event_seqs().is_some_and(|c| !c.is_empty());
+            let deeper = first && depth + 1 < MAX_PROVENANCE_DEPTH;
+            let cites = if deeper { self.cites_of(cited, depth + 1) } else { Vec::new() };
+            // Cut where its cites exist but are not shown: too deep, or
+            // the node budget ran out before (or while) they were built.
+            let cut = first && has_cites && (!deeper || cites.len() < cited_len(cited, self.lookup));
+            nodes.push(Provenance {
+                seq: cited.seq(),
+                event_type: cited.event_type().clone(),
+                cites,
+                repeated: !first,
+                cut,
+            });
+        }
+        nodes
     }
-    let mut nodes = Vec::new();
-    for cited in event.source_event_seqs().unwrap_or_default().iter().filter_map(|&s| lookup(s)) {
-        let first = expanded.insert(cited.seq());
-        nodes.push(Provenance {
-            seq: cited.seq(),
-            event_type: cited.event_type().clone(),
-            cites: if first { provenance_from(cited, lookup, depth + 1, expanded) } else { Vec::new() },
-            repeated: !first,
-        });
-    }
-    nodes
+}
+
+/// How many of `event`'s cites `lookup` finds: the nodes a whole tree
+/// gives it.
+fn cited_len<'a>(event: &'a Event, lookup: &dyn Fn(u64) -> Option<&'a Event>) -> usize {
+    event.source_event_seqs().unwrap_or_default().iter().filter(|&&s| lookup(s).is_some()).count()
 }
 
 /// The turn and step `seq` belongs to: its own `turn`/`step` fields when it

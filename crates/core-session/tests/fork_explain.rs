@@ -86,3 +86,66 @@ fn explain_follows_shadowing_to_what_stands_now() {
     assert_eq!((chunk.cited_by, chunk.shadowed_by, chunk.surface_op), (vec![6], None, None));
     assert!(explain(&s, 99).is_none());
 }
+
+/// A chain of rewrites, each citing the one before: `count` events.
+fn chain(count: u64, cites: impl Fn(u64) -> Vec<u64>) -> Vec<palimpsest_core_session::Event> {
+    (0..count)
+        .map(|i| {
+            let message = format!(
+                r#"{{"message":{{"id":"m{i}","role":"user","content":[{{"type":"text","text":"t"}}],"source":{{"kind":"user"}}}}}}"#
+            );
+            let sources = cites(i);
+            let json = if i == 0 {
+                format!(r#"{{"seq":0,"time":1,"type":"context/message","data":{message},"surfaceOp":"append"}}"#)
+            } else {
+                let list: Vec<String> = sources.iter().map(u64::to_string).collect();
+                format!(
+                    r#"{{"seq":{i},"time":1,"type":"context/message","data":{message},"sourceEventSeqs":[{}],"surfaceOp":{{"op":"replace","start":{},"end":{}}}}}"#,
+                    list.join(","),
+                    i - 1,
+                    i - 1
+                )
+            };
+            palimpsest_core_session::Event::from_json(&json).unwrap()
+        })
+        .collect()
+}
+
+/// Past its depth or node limit the tree stops, and says where: a node
+/// whose cites are left out is `cut`, never a leaf that cites nothing.
+#[test]
+fn a_provenance_tree_past_its_limits_marks_where_it_was_cut() {
+    use palimpsest_core_session::explain::{provenance, MAX_PROVENANCE_DEPTH, MAX_PROVENANCE_NODES};
+    let events = chain(100, |i| i.checked_sub(1).into_iter().collect());
+    let lookup = |s: u64| events.get(s as usize);
+    let mut level = provenance(&events[99], &lookup);
+    let mut depth = 1;
+    while let [node] = level.as_slice() {
+        if node.cites.is_empty() {
+            assert!(node.cut, "the deepest node shown cites seq {} but shows nothing", node.seq - 1);
+            break;
+        }
+        assert!(!node.cut);
+        level = node.cites.clone();
+        depth += 1;
+    }
+    assert_eq!(depth, MAX_PROVENANCE_DEPTH);
+
+    // Each event citing every earlier one: one node per citation, up to the budget.
+    let events = chain(200, |i| (0..i).collect());
+    let lookup = |s: u64| events.get(s as usize);
+    let tree = provenance(&events[199], &lookup);
+    fn count(nodes: &[Provenance]) -> usize {
+        nodes.len() + nodes.iter().map(|n| count(&n.cites)).sum::<usize>()
+    }
+    fn any_cut(nodes: &[Provenance]) -> bool {
+        nodes.iter().any(|n| n.cut || any_cut(&n.cites))
+    }
+    assert_eq!(count(&tree), MAX_PROVENANCE_NODES, "199 * 200 / 2 citations, cut at the budget");
+    assert!(any_cut(&tree), "where the budget ran out is marked");
+    let small = chain(40, |i| (0..i).collect());
+    let lookup = |s: u64| small.get(s as usize);
+    let whole = provenance(&small[39], &lookup);
+    assert_eq!(count(&whole), 39 * 40 / 2);
+    assert!(!any_cut(&whole), "within the limits nothing is cut");
+}

@@ -129,6 +129,9 @@ impl Finding {
             LoadError::HeaderMalformed { .. } | LoadError::HeaderVersionUnsupported { .. } => {
                 Position::Header
             }
+            // A row whose own seq cannot be read as one (a negative seq):
+            // its position in the order read blames another event's seq.
+            LoadError::Rule { error: AppendError::EventMalformed { seq: None, .. }, .. } => Position::Store,
             _ => Position::Event { seq: error.seq().unwrap_or(index), line: None },
         };
         Finding { code: error.code().to_owned(), position, detail: error.detail() }

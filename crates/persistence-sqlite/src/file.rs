@@ -19,8 +19,13 @@ pub(crate) const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// Size of the database header at the start of page 1.
 const HEADER_LEN: usize = 100;
 
-/// Whether the file at `path` starts with the SQLite magic.
+/// Whether the file at `path` starts with the SQLite magic. Only a
+/// regular file is opened: reading a pipe's first bytes would take them
+/// from whoever reads it next, and opening a FIFO with no writer blocks.
 pub(crate) fn has_sqlite_magic(path: &Path) -> bool {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut magic = [0u8; 16];
     File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == SQLITE_MAGIC
 }

@@ -306,7 +306,8 @@ impl SqliteStore {
 
     /// Whether the file at `path` starts with the 16-byte SQLite magic
     /// (`"SQLite format 3\0"`). Says nothing about whose database it is:
-    /// [`SqliteStore::open`] checks that. `false` when it cannot be read.
+    /// [`SqliteStore::open`] checks that. `false` when it cannot be read,
+    /// and for anything but a regular file (a pipe is never read from).
     pub fn is_sqlite_file(path: &Path) -> bool {
         file::has_sqlite_magic(path)
     }
