@@ -20,8 +20,10 @@
 //! ```text
 //! {"session": s, "seq": n, "type": s, "time": n, "turn": n|null, "step": n|null,
 //!  "surfacePosition": n|null, "surfaceOp": "append"|{"op":"replace","start":n,"end":n}|null,
-//!  "shadowed": [n], "shadowedBy": n|null, "shadowChain": [n], "standsInItsPlace": n|null,
-//!  "cites": [{"seq": n, "type": s, "cites": [...], "repeated"?: true, "cut"?: true}], "citedBy": [n],
+//!  "shadowed": [n], "shadowedBy": n|null, "shadowChain": [n], "shadowChainElided"?: n,
+//!  "standsInItsPlace": n|null,
+//!  "cites": [{"seq": n, "type": s, "cites": [...], "repeated"?: true, "cut"?: true}],
+//!  "citesElided"?: n, "citedBy": [n],
 //!  "error": {"code": s, "name"?: s, "message": s}|null}
 //! ```
 //!
@@ -86,7 +88,7 @@ pub(crate) fn explain(
     let checked = target.check_keeping(Retain::Surface)?;
     report_tail(&checked);
     let origin = checked.origin.clone();
-    let chain = checked.report.shadowing.chain(seq);
+    let (chain, chain_elided) = shorten_chain(checked.report.shadowing.chain(seq));
     let session = readable_session(checked)?;
     if seq >= session.next_seq() {
         let len = session.next_seq();
@@ -102,7 +104,8 @@ pub(crate) fn explain(
         }
         .into());
     }
-    let known = Known::gather(&session, seq, &chain, |upto, consume| target.replay(upto, consume))?;
+    let mut known = Known::gather(&session, seq, &chain, |upto, consume| target.replay(upto, consume))?;
+    known.chain_elided = chain_elided;
     // Only an event that joined the surface can have left it.
     let chain = if known.event(seq).is_some_and(|e| e.surface_op().is_some()) { chain } else { Vec::new() };
     let Some(found) = known.explanation(seq, &chain) else {
@@ -140,6 +143,25 @@ struct Known<'a> {
     /// the one after it.
     settings_before: Option<(u64, Settings)>,
     settings_after: Option<u64>,
+    /// Replaces of the shadow chain left out of the middle ([`shorten_chain`]).
+    chain_elided: usize,
+}
+
+/// The most replaces of a shadow chain shown: its first and last halves.
+/// A chain can be as long as the log (each of a million rewrites replacing
+/// the one before), and every replace shown is an event held.
+const MAX_CHAIN_SHOWN: usize = 64;
+
+/// `chain` with its middle left out past [`MAX_CHAIN_SHOWN`], and how many
+/// replaces were left out. Its first (what shadowed the event) and last
+/// (what stands in its place) are always kept.
+fn shorten_chain(mut chain: Vec<u64>) -> (Vec<u64>, usize) {
+    if chain.len() <= MAX_CHAIN_SHOWN {
+        return (chain, 0);
+    }
+    let elided = chain.len() - MAX_CHAIN_SHOWN;
+    chain.drain(MAX_CHAIN_SHOWN / 2..MAX_CHAIN_SHOWN / 2 + elided);
+    (chain, elided)
 }
 
 impl<'a> Known<'a> {
@@ -162,6 +184,7 @@ impl<'a> Known<'a> {
             took: Vec::new(),
             settings_before: None,
             settings_after: None,
+            chain_elided: 0,
         };
         // The chain of replaces and what stands in its place are named by type.
         let wanted: HashSet<u64> = chain.iter().copied().chain([seq]).collect();
@@ -288,6 +311,15 @@ impl<'a> Known<'a> {
         text
     }
 
+    /// How many of the explained event's own cites the tree left out (its
+    /// node budget ran out before them).
+    fn cites_left_out(&self, e: &Explanation) -> usize {
+        let known = self.event(e.seq).map_or(0, |ev| {
+            ev.source_event_seqs().unwrap_or_default().iter().filter(|&&s| self.event(s).is_some()).count()
+        });
+        known.saturating_sub(e.cites.len())
+    }
+
     fn type_of(&self, seq: u64) -> &str {
         self.event(seq).map_or("?", |e| e.event_type().as_str())
     }
@@ -365,7 +397,17 @@ fn render(k: &Known<'_>, e: &Explanation, chain: &[u64]) -> String {
     if let Some(&first) = chain.first() {
         label(&mut o, "shadowed");
         let _ = write!(o, "by {first} {}", k.type_of(first));
-        for pair in chain.windows(2) {
+        for (i, pair) in chain.windows(2).enumerate() {
+            if k.chain_elided > 0 && i + 1 == MAX_CHAIN_SHOWN / 2 {
+                let _ = write!(
+                    o,
+                    ", then {} more replaces (not shown), then {} {}",
+                    k.chain_elided,
+                    pair[1],
+                    k.type_of(pair[1])
+                );
+                continue;
+            }
             let _ = write!(o, ", then {} by {} {}", pair[0], pair[1], k.type_of(pair[1]));
         }
         o.push('\n');
@@ -392,6 +434,13 @@ fn render(k: &Known<'_>, e: &Explanation, chain: &[u64]) -> String {
         });
     } else {
         tree(k, &e.cites, "  ", &mut o);
+        let left_out = k.cites_left_out(e);
+        if left_out > 0 {
+            let _ = writeln!(
+                o,
+                "  … and {left_out} more of its own cites, not shown: the tree stops at {MAX_PROVENANCE_NODES} nodes"
+            );
+        }
     }
 
     o.push_str("\ncited by\n");
@@ -447,8 +496,15 @@ struct JsonExplanation<'a> {
     shadowed: &'a [u64],
     shadowed_by: Option<u64>,
     shadow_chain: Vec<u64>,
+    /// Present where the chain's middle was left out: how many replaces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shadow_chain_elided: Option<usize>,
     stands_in_its_place: Option<u64>,
     cites: Vec<JsonProvenance<'a>>,
+    /// Present where the tree's node budget left some of the event's own
+    /// cites out: how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cites_elided: Option<usize>,
     cited_by: &'a [u64],
     error: Option<crate::output::EventError>,
 }
@@ -494,8 +550,10 @@ impl<'a> JsonExplanation<'a> {
             shadowed: &e.shadowed,
             shadowed_by: e.shadowed_by,
             shadow_chain: chain,
+            shadow_chain_elided: Some(k.chain_elided).filter(|&n| n > 0),
             stands_in_its_place: e.stands_in_its_place,
             cites: e.cites.iter().map(JsonProvenance::new).collect(),
+            cites_elided: Some(k.cites_left_out(e)).filter(|&n| n > 0),
             cited_by: &e.cited_by,
             error: k.event(e.seq).and_then(crate::output::event_error),
         }

@@ -469,6 +469,7 @@ fn explain_shows_shared_provenance_once() {
     assert_eq!(nodes(&json), 39 * 40 / 2);
     assert_eq!(json["cites"][0]["seq"], 0);
     assert_eq!(json["cites"][1]["repeated"], serde_json::Value::Null, "seq 1 is first met here: expanded");
+    assert_eq!(json["citesElided"], serde_json::Value::Null, "within the budget nothing is left out");
 }
 
 /// A session no store can hold (an empty id) is refused before the
@@ -551,4 +552,81 @@ fn a_session_read_from_a_pipe_is_read_whole_and_once() {
     let (code, _, stderr) = piped(&["inspect", "/dev/stdin"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("a pipe can be read once"), "{stderr}");
+}
+
+/// A shadow chain as long as the log (each rewrite replacing the one
+/// before) is shown by its ends, saying how many replaces were left out:
+/// every replace shown is an event held, and a million of them took 516 MB.
+#[test]
+fn a_long_shadow_chain_is_shown_by_its_ends() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let message = |i: usize| {
+        format!(
+            r#"{{"message":{{"id":"m{i}","role":"user","content":[{{"type":"text","text":"t{i}"}}],"source":{{"kind":"user"}}}}}}"#
+        )
+    };
+    let mut log = String::from("{\"type\":\"session\",\"version\":0,\"id\":\"chain\",\"createdAt\":1}\n");
+    log.push_str(&format!(
+        "{{\"seq\":0,\"time\":1,\"type\":\"context/message\",\"data\":{},\"surfaceOp\":\"append\"}}\n",
+        message(0)
+    ));
+    for k in 1..200usize {
+        log.push_str(&format!(
+            "{{\"seq\":{k},\"time\":1,\"type\":\"context/message\",\"data\":{},\"sourceEventSeqs\":[{}],\"surfaceOp\":{{\"op\":\"replace\",\"start\":{},\"end\":{}}}}}\n",
+            message(k),
+            k - 1,
+            k - 1,
+            k - 1
+        ));
+    }
+    fs::write(d.join("chain.jsonl"), log).expect("write");
+    ok(palimpsest(d, &["validate", "chain.jsonl"]));
+    let json = ok(palimpsest(d, &["explain", "chain.jsonl", "0", "--json"])).json();
+    let chain: Vec<u64> = json["shadowChain"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(chain.len(), 64, "{json}");
+    assert_eq!((chain[0], chain[31], chain[32], chain[63]), (1, 32, 168, 199));
+    assert_eq!(json["shadowChainElided"], 135);
+    assert_eq!(json["standsInItsPlace"], 199);
+    let text = ok(palimpsest(d, &["explain", "chain.jsonl", "0"])).stdout;
+    assert!(text.contains("then 135 more replaces (not shown), then 168 context/message"), "{text}");
+    assert!(text.contains("199 context/message stands in its place"), "{text}");
+}
+
+/// One replace citing more events than the tree's node budget: the cites
+/// left out are counted, in the text and in `--json`, never dropped silently.
+#[test]
+fn cites_past_the_node_budget_are_counted() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let n = 10_050usize;
+    let message = |i: usize| {
+        format!(
+            r#"{{"message":{{"id":"m{i}","role":"user","content":[{{"type":"text","text":"t"}}],"source":{{"kind":"user"}}}}}}"#
+        )
+    };
+    let mut log = String::from("{\"type\":\"session\",\"version\":0,\"id\":\"wide\",\"createdAt\":1}\n");
+    for i in 0..n {
+        log.push_str(&format!(
+            "{{\"seq\":{i},\"time\":1,\"type\":\"context/message\",\"data\":{},\"surfaceOp\":\"append\"}}\n",
+            message(i)
+        ));
+    }
+    let cites: Vec<String> = (0..n).map(|s| s.to_string()).collect();
+    log.push_str(&format!(
+        "{{\"seq\":{n},\"time\":1,\"type\":\"context/message\",\"data\":{},\"sourceEventSeqs\":[{}],\"surfaceOp\":{{\"op\":\"replace\",\"start\":0,\"end\":{}}}}}\n",
+        message(n),
+        cites.join(","),
+        n - 1
+    ));
+    fs::write(d.join("wide.jsonl"), log).expect("write");
+    let seq = n.to_string();
+    let json = ok(palimpsest(d, &["explain", "wide.jsonl", &seq, "--json"])).json();
+    assert_eq!(json["cites"].as_array().map(Vec::len), Some(10_000));
+    assert_eq!(json["citesElided"], 50);
+    let text = ok(palimpsest(d, &["explain", "wide.jsonl", &seq])).stdout;
+    assert!(text.contains("… and 50 more of its own cites, not shown"), "{}", &text[text.len() - 400..]);
 }

@@ -354,7 +354,8 @@ pub(crate) fn redact(url: &str) -> String {
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiConfig")
-            .field("base_url", &self.base_url)
+            // The URL's password and query hold secrets as the key does.
+            .field("base_url", &redact(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("provider_name", &self.provider_name)
@@ -472,12 +473,14 @@ mod tests {
     }
 
     #[test]
-    fn debug_never_shows_the_api_key() {
-        let mut c = OpenAiConfig::new("http://h/v1", "m").with_api_key("sk-secret-123");
+    fn debug_never_shows_the_api_key_or_the_urls_secrets() {
+        let mut c =
+            OpenAiConfig::new("http://u:pw-secret@h/v1?key=q-secret", "m").with_api_key("sk-secret-123");
         c.extra_headers.push(("x-org".into(), "org-secret".into()));
         let shown = format!("{c:?}");
         assert!(!shown.contains("sk-secret-123") && !shown.contains("org-secret"), "{shown}");
-        assert!(shown.contains("<redacted>"), "{shown}");
+        assert!(!shown.contains("pw-secret") && !shown.contains("q-secret"), "the URL's secrets: {shown}");
+        assert!(shown.contains("<redacted>") && shown.contains("h/v1"), "{shown}");
     }
 
     #[test]

@@ -305,7 +305,7 @@ async fn read_limited(mut response: Response) -> Vec<u8> {
 impl fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiProvider")
-            .field("endpoint", &self.endpoint.as_str())
+            .field("endpoint", &self.shown_endpoint)
             .field("config", &self.config)
             .finish()
     }

@@ -25,7 +25,7 @@ use crate::options::PgOptions;
 use crate::schema::{self, quote_ident, quote_literal};
 use crate::search;
 use crate::url::redact_url;
-use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
+use palimpsest_persistence::hold::{check_fence, check_renewal, grant, HoldRecord};
 
 /// The longest session id the store takes, in bytes: a primary key entry
 /// must fit a B-tree page (about 2.7 kB) whatever its content.
@@ -583,11 +583,12 @@ impl PgStore {
         off_the_runtime(|| {
             let mut inner = self.lock();
             let session_id = hold.session_id();
+            let ours = inner.holds.get(session_id).copied();
             let renewed = self.with_retry(&mut inner, "renewing a hold", |store, client| {
                 store.write_tx(client, |client| {
                     exists_or_not_found(client, &store.sql.session_exists, session_id)?;
                     let (row, _) = read_hold_for_update(client, &store.sql.hold_for_update, session_id)?;
-                    check_fence(session_id, Some(hold.token()), row.as_ref())?;
+                    check_renewal(session_id, hold.token(), ours, row.as_ref()).map_err(TxError::Refused)?;
                     let expires_at: SystemTime = client
                         .query_typed_one(
                             &store.sql.renew_hold,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use palimpsest_core_session::search::{index_text, searchable_text};
 use palimpsest_core_session::{Checkpoint, Event, LoadError, SessionHeader};
-use palimpsest_persistence::hold::{check_fence, grant};
+use palimpsest_persistence::hold::{check_fence, check_renewal, grant};
 use palimpsest_persistence::search::HitCollector;
 use palimpsest_persistence::{
     check_continues, check_header, CollectSink, Hold, LoadReport, LoadSink, Resumable, SearchHit,
@@ -1121,7 +1121,7 @@ impl SessionStore for SqliteStore {
             }
             let now = holds::now_ms();
             let record = holds::read(tx, session_id, now)?;
-            check_fence(session_id, Some(hold.token()), record.as_ref())?;
+            check_renewal(session_id, hold.token(), self.our_token(session_id), record.as_ref())?;
             let expires = holds::expiry(now, ttl);
             holds::set_expiry(tx, session_id, hold.token(), expires)?;
             Ok(hold.renewed(holds::time_of(expires)))

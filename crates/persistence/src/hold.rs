@@ -293,6 +293,30 @@ pub fn check_fence(
     }
 }
 
+/// The check of a renewal of the hold with `token`, by a store whose own
+/// hold of the session is `ours` (forgotten once it released it): the
+/// fence ([`check_fence`]), and a hold that is no longer live (released,
+/// or run out) comes back only for the store that still holds it. A
+/// released hold renewed (a background renewal racing the release) would
+/// otherwise come back with no store that knows its token: every writer,
+/// its own included, fenced out until it ran out.
+pub fn check_renewal(
+    session_id: &str,
+    token: u64,
+    ours: Option<u64>,
+    record: Option<&HoldRecord>,
+) -> Result<(), StoreError> {
+    check_fence(session_id, Some(token), record)?;
+    match record {
+        Some(r) if !r.live && ours != Some(token) => Err(StoreError::Locked {
+            what: format!(
+                "session {session_id:?} (the hold with token {token} was released, or this store never held it; take a hold again)"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
@@ -322,6 +346,22 @@ mod tests {
             record("a", 3, false).describe(),
             "\"a\" (token 3) until 2026-12-03T07:20:00.123Z, expired 1.0 s ago"
         );
+    }
+
+    #[test]
+    fn a_released_hold_is_not_renewed_but_one_that_ran_out_is_for_its_store() {
+        let ran_out = record("a", 7, false);
+        assert_eq!(
+            check_renewal("s", 7, Some(7), Some(&ran_out)).ok(),
+            Some(()),
+            "this store still holds it"
+        );
+        let released = check_renewal("s", 7, None, Some(&ran_out));
+        assert_eq!(released.map_err(|e| e.code().to_owned()), Err("locked".to_owned()));
+        let live = record("a", 7, true);
+        assert_eq!(check_renewal("s", 7, None, Some(&live)).ok(), Some(()), "a live hold with its token");
+        let taken = check_renewal("s", 7, Some(7), Some(&record("b", 8, true)));
+        assert_eq!(taken.map_err(|e| e.code().to_owned()), Err("locked".to_owned()));
     }
 
     /// A record at the largest token (only a hand-made one can be): no

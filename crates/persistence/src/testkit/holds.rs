@@ -45,6 +45,11 @@ pub fn holds_keep_a_second_writer_out(factory: &dyn StoreFactory) -> Outcome {
     append(&*a, &h.id, &ticks(2..3));
 
     must(a.release(&held), "releasing the hold");
+    if held.expires_at().is_some() {
+        // A renewal racing the release (a background renewal) must not
+        // bring the hold back with no store that knows its token.
+        must_fail(a.renew(&held, LONG), "locked", "renewing a released hold");
+    }
     let taken = must(b.hold(&h.id, "worker-b", LONG), "the second store's hold after the release")
         .unwrap_or_else(|| panic!("a store that granted one hold granted none the second time"));
     if held.expires_at().is_some() {
