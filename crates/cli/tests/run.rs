@@ -836,6 +836,7 @@ fn continue_picks_the_session_started_last_and_a_prefix_names_one() {
         text_reply(&["Two."]),
         text_reply(&["Three."]),
         text_reply(&["Four."]),
+        text_reply(&["Five."]),
     ]);
     let base = server.base_url();
     let first = run(dir.path(), &model_args(&base, &["--store", "s.db", "First?"]));
@@ -868,6 +869,19 @@ fn continue_picks_the_session_started_last_and_a_prefix_names_one() {
     assert_eq!(unknown.code, Some(2), "{unknown:?}");
     assert!(unknown.stderr.contains("error[not-found]"), "{}", unknown.stderr);
     assert_eq!(server.requests().len(), 4, "no model call for a refused resume");
+
+    // A run that quits before its first turn (stdin at its end) leaves a
+    // session of its settings alone, started last: `-c` still means the
+    // last conversation.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let quit = run(dir.path(), &model_args(&base, &["--store", "s.db"]));
+    assert_eq!(quit.code, Some(0), "{quit:?}");
+    let listed = run(dir.path(), &["sessions", "--json", "s.db"]);
+    let count = serde_json::from_str::<Value>(&listed.stdout).ok().and_then(|v| v.as_array().map(Vec::len));
+    assert_eq!(count, Some(3), "the run that quit left its session: {listed:?}");
+    let cont = run(dir.path(), &model_args(&base, &["--store", "s.db", "-c", "Fifth?"]));
+    assert_eq!(cont.code, Some(0), "{cont:?}");
+    assert!(cont.stderr.contains(&format!("resuming session {b}")), "{}", cont.stderr);
 }
 
 /// The `error`, `hint` and `warning` lines of a run, its session id and

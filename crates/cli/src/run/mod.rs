@@ -191,25 +191,30 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
 }
 
 /// The id of the session to resume: `wanted` (or the one id it is a
-/// unique prefix of), or without it the session started last.
+/// unique prefix of), or without it the session started last that had a
+/// turn (a run that quit before its first turn leaves a session of its
+/// settings alone: `-c` means the last conversation), else the one
+/// started last.
 fn session_to_resume(store: &OpenedStore, wanted: Option<&str>) -> Result<String, CliError> {
-    let headers = store.store.list().map_err(|e| from_store(&e, &store.shown()))?;
-    match wanted {
-        Some(wanted) => {
-            let ids: Vec<String> = headers.into_iter().map(|h| h.id).collect();
-            crate::store_arg::unique_id(&ids, wanted, &store.shown(), store.kind())
-        }
-        None => headers
-            .into_iter()
-            .max_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| b.id.cmp(&a.id)))
-            .map(|h| h.id)
-            .ok_or_else(|| CliError {
-                code: "not-found".into(),
-                location: store.shown(),
-                message: format!("the {} holds no session to continue", store.kind()),
-                exit: Exit::Usage,
-            }),
+    if let Some(wanted) = wanted {
+        let headers = store.store.list().map_err(|e| from_store(&e, &store.shown()))?;
+        let ids: Vec<String> = headers.into_iter().map(|h| h.id).collect();
+        return crate::store_arg::unique_id(&ids, wanted, &store.shown(), store.kind());
     }
+    let summaries = store.store.summaries().map_err(|e| from_store(&e, &store.shown()))?;
+    let newest = |with_a_turn: bool| {
+        summaries
+            .iter()
+            .filter(|(_, summary)| !with_a_turn || summary.as_ref().is_ok_and(|s| s.last_turn.is_some()))
+            .map(|(header, _)| header)
+            .max_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| b.id.cmp(&a.id)))
+    };
+    newest(true).or_else(|| newest(false)).map(|h| h.id.clone()).ok_or_else(|| CliError {
+        code: "not-found".into(),
+        location: store.shown(),
+        message: format!("the {} holds no session to continue", store.kind()),
+        exit: Exit::Usage,
+    })
 }
 
 /// The unknown settings key under which `run` logs its `--tools` directory
