@@ -605,7 +605,7 @@ fn a_resumed_session_keeps_its_logged_settings_without_flags() {
 #[test]
 fn a_flag_that_overrides_a_logged_setting_logs_new_settings_before_the_next_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(vec![text_reply(&["Arr."]), text_reply(&["Aye."])]);
+    let server = Server::start(vec![text_reply(&["Arr."]), text_reply(&["Aye."]), text_reply(&["Plain."])]);
     let base = server.base_url();
     let first = run(dir.path(), &model_args(&base, &["--store", "s", "--system", "You are a pirate.", "Hi"]));
     assert_eq!(first.code, Some(0), "{first:?}");
@@ -630,6 +630,19 @@ fn a_flag_that_overrides_a_logged_setting_logs_new_settings_before_the_next_turn
     assert_eq!(log[at + 2]["type"], "turn/start");
     assert_eq!(settings[1]["data"]["settings"]["model"], "m2");
     assert_eq!(settings[1]["data"]["settings"]["systemPrompt"], "You are a pirate.", "stated whole");
+    assert_valid(dir.path(), "s", &id);
+
+    // `--system ""` clears the prompt: no empty system message is sent.
+    let third = run(
+        dir.path(),
+        &["run", "--store", "s", "--session", &id, "--model", "m2", "--system", "", "Plain?"],
+    );
+    assert_eq!(third.code, Some(0), "{third:?}");
+    let asked = &server.requests()[2];
+    assert_ne!(asked["messages"][0]["role"], "system", "{asked}");
+    let log = jsonl_log(&dir.path().join("s"));
+    let last = log.iter().rev().find(|e| e["type"] == "session/settings").expect("settings");
+    assert_eq!(last["data"]["settings"].get("systemPrompt"), None, "{last}");
     assert_valid(dir.path(), "s", &id);
 }
 

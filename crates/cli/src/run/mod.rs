@@ -108,7 +108,7 @@ pub(crate) struct RunArgs {
     /// Give the model list_files, read_file, write_file and calculator, confined to DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) tools: Option<PathBuf>,
-    /// The system prompt of every request.
+    /// The system prompt of every request; `--system ""` clears one the session logged.
     #[arg(long, value_name = "PROMPT")]
     pub(crate) system: Option<String>,
     /// Compact the history when a request is estimated above this many tokens [default: 100000].
@@ -352,7 +352,13 @@ fn resolve(
     }
     let max_tokens = args.max_tokens.or_else(|| logged_params?.get(MAX_TOKENS_PARAM)?.as_u64());
     config.extra_headers = args.headers.clone();
-    let system = args.system.clone().or_else(|| logged.and_then(|s| s.system_prompt.clone()));
+    // `--system ""` clears the prompt: an empty system message is no
+    // prompt, and some providers refuse one.
+    let system = match args.system.as_deref() {
+        Some("") => None,
+        Some(given) => Some(given.to_owned()),
+        None => logged.and_then(|s| s.system_prompt.clone()).filter(|s| !s.is_empty()),
+    };
     let context_budget = args
         .context_budget
         .or_else(|| logged.and_then(|s| s.context_budget))
