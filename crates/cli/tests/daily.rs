@@ -427,6 +427,38 @@ fn ids_of(d: &Path, store: &str) -> String {
     list[0]["id"].as_str().map(str::to_owned).unwrap_or_default()
 }
 
+/// A session file of `context/message`-shaped events (`kind` is the type)
+/// written to `d/name`: event `k` appends when `rewrite(k)` is `None`, or
+/// replaces `start..=end` citing `cites` for `Some((cites, start, end))`.
+fn message_log(
+    d: &Path,
+    name: &str,
+    kind: &str,
+    count: usize,
+    rewrite: impl Fn(usize) -> Option<(Vec<usize>, usize, usize)>,
+) {
+    let mut log = format!("{{\"type\":\"session\",\"version\":0,\"id\":\"{name}\",\"createdAt\":1}}\n");
+    for k in 0..count {
+        let data = format!(
+            r#"{{"message":{{"id":"m{k}","role":"user","content":[{{"type":"text","text":"t{k}"}}],"source":{{"kind":"user"}}}}}}"#
+        );
+        let surfacing = match rewrite(k) {
+            None => "\"surfaceOp\":\"append\"".to_owned(),
+            Some((cites, start, end)) => {
+                let cites: Vec<String> = cites.iter().map(usize::to_string).collect();
+                format!(
+                    "\"sourceEventSeqs\":[{}],\"surfaceOp\":{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}",
+                    cites.join(",")
+                )
+            }
+        };
+        log.push_str(&format!(
+            "{{\"seq\":{k},\"time\":1,\"type\":\"{kind}\",\"data\":{data},{surfacing}}}\n"
+        ));
+    }
+    fs::write(d.join(format!("{name}.jsonl")), log).expect("write");
+}
+
 /// Provenance is a graph: each rewrite here cites every event before it
 /// (rule 7 allows citing more than is shadowed). `explain` shows each
 /// cited event's own cites once, so its output grows with the citations,
@@ -435,27 +467,7 @@ fn ids_of(d: &Path, store: &str) -> String {
 fn explain_shows_shared_provenance_once() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let d = dir.path();
-    let message = |i: usize| {
-        format!(
-            r#"{{"message":{{"id":"m{i}","role":"user","content":[{{"type":"text","text":"t{i}"}}],"source":{{"kind":"user"}}}}}}"#
-        )
-    };
-    let mut log = String::from("{\"type\":\"session\",\"version\":0,\"id\":\"dag\",\"createdAt\":1}\n");
-    log.push_str(&format!(
-        "{{\"seq\":0,\"time\":1,\"type\":\"user/message\",\"data\":{},\"surfaceOp\":\"append\"}}\n",
-        message(0)
-    ));
-    for k in 1..40usize {
-        let cites: Vec<String> = (0..k).map(|s| s.to_string()).collect();
-        log.push_str(&format!(
-            "{{\"seq\":{k},\"time\":1,\"type\":\"user/message\",\"data\":{},\"sourceEventSeqs\":[{}],\"surfaceOp\":{{\"op\":\"replace\",\"start\":{},\"end\":{}}}}}\n",
-            message(k),
-            cites.join(","),
-            k - 1,
-            k - 1
-        ));
-    }
-    fs::write(d.join("dag.jsonl"), log).expect("write");
+    message_log(d, "dag", "user/message", 40, |k| (k > 0).then(|| ((0..k).collect(), k - 1, k - 1)));
     ok(palimpsest(d, &["validate", "dag.jsonl"]));
     let text = ok(palimpsest(d, &["explain", "dag.jsonl", "39"])).stdout;
     // One line per citation reachable from 39: 39 + 38 + ... + 1.
@@ -561,26 +573,7 @@ fn a_session_read_from_a_pipe_is_read_whole_and_once() {
 fn a_long_shadow_chain_is_shown_by_its_ends() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let d = dir.path();
-    let message = |i: usize| {
-        format!(
-            r#"{{"message":{{"id":"m{i}","role":"user","content":[{{"type":"text","text":"t{i}"}}],"source":{{"kind":"user"}}}}}}"#
-        )
-    };
-    let mut log = String::from("{\"type\":\"session\",\"version\":0,\"id\":\"chain\",\"createdAt\":1}\n");
-    log.push_str(&format!(
-        "{{\"seq\":0,\"time\":1,\"type\":\"context/message\",\"data\":{},\"surfaceOp\":\"append\"}}\n",
-        message(0)
-    ));
-    for k in 1..200usize {
-        log.push_str(&format!(
-            "{{\"seq\":{k},\"time\":1,\"type\":\"context/message\",\"data\":{},\"sourceEventSeqs\":[{}],\"surfaceOp\":{{\"op\":\"replace\",\"start\":{},\"end\":{}}}}}\n",
-            message(k),
-            k - 1,
-            k - 1,
-            k - 1
-        ));
-    }
-    fs::write(d.join("chain.jsonl"), log).expect("write");
+    message_log(d, "chain", "context/message", 200, |k| (k > 0).then(|| (vec![k - 1], k - 1, k - 1)));
     ok(palimpsest(d, &["validate", "chain.jsonl"]));
     let json = ok(palimpsest(d, &["explain", "chain.jsonl", "0", "--json"])).json();
     let chain: Vec<u64> = json["shadowChain"]
@@ -603,26 +596,7 @@ fn cites_past_the_node_budget_are_counted() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let d = dir.path();
     let n = 10_050usize;
-    let message = |i: usize| {
-        format!(
-            r#"{{"message":{{"id":"m{i}","role":"user","content":[{{"type":"text","text":"t"}}],"source":{{"kind":"user"}}}}}}"#
-        )
-    };
-    let mut log = String::from("{\"type\":\"session\",\"version\":0,\"id\":\"wide\",\"createdAt\":1}\n");
-    for i in 0..n {
-        log.push_str(&format!(
-            "{{\"seq\":{i},\"time\":1,\"type\":\"context/message\",\"data\":{},\"surfaceOp\":\"append\"}}\n",
-            message(i)
-        ));
-    }
-    let cites: Vec<String> = (0..n).map(|s| s.to_string()).collect();
-    log.push_str(&format!(
-        "{{\"seq\":{n},\"time\":1,\"type\":\"context/message\",\"data\":{},\"sourceEventSeqs\":[{}],\"surfaceOp\":{{\"op\":\"replace\",\"start\":0,\"end\":{}}}}}\n",
-        message(n),
-        cites.join(","),
-        n - 1
-    ));
-    fs::write(d.join("wide.jsonl"), log).expect("write");
+    message_log(d, "wide", "context/message", n + 1, |k| (k == n).then(|| ((0..n).collect(), 0, n - 1)));
     let seq = n.to_string();
     let json = ok(palimpsest(d, &["explain", "wide.jsonl", &seq, "--json"])).json();
     assert_eq!(json["cites"].as_array().map(Vec::len), Some(10_000));
