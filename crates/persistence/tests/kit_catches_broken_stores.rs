@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palimpsest_core_session::jsonl::{header_line, write_events, JsonlLog};
 use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
-use palimpsest_persistence::hold::{check_fence, grant, HoldRecord};
+use palimpsest_persistence::hold::{check_fence, check_renewal, grant, HoldRecord};
 use palimpsest_persistence::testkit::{self, StoreFactory, WriteFault, CHECKS};
 use palimpsest_persistence::{
     check_continues, check_header, Hold, LoadReport, Resumable, SearchHit, SearchQuery, SessionStore,
@@ -61,6 +61,8 @@ enum Fault {
     /// A takeover keeps the expired hold's token, so its first holder's
     /// appends still pass the fence.
     TakeoverKeepsTheToken,
+    /// `renew` checks the fence only, so a released hold comes back.
+    RenewsAReleasedHold,
     /// `load_resumable` returns the saved checkpoint without checking that
     /// it matches the log.
     TrustsCheckpoints,
@@ -346,7 +348,18 @@ impl SessionStore for BytesStore {
     fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
         let key = self.key(hold.session_id());
         let mut files = self.files();
-        check_fence(hold.session_id(), Some(hold.token()), files.holds.get(&key).map(record).as_ref())?;
+        let current = files.holds.get(&key).map(record);
+        match self.fault {
+            Fault::RenewsAReleasedHold => {
+                check_fence(hold.session_id(), Some(hold.token()), current.as_ref())?
+            }
+            _ => check_renewal(
+                hold.session_id(),
+                hold.token(),
+                self.ours(hold.session_id()),
+                current.as_ref(),
+            )?,
+        }
         let expires = SystemTime::now() + ttl;
         if let Some(held) = files.holds.get_mut(&key) {
             held.2 = expires;
@@ -521,6 +534,7 @@ fn each_fault_is_caught_by_its_check() {
         (Fault::HoldsDoNotFence, "holds_keep_a_second_writer_out"),
         (Fault::HoldsDoNotFence, "an_expired_hold_is_taken_over_and_its_holder_fenced_out"),
         (Fault::TakeoverKeepsTheToken, "an_expired_hold_is_taken_over_and_its_holder_fenced_out"),
+        (Fault::RenewsAReleasedHold, "holds_keep_a_second_writer_out"),
         (Fault::TrustsCheckpoints, "checkpoints_that_do_not_match_are_ignored"),
         (Fault::CheckpointWithTheWholeLog, "a_saved_checkpoint_is_used_and_opens_the_same_session"),
         (Fault::CheckpointWithTheWholeLog, "a_stale_checkpoint_gives_the_events_after_it"),
