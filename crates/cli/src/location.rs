@@ -164,6 +164,17 @@ pub(crate) fn is_postgres_url(s: &str) -> bool {
         .any(|scheme| s.len() >= scheme.len() && s[..scheme.len()].eq_ignore_ascii_case(scheme))
 }
 
+/// `path` made absolute with its links resolved; for a file that does not
+/// exist yet (an export about to be written, SQLite's `-wal`), its
+/// directory's, joined with its name. How the store's own files are
+/// recognised, whatever spelling or link names them.
+pub(crate) fn canonical_or_planned(path: &Path) -> Option<PathBuf> {
+    fs::canonicalize(path).ok().or_else(|| {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some(fs::canonicalize(parent).ok()?.join(path.file_name()?))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

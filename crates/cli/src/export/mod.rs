@@ -722,16 +722,7 @@ pub(crate) fn export(
 /// the store too.
 fn overwrites_store(store: &crate::store_arg::Store, real: &Path) -> Option<&'static str> {
     use crate::store_arg::Store;
-    let canonical = |p: &Path| -> Option<std::path::PathBuf> {
-        // The export may not exist yet: its directory does.
-        match std::fs::canonicalize(p) {
-            Ok(c) => Some(c),
-            Err(_) => {
-                let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
-            }
-        }
-    };
+    let canonical = crate::location::canonical_or_planned;
     let export = canonical(real)?;
     match store {
         Store::File(file) => (canonical(file)? == export).then_some("the session file being exported"),

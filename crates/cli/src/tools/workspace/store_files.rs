@@ -42,7 +42,7 @@ impl StoreFiles {
         let root = std::fs::canonicalize(root)?;
         let mut files = StoreFiles::default();
         for path in store {
-            let Some(abs) = canonical_or_planned(path) else { continue };
+            let Some(abs) = crate::location::canonical_or_planned(path) else { continue };
             if let Ok(rel) = abs.strip_prefix(&root) {
                 files.relative.push(rel.to_owned());
                 files.absolute.push(abs);
@@ -143,13 +143,4 @@ fn std_identity(meta: &std::fs::Metadata) -> Option<Identity> {
 #[cfg(not(unix))]
 fn std_identity(_meta: &std::fs::Metadata) -> Option<Identity> {
     None
-}
-
-/// `path` made absolute with its links resolved; for a file that does not
-/// exist yet (SQLite's `-wal`), its directory's, joined with its name.
-fn canonical_or_planned(path: &Path) -> Option<PathBuf> {
-    std::fs::canonicalize(path).ok().or_else(|| {
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        Some(std::fs::canonicalize(parent).ok()?.join(path.file_name()?))
-    })
 }
