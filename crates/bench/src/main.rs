@@ -40,6 +40,21 @@ pub(crate) struct Workload {
 impl Workload {
     fn new(n: usize) -> Workload {
         let (header, events) = workload::generate(n, 42);
+        Workload::of(n, header, events)
+    }
+
+    /// The workload of a session that prunes its tool results
+    /// ([`workload::generate_pruned`]).
+    pub(crate) fn pruned(n: usize) -> Workload {
+        let (header, events) = workload::generate_pruned(n, 42);
+        Workload::of(n, header, events)
+    }
+
+    fn of(
+        n: usize,
+        header: palimpsest_core_session::SessionHeader,
+        events: Vec<palimpsest_core_session::Event>,
+    ) -> Workload {
         let bytes = palimpsest_core_session::jsonl::to_bytes(&header, &events);
         let mut turn_ends: Vec<usize> = events
             .iter()
@@ -72,7 +87,7 @@ struct Args {
     writer: Option<[String; 3]>,
     /// Writes the workload of N events to FILE and exits (for profiling
     /// the CLI on the same bytes the suite measures).
-    workload_file: Option<(usize, String)>,
+    workload_file: Option<(usize, String, bool)>,
     /// Child mode of the cli section: the command to run and measure.
     peak_of: Option<Vec<String>>,
 }
@@ -103,7 +118,12 @@ fn parse_args() -> Result<Args, String> {
             "--workload-file" => {
                 let n = it.next().ok_or("--workload-file needs a size and a file")?;
                 let n = n.parse().map_err(|_| format!("not a size: {n}"))?;
-                args.workload_file = Some((n, it.next().ok_or("--workload-file needs a file")?));
+                args.workload_file = Some((n, it.next().ok_or("--workload-file needs a file")?, false));
+            }
+            "--pruned-workload-file" => {
+                let n = it.next().ok_or("--pruned-workload-file needs a size and a file")?;
+                let n = n.parse().map_err(|_| format!("not a size: {n}"))?;
+                args.workload_file = Some((n, it.next().ok_or("--pruned-workload-file needs a file")?, true));
             }
             "--peak-of" => {
                 args.peak_of = Some(it.by_ref().collect());
@@ -116,7 +136,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 return Err(
-                    "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE] | --workload-file N FILE"
+                    "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE] | --workload-file N FILE | --pruned-workload-file N FILE"
                         .into(),
                 );
             }
@@ -135,8 +155,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some((n, file)) = &args.workload_file {
-        let w = Workload::new(*n);
+    if let Some((n, file, pruned)) = &args.workload_file {
+        let w = if *pruned { Workload::pruned(*n) } else { Workload::new(*n) };
         return match std::fs::write(file, &w.bytes) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -83,23 +83,23 @@ pub(crate) fn generate_searchable(n: usize, seed: u64) -> (SessionHeader, Vec<Ev
     generate_with(n, seed, true)
 }
 
+/// The workload of a session that prunes, as `palimpsest run` does by
+/// default: before each turn every `tool/result` older than the four newest
+/// is replaced by its stub (a single-node replace citing it, as the
+/// tool-result pruning plugin writes), and compaction waits for 20,000
+/// surface entries (2,500 turns, ~250k events), so the surface grows to
+/// thousands of entries between compactions and a replace comes every
+/// ~35 events, not every ~20,000 as in [`generate`].
+pub(crate) fn generate_pruned(n: usize, seed: u64) -> (SessionHeader, Vec<Event>) {
+    let mut g = Gen::new(n, seed, false);
+    g.results = Some(std::collections::VecDeque::new());
+    g.run(n, 20_000);
+    (SessionHeader::new(format!("bench-pruned-{seed}"), 1_767_225_600_000), g.events)
+}
+
 fn generate_with(n: usize, seed: u64, rare_words: bool) -> (SessionHeader, Vec<Event>) {
-    let mut g = Gen {
-        rng: Rng(SplitMix64::new(seed), rare_words),
-        events: Vec::with_capacity(n + 128),
-        surface: Vec::new(),
-        since: 0,
-        ids: 0,
-    };
-    let mut turn = 0;
-    while g.events.len() < n {
-        if g.since >= 2000 {
-            g.compact();
-        }
-        turn += 1;
-        g.turn(turn);
-    }
-    g.events.truncate(n);
+    let mut g = Gen::new(n, seed, rare_words);
+    g.run(n, 2000);
     (SessionHeader::new(format!("bench-{seed}"), 1_767_225_600_000), g.events)
 }
 
@@ -109,9 +109,58 @@ struct Gen {
     surface: Vec<u64>,
     since: usize,
     ids: u64,
+    /// The `tool/result`s on the surface not yet pruned, oldest first;
+    /// `None` when the workload does not prune.
+    results: Option<std::collections::VecDeque<u64>>,
 }
 
 impl Gen {
+    fn new(n: usize, seed: u64, rare_words: bool) -> Gen {
+        Gen {
+            rng: Rng(SplitMix64::new(seed), rare_words),
+            events: Vec::with_capacity(n + 128),
+            surface: Vec::new(),
+            since: 0,
+            ids: 0,
+            results: None,
+        }
+    }
+
+    /// Turns until there are `n` events (the last one cut short), a
+    /// compaction before a turn once `compact_at` entries have joined the
+    /// surface since the last one, and the pruning before each turn.
+    fn run(&mut self, n: usize, compact_at: usize) {
+        let mut turn = 0;
+        while self.events.len() < n {
+            if self.since >= compact_at {
+                self.compact();
+            }
+            self.prune();
+            turn += 1;
+            self.turn(turn);
+        }
+        self.events.truncate(n);
+    }
+
+    /// Replaces every unpruned `tool/result` but the four newest by its
+    /// stub, in place on the surface.
+    fn prune(&mut self) {
+        while self.results.as_ref().is_some_and(|r| r.len() > 4) {
+            let Some(seq) = self.results.as_mut().and_then(|r| r.pop_front()) else { return };
+            let original = self.events[seq as usize].clone();
+            let id = self.id("p");
+            let stub = palimpsest_core_session::rewrite::pruned_result(&original, id)
+                .expect("the workload's results can be pruned");
+            let by = self.seq();
+            let e = Event::surface(by, self.time(), stub, SurfaceIntent::replace(seq, seq, vec![seq]))
+                .expect("workload events are well-formed");
+            self.events.push(e);
+            if let Some(at) = self.surface.iter().position(|&s| s == seq) {
+                self.surface[at] = by;
+            }
+        }
+    }
+
     fn seq(&self) -> u64 {
         self.events.len() as u64
     }
@@ -167,6 +216,9 @@ impl Gen {
             data: serde_json::json!({"summarySeq": summary}),
         });
         self.since = 0;
+        if let Some(results) = &mut self.results {
+            results.clear();
+        }
     }
 
     fn turn(&mut self, turn: u64) {
@@ -252,10 +304,13 @@ impl Gen {
                 }],
                 source: Source::Tool { call_id },
             };
-            self.surface(
+            let result = self.surface(
                 ToolResult { turn, step, message, error: None },
                 SurfaceIntent::append_citing(vec![call]),
             );
+            if let Some(results) = &mut self.results {
+                results.push_back(result);
+            }
         }
         self.log(StepEnd { turn, step });
     }

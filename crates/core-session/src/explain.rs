@@ -184,6 +184,12 @@ impl Shadowing {
         sorted.sort_unstable();
         let (Some(&lowest), Some(&highest)) = (sorted.first(), sorted.last()) else { return };
         self.replaces.push(seq);
+        if lowest == highest {
+            // One entry (a pruned tool result): one run, and no scan of
+            // the surface for what stays between its entries.
+            self.insert_run(&sorted, seq);
+            return;
+        }
         // What stays on the surface between two shadowed entries splits
         // their run; nothing else can be asked about.
         let mut staying: Vec<u64> = surface.iter().copied().filter(|&s| lowest < s && s < highest).collect();

@@ -89,8 +89,7 @@ impl<'a> SessionView<'a> {
     /// an append or an invalid range).
     pub fn shadowed_by(&self, op: SurfaceOp) -> &[u64] {
         let SurfaceOp::Replace { start, end } = op else { return &[] };
-        let pos = |seq| self.surface.iter().position(|&s| s == seq);
-        match (pos(start), pos(end)) {
+        match crate::surface::range_positions(self.surface, start, end) {
             (Some(a), Some(b)) if a <= b => &self.surface[a..=b],
             _ => &[],
         }

@@ -115,10 +115,11 @@ impl SurfaceManager {
             Some(SurfaceOp::Append) => return Ok(SurfaceStep::Append),
             Some(SurfaceOp::Replace { start, end }) => (start, end),
         };
-        let Some(start_pos) = self.position(start) else {
+        let (start_pos, end_pos) = range_positions(&self.seqs, start, end);
+        let Some(start_pos) = start_pos else {
             return Err(AppendError::ReplaceStartMissing { seq, start });
         };
-        let Some(end_pos) = self.position(end) else {
+        let Some(end_pos) = end_pos else {
             return Err(AppendError::ReplaceEndMissing { seq, end });
         };
         if start_pos > end_pos {
@@ -183,7 +184,7 @@ impl SurfaceManager {
         let step = match event.surface_op() {
             None => SurfaceStep::None,
             Some(SurfaceOp::Append) => SurfaceStep::Append,
-            Some(SurfaceOp::Replace { start, end }) => match (self.position(start), self.position(end)) {
+            Some(SurfaceOp::Replace { start, end }) => match range_positions(&self.seqs, start, end) {
                 (Some(start_pos), Some(end_pos)) if start_pos <= end_pos => {
                     SurfaceStep::Replace { start_pos, end_pos }
                 }
@@ -197,15 +198,35 @@ impl SurfaceManager {
         }
     }
 
-    /// Position of `seq` on the surface.
+    /// Position of `seq` on the surface (searched from the newest end,
+    /// where most replaces start: a seq is on the surface once at most).
     pub fn position(&self, seq: u64) -> Option<usize> {
-        self.seqs.iter().position(|&s| s == seq)
+        self.seqs.iter().rposition(|&s| s == seq)
     }
 
     /// Whether `seq` is on the surface.
     pub fn contains(&self, seq: u64) -> bool {
         self.position(seq).is_some()
     }
+}
+
+/// The positions of a replace's `start` and `end` on `surface`, each
+/// `None` when not on it: what two scans for them would find (a seq is on
+/// the surface once at most), in time proportional to how far `end` lies
+/// from the newest entry plus the range's length, not to the surface's.
+///
+/// A session that prunes replaces one tool result near the newest end
+/// every few events while its surface grows to thousands of entries; two
+/// scans from the oldest end made each replace cost the whole surface.
+pub(crate) fn range_positions(surface: &[u64], start: u64, end: u64) -> (Option<usize>, Option<usize>) {
+    let Some(end_pos) = surface.iter().rposition(|&s| s == end) else {
+        return (surface.iter().rposition(|&s| s == start), None);
+    };
+    let start_pos = surface[..=end_pos]
+        .iter()
+        .rposition(|&s| s == start)
+        .or_else(|| surface[end_pos + 1..].iter().position(|&s| s == start).map(|i| end_pos + 1 + i));
+    (start_pos, Some(end_pos))
 }
 
 /// Rule 8: a replacing tool/result replaces exactly one current tool/result
@@ -239,4 +260,26 @@ fn check_tool_result_replace(log: &[Event], candidate: &Event, shadowed: &[u64])
         return invalid(format!("answers call {mine:?} but replaces the result of call {theirs:?}"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The search from the newest end finds what two scans from the
+        /// oldest end find, for ends on the surface or not, in order or
+        /// reversed.
+        #[test]
+        fn range_positions_are_two_scans(
+            seqs in prop::collection::hash_set(0u64..64, 0..40),
+            start in 0u64..70,
+            end in 0u64..70,
+        ) {
+            let surface: Vec<u64> = seqs.into_iter().collect();
+            let scan = |seq: u64| surface.iter().position(|&s| s == seq);
+            prop_assert_eq!(range_positions(&surface, start, end), (scan(start), scan(end)));
+        }
+    }
 }
