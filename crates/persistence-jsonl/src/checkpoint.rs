@@ -73,7 +73,7 @@ fn parse(text: &str) -> Result<Sidecar, String> {
 /// Reads the header line of `file` (from its start): the header and the
 /// line's length with its `\n`. `None` when it cannot be read or has no
 /// `\n` (a header-only file: nothing to skip).
-fn header_line(file: &mut File, options: ReadOptions) -> io::Result<Option<(SessionHeader, u64)>> {
+pub(crate) fn header_line(file: &mut File, options: ReadOptions) -> io::Result<Option<(SessionHeader, u64)>> {
     file.seek(SeekFrom::Start(0))?;
     let mut line = Vec::new();
     let limit = u64::try_from(options.max_header_bytes()).unwrap_or(u64::MAX).saturating_add(1);
@@ -92,6 +92,8 @@ pub(crate) struct Resumed {
     pub(crate) checkpoint: Checkpoint,
     pub(crate) tail: Vec<Event>,
     pub(crate) report: LoadReport,
+    /// The file's end as read, what an append needs to know of it.
+    pub(crate) end: crate::file::Tail,
 }
 
 /// The sidecar's text: only a regular file's, so that a sidecar made a
@@ -154,7 +156,7 @@ fn resume_from(path: &Path, text: &str, options: ReadOptions) -> Result<Resumed,
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     (&mut file).take(header_len).read_to_end(&mut head).map_err(io)?;
     file.seek(SeekFrom::Start(offset)).map_err(io)?;
-    let (log, _) = read_in_pieces(io::Cursor::new(head).chain(file), path, options, |e| {
+    let (log, read) = read_in_pieces(io::Cursor::new(head).chain(file), path, options, |e| {
         StoreError::io(format!("read {}", path.display()), e)
     })
     .map_err(|e| format!("a line after its offset does not read: {e}"))?;
@@ -176,7 +178,14 @@ fn resume_from(path: &Path, text: &str, options: ReadOptions) -> Result<Resumed,
         offset: t.offset - header_len + offset,
         len: t.len,
     });
-    Ok(Resumed { header, checkpoint, tail, report: LoadReport { torn_tail } })
+    let end = crate::file::Tail {
+        id: header.id.clone(),
+        next_seq: Ok(from + tail.len() as u64),
+        file_len: read - header_len + offset,
+        torn: torn_tail.clone(),
+        missing_newline: log.missing_newline,
+    };
+    Ok(Resumed { header, checkpoint, tail, report: LoadReport { torn_tail }, end })
 }
 
 /// Writes the sidecar of the session file at `path` for `checkpoint`:

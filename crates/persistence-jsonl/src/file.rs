@@ -29,17 +29,17 @@ pub(crate) fn reads_in_pieces(options: ReadOptions) -> bool {
 
 /// What is known about the file's end, kept so an append never re-reads it.
 #[derive(Debug)]
-struct Tail {
+pub(crate) struct Tail {
     /// The header's session id.
-    id: String,
+    pub(crate) id: String,
     /// The next seq, or why the stored log cannot be continued.
-    next_seq: Result<u64, (u64, AppendError)>,
+    pub(crate) next_seq: Result<u64, (u64, AppendError)>,
     /// Bytes in the file (a torn tail included).
-    file_len: u64,
+    pub(crate) file_len: u64,
     /// The torn last line, still in the file.
-    torn: Option<TornTail>,
+    pub(crate) torn: Option<TornTail>,
     /// The last whole line lacks its `\n`.
-    missing_newline: bool,
+    pub(crate) missing_newline: bool,
 }
 
 /// One bare JSONL session file (contract section 6), open for appending.
@@ -485,13 +485,34 @@ impl SessionFile {
         Ok(())
     }
 
-    /// The header's session id, reading the file if it was not read yet.
+    /// The header's session id: from its line alone when the file was not
+    /// read yet (taking a hold asks it, and a bounded resume then reads
+    /// only the lines after the checkpoint), else from what was read. A
+    /// header line that does not read is the whole read's error.
     pub(crate) fn header_id(&mut self) -> Result<String, StoreError> {
+        if let Some(tail) = &self.tail {
+            return Ok(tail.id.clone());
+        }
+        if let Ok(Some((header, _))) = crate::checkpoint::header_line(&mut self.file, self.read) {
+            return Ok(header.id);
+        }
         Ok(self.tail()?.id.clone())
     }
 
     fn tail_id(&self) -> &str {
         self.tail.as_ref().map_or("", |t| t.id.as_str())
+    }
+
+    /// Takes `tail`, read by a resume of this file under this writer's
+    /// lock, as what the next append needs, unless the writer knows its
+    /// end already: so that the first append after a bounded resume does
+    /// not read the whole file again to find it. The first append still
+    /// compares the file's length with `tail`'s (a writer that ignored the
+    /// lock is noticed as before).
+    pub(crate) fn know_tail(&mut self, tail: Tail) {
+        if self.tail.is_none() && !self.dirty {
+            self.tail = Some(tail);
+        }
     }
 
     fn tail(&mut self) -> Result<&Tail, StoreError> {

@@ -416,9 +416,14 @@ impl SessionStore for JsonlStore {
         let path = self.path_of(session_id)?;
         check_regular(&path).map_err(|e| with_id(e, session_id))?;
         let handle = self.cached(session_id);
-        let appends = handle.as_ref().map(lock_handle);
+        let mut appends = handle.as_ref().map(lock_handle);
         if let Some(r) = crate::checkpoint::resume(&path, self.read) {
             check_id(&path, &r.header.id, session_id)?;
+            // Read under the writer's lock: its first append need not read
+            // the whole file to find the end this read found.
+            if let Some(file) = appends.as_mut() {
+                file.know_tail(r.end);
+            }
             tracing::debug!(
                 session_id,
                 log_len = r.checkpoint.log_len(),

@@ -178,3 +178,79 @@ fn a_checkpoint_beyond_the_file_is_refused_and_successive_saves_find_their_line(
         Err(StoreError::NotFound { .. })
     ));
 }
+
+/// One plugin event at `seq`: what any log may take next.
+fn plugin_event(seq: u64) -> Event {
+    use palimpsest_core_session::payload::PluginEvent;
+    let data = serde_json::json!({"n": seq});
+    Event::log(seq, 9, PluginEvent { event_type: "probe/mark".into(), data }).expect("a plugin event")
+}
+
+/// The event lines of a session file, parsed (not its header).
+fn event_lines(path: &Path) -> Vec<serde_json::Value> {
+    let text = fs::read_to_string(path).expect("read");
+    text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap_or(serde_json::Value::Null)).collect()
+}
+
+#[test]
+fn the_first_append_after_a_held_resume_does_not_read_the_file_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, h, _) = store_with_checkpoint(dir.path());
+    let path = ok(store.path_of(&h.id));
+    drop(store);
+    // A line before the checkpoint's offset made unreadable, the file's
+    // length kept: a read of the whole file would refuse the append.
+    let text = fs::read_to_string(&path).expect("read");
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[3] = "x".repeat(lines[3].len());
+    fs::write(&path, lines.join("\n") + "\n").expect("write");
+
+    let store = ok(JsonlStore::open(dir.path()));
+    ok(store.hold(&h.id, "me", std::time::Duration::from_secs(60)));
+    let r = ok(store.load_resumable(&h.id));
+    assert!(r.checkpoint.is_some(), "resumed from the sidecar");
+    let next = (r.checkpoint.as_ref().map_or(0, Checkpoint::log_len) + r.tail.len() as u64, r.tail.len());
+    ok(store.append(&h.id, &[plugin_event(next.0)]));
+    ok(store.sync(&h.id));
+    let events = event_lines(&path);
+    assert_eq!(events.last().map(|e| e["seq"].clone()), Some(serde_json::json!(next.0)));
+    assert_eq!(events.len() as u64, next.0 + 1);
+
+    // Without a hold there is no writer whose end the read could tell: the
+    // append reads the file, and finds the damage.
+    drop(store);
+    let store = ok(JsonlStore::open(dir.path()));
+    ok(store.load_resumable(&h.id));
+    let refused = store.append(&h.id, &[plugin_event(next.0 + 1)]).expect_err("the whole file is read");
+    assert_eq!(refused.code(), "corrupt", "{refused}");
+}
+
+#[test]
+fn an_append_after_a_held_resume_cuts_a_torn_tail_and_ends_an_unterminated_line() {
+    for tear in [&br#"{"seq":99,"ti"#[..], b""] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, h, _) = store_with_checkpoint(dir.path());
+        let path = ok(store.path_of(&h.id));
+        drop(store);
+        let mut bytes = fs::read(&path).expect("read");
+        if tear.is_empty() {
+            assert_eq!(bytes.pop(), Some(b'\n'), "the last line, unterminated");
+        } else {
+            bytes.extend_from_slice(tear);
+        }
+        fs::write(&path, &bytes).expect("write");
+
+        let store = ok(JsonlStore::open(dir.path()));
+        ok(store.hold(&h.id, "me", std::time::Duration::from_secs(60)));
+        let r = ok(store.load_resumable(&h.id));
+        assert!(r.checkpoint.is_some());
+        let next = r.checkpoint.as_ref().map_or(0, Checkpoint::log_len) + r.tail.len() as u64;
+        ok(store.append(&h.id, &[plugin_event(next)]));
+        ok(store.sync(&h.id));
+        drop(store);
+        let whole = ok(ok(JsonlStore::open(dir.path())).load(&h.id));
+        assert_eq!(whole.report.torn_tail, None, "the torn line was cut off");
+        assert_eq!(whole.events.len() as u64, next + 1);
+        assert_eq!(whole.events.last(), Some(&plugin_event(next)));
+    }
+}
