@@ -308,10 +308,17 @@ fn session_resumes_a_stored_session_and_closes_an_interrupted_turn_first() {
         lines[lines.len() - 1].contains("\"turn/end\"") && lines[lines.len() - 2].contains("\"step/end\"")
     );
     std::fs::write(&file, lines[..lines.len() - 2].join("\n") + "\n").unwrap();
+    // The events the file holds: the header line is not one.
+    let held = lines.len() - 2 - 1;
 
     let third = run(dir.path(), &model_args(&base, &["--store", "s", "--session", &id, "Three?"]));
     assert_eq!(third.code, Some(0), "{third:?}");
     assert_eq!(third.stdout, "Three.\n");
+    // The count is what the log held, not the closers just written.
+    assert!(
+        third.stderr.contains(&format!("note: resuming session {id} in s: {held} events, 2 turn(s)")),
+        "{third:?}"
+    );
     assert!(
         third.stderr.contains("note: closed the interrupted last turn first (2 repair event(s)"),
         "{third:?}"
@@ -600,6 +607,98 @@ fn a_resumed_session_keeps_its_logged_settings_without_flags() {
     assert_eq!(derived["settings"], logged[0]["data"]["settings"]);
     assert_eq!(derived["messages"].as_array().map(Vec::len), Some(4));
     assert_valid(dir.path(), "s", &id);
+}
+
+#[test]
+fn a_resume_carries_over_every_logged_setting_it_does_not_set_itself() {
+    // Section 1.3: unknown keys are kept verbatim, and a resumed session
+    // makes the same request. A writer other than `run` logged params and
+    // a key `run` does not know.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+    let store = dir.path().join("s");
+    let log = jsonl_log(&store);
+    let settings = json!({
+        "systemPrompt": "by hand", "model": "m9", "provider": base, "tools": [], "contextBudget": 100000,
+        "params": {"temperature": 0.2, "top_p": 0.3, "seed": 5, "messages": "not the history"},
+        "zz": {"keep": 1}
+    });
+    let line =
+        json!({"seq": log.len() - 1, "time": 1, "type": "session/settings", "data": {"settings": settings}});
+    let file = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"));
+    let file = file.expect("the session file");
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(&format!("{line}\n"));
+    std::fs::write(&file, text).unwrap();
+
+    // Without flags: every param is sent (but one named as a field the
+    // request makes itself), nothing is logged again.
+    let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "Again?"]);
+    assert_eq!(second.code, Some(0), "{second:?}");
+    assert!(!second.stderr.contains("settings changed"), "{second:?}");
+    let asked = &server.requests()[1];
+    assert_eq!(
+        (&asked["model"], &asked["temperature"], &asked["top_p"], &asked["seed"]),
+        (&json!("m9"), &json!(0.2), &json!(0.3), &json!(5))
+    );
+    assert_eq!(asked["messages"][0], json!({"role": "system", "content": "by hand"}), "{asked}");
+    assert_eq!(settings_events(&store).len(), 2, "nothing changed, nothing logged");
+
+    // A flag replaces its own param only: the rest is stated again whole.
+    let third = run(dir.path(), &["run", "--store", "s", "--session", &id, "--temperature", "0.5", "Three?"]);
+    assert_eq!(third.code, Some(0), "{third:?}");
+    assert!(third.stderr.contains("settings changed"), "{third:?}");
+    let asked = &server.requests()[2];
+    assert_eq!((&asked["temperature"], &asked["top_p"]), (&json!(0.5), &json!(0.3)));
+    let logged = settings_events(&store);
+    assert_eq!(logged.len(), 3);
+    let mut expected = settings;
+    expected["params"]["temperature"] = json!(0.5);
+    assert_eq!(logged[2]["data"]["settings"], expected);
+    assert_valid(dir.path(), "s", &id);
+}
+
+#[test]
+fn a_resume_reads_the_checkpoint_and_what_follows_not_the_whole_log() {
+    // A resume that read the whole log (the settings were looked up in a
+    // whole load; a JSONL hold read the file to check its id) took 1.4 s
+    // at 1M events. An event before the checkpoint made unreadable shows
+    // it: a bounded resume never reads it, `validate` does.
+    for store in ["s", "s.db"] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."])]);
+        let base = server.base_url();
+        let first = run(dir.path(), &model_args(&base, &["--store", store, "One?"]));
+        assert_eq!(first.code, Some(0), "{first:?}");
+        let id = first.session_id();
+        if store == "s.db" {
+            let db = rusqlite::Connection::open(dir.path().join(store)).unwrap();
+            let changed = db.execute("UPDATE events SET data = 'not json' WHERE seq = 1", []).unwrap();
+            assert_eq!(changed, 1);
+        } else {
+            let file = std::fs::read_dir(dir.path().join(store))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .unwrap();
+            let text = std::fs::read_to_string(&file).unwrap();
+            let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            lines[2] = "x".repeat(lines[2].len());
+            std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        }
+
+        let second = run(dir.path(), &model_args(&base, &["--store", store, "--session", &id, "Two?"]));
+        assert_eq!((second.code, second.stdout.as_str()), (Some(0), "Two.\n"), "{store}: {second:?}");
+        let checked = run(dir.path(), &["validate", store]);
+        assert_eq!(checked.code, Some(1), "{store}: the damage is validate's to find: {checked:?}");
+    }
 }
 
 #[test]

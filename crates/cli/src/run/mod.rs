@@ -38,10 +38,9 @@ use palimpsest_core_agent_loop::{
     AgentConfig, AgentLoop, AgentLoopBuilder, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec,
     TurnInput, TurnOutcome,
 };
-use palimpsest_core_session::payload::{SessionSettings, Settings, TurnEndReason};
-use palimpsest_core_session::EventType;
+use palimpsest_core_session::payload::{Settings, TurnEndReason};
 use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider, ENV_BASE_URL};
-use palimpsest_persistence::SessionStore;
+use palimpsest_persistence::{Durability, DurableSession, SessionStore};
 use tokio::sync::mpsc;
 
 use crate::error::{from_store, CliError, Exit};
@@ -162,7 +161,7 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
     let (store, logged_seq, logged) = if resuming {
         let store = open_existing_store(&args.store)?;
         let id = session_to_resume(&store, args.session.as_deref())?;
-        let (seq, logged) = logged_settings(&*store.store, &id, &store.shown())?;
+        let (seq, logged) = logged_settings(&store.store, &id, &store.shown())?;
         args.session = Some(id);
         (Some(store), seq, Some(logged))
     } else {
@@ -222,16 +221,19 @@ fn session_to_resume(store: &OpenedStore, wanted: Option<&str>) -> Result<String
 pub(crate) const TOOLS_DIR_KEY: &str = "toolsDir";
 
 /// The seq and effective settings of stored session `id` (`None` and `{}`
-/// when it has none).
+/// when it has none), read as the resume then reads the session: from its
+/// checkpoint and the events after it where the store keeps one, so that
+/// this costs the surface, not the log (a whole read of a 1M-event session
+/// took 1.4 s before the bounded resume even started).
 fn logged_settings(
-    store: &dyn SessionStore,
+    store: &Arc<dyn SessionStore>,
     id: &str,
     shown: &str,
 ) -> anyhow::Result<(Option<u64>, Settings)> {
-    let stored = store.load(id).map_err(|e| from_store(&e, shown))?;
-    let last = stored.events.iter().rev().find(|e| *e.event_type() == EventType::SessionSettings);
-    let settings = last.and_then(|e| e.data_as::<SessionSettings>().ok()).map(|s| s.settings);
-    Ok((last.map(|e| e.seq()), settings.unwrap_or_default()))
+    let (session, _) = DurableSession::resume(Arc::clone(store), id, Durability::default())
+        .map_err(|e| crate::error::from_chain(&e, shown))?;
+    let session = session.session();
+    Ok((session.settings_seq(), session.settings()))
 }
 
 /// What `run` resolved before it started the runtime.
@@ -253,7 +255,16 @@ struct Resolved {
     tools_dir: Option<PathBuf>,
     /// `--max-tokens`, or the logged `maxTokens` param.
     max_tokens: Option<u64>,
+    /// The params to log: the resumed session's, each flag's over its own.
+    params: serde_json::Map<String, serde_json::Value>,
+    /// The resumed session's settings keys this build does not know, kept
+    /// verbatim (section 1.3), but for the two `run` itself writes.
+    extra: serde_json::Map<String, serde_json::Value>,
 }
+
+/// Request fields a logged param is never sent as: the request makes them
+/// from the derived history and the settings.
+const REQUEST_FIELDS: &[&str] = &["messages", "model", "stream", "tools"];
 
 /// The key of the output-token limit in the settings' `params` (contract
 /// section 1.3 names it so); the request field is the provider's
@@ -345,12 +356,27 @@ fn resolve(
     });
     let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
     let mut config = OpenAiConfig::from_lookup_and_flags(base_url, model, args.api_key.clone(), &env)?;
-    let logged_params = logged.and_then(|s| s.params.as_ref());
-    let temperature = args.temperature.or_else(|| logged_params?.get("temperature")?.as_f64());
-    if let Some(t) = temperature {
-        config.extra_body.insert("temperature".into(), t.into());
+    // The logged params carry over whole, so that a resumed session makes
+    // the same request (section 1.3): each is sent as the request field of
+    // its name, but `maxTokens` (the provider's own field) and the fields
+    // the request is made of. A flag replaces its own param.
+    let mut params = logged.and_then(|s| s.params.clone()).unwrap_or_default();
+    if let Some(t) = args.temperature {
+        params.insert("temperature".into(), t.into());
     }
-    let max_tokens = args.max_tokens.or_else(|| logged_params?.get(MAX_TOKENS_PARAM)?.as_u64());
+    if let Some(n) = args.max_tokens {
+        params.insert(MAX_TOKENS_PARAM.into(), n.into());
+    }
+    let max_tokens = params.get(MAX_TOKENS_PARAM).and_then(serde_json::Value::as_u64);
+    for (key, value) in &params {
+        if key == MAX_TOKENS_PARAM || REQUEST_FIELDS.contains(&key.as_str()) {
+            continue;
+        }
+        config.extra_body.insert(key.clone(), value.clone());
+    }
+    let mut extra = logged.map(|s| s.extra.clone()).unwrap_or_default();
+    extra.remove(HEADERS_KEY);
+    extra.remove(TOOLS_DIR_KEY);
     config.extra_headers = args.headers.clone();
     // `--system ""` clears the prompt: an empty system message is no
     // prompt, and some providers refuse one.
@@ -367,7 +393,7 @@ fn resolve(
         let dir = logged?.extra.get(TOOLS_DIR_KEY)?.as_str()?;
         Some(PathBuf::from(dir))
     });
-    Ok(Resolved { config, system, context_budget, tools_dir, max_tokens })
+    Ok(Resolved { config, system, context_budget, tools_dir, max_tokens, params, extra })
 }
 
 /// The settings a run logs: the whole effective settings, no secret (the
@@ -379,15 +405,9 @@ fn settings_of(resolved: &Resolved, tools: &ToolRegistry, tools_dir: Option<&Pat
         provider: Some(resolved.config.shown_base_url()),
         tools: Some(tools.specs().iter().map(ToolSpec::to_offered).collect()),
         context_budget: Some(resolved.context_budget),
-        ..Settings::default()
+        params: Some(resolved.params.clone()).filter(|p| !p.is_empty()),
+        extra: resolved.extra.clone(),
     };
-    let mut params = resolved.config.extra_body.clone();
-    if let Some(n) = resolved.max_tokens {
-        params.insert(MAX_TOKENS_PARAM.into(), n.into());
-    }
-    if !params.is_empty() {
-        settings.params = Some(params);
-    }
     if !resolved.config.extra_headers.is_empty() {
         let headers: serde_json::Map<String, serde_json::Value> = resolved
             .config
@@ -522,9 +542,13 @@ async fn run_async(
         Some(id) => {
             let (agent, report) = builder.open(Arc::clone(&store), id).map_err(|e| loop_error(e, &shown))?;
             let turns = agent.last_turn();
+            // What the log held: not the closers and settings just written.
+            let settings_changed = agent.session().settings_seq() != logged_seq;
+            let written =
+                report.repaired.as_ref().map_or(0, |r| r.end - r.start) + u64::from(settings_changed);
             output::note(&format!(
                 "resuming session {id} in {shown}: {} events, {turns} turn(s)",
-                agent.session().next_seq()
+                agent.session().next_seq().saturating_sub(written)
             ));
             if let Some(torn) = &report.load.torn_tail {
                 output::note(&format!(
@@ -540,7 +564,7 @@ async fn run_async(
                     range.end.saturating_sub(1)
                 ));
             }
-            if agent.session().settings_seq() != logged_seq {
+            if settings_changed {
                 let seq = agent.session().settings_seq().unwrap_or_default();
                 output::note(&format!(
                     "settings changed: {} (logged at seq {seq})",
