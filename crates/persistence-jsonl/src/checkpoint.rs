@@ -182,7 +182,7 @@ fn resume_from(path: &Path, text: &str, options: ReadOptions) -> Result<Resumed,
         id: header.id.clone(),
         next_seq: Ok(from + tail.len() as u64),
         file_len: read - header_len + offset,
-        torn: torn_tail.clone(),
+        torn: torn_tail,
         missing_newline: log.missing_newline,
     };
     Ok(Resumed { header, checkpoint, tail, report: LoadReport { torn_tail }, end })
