@@ -29,11 +29,12 @@
 //! [`Checkpoint::to_json`] writes one JSON object, keys in this order:
 //!
 //! ```json
-//! {"checkpoint":1,"sessionId":"s","logLen":12,"lastTime":1700000000000,
+//! {"checkpoint":2,"sessionId":"s","logLen":12,"lastTime":1700000000000,
 //!  "headerHash":"fnv1a64:…","tailHash":"fnv1a64:…","surface":[3,9],
 //!  "settingsSeq":0,"lastTurn":2,"turnOpen":false,
 //!  "turns":{"started":2,"openTurn":null,"lastStep":0,"openStep":null},
-//!  "events":[{"seq":0,…},{"seq":3,…},{"seq":9,…}]}
+//!  "events":[{"seq":0,…},{"seq":3,…},{"seq":9,…}],
+//!  "bodyHash":"fnv1a64:…"}
 //! ```
 //!
 //! `checkpoint` is the format version ([`CHECKPOINT_VERSION`]); any other
@@ -45,6 +46,12 @@
 //! "requests":[[id,seq]…],"chunks":[seq…]}`. A hash is `fnv1a64:` and 16
 //! lowercase hex digits: FNV-1a over the line's bytes (without its `\n`),
 //! a fingerprint against mistakes, not a defence against forgery.
+//! `bodyHash`, always the last key, is the fingerprint of the text before
+//! it (up to the `,` that precedes it): a resume trusts the cached surface
+//! events and settings, so an edit of them (a hand edit, a flipped byte)
+//! must make the checkpoint unusable rather than send the model text the
+//! log does not hold (version 1 had no `bodyHash`; an outside probe found
+//! such an edit used, 2026-12-07).
 //!
 //! [`Checkpoint::from_json`] checks everything it reads (see
 //! [`CheckpointError`]): a damaged checkpoint is a typed error, never a
@@ -61,7 +68,7 @@ use crate::event::{Event, EventType};
 use crate::header::SessionHeader;
 
 /// The checkpoint format version this crate writes and reads.
-pub const CHECKPOINT_VERSION: u64 = 1;
+pub const CHECKPOINT_VERSION: u64 = 2;
 
 /// A checkpoint could not be read, or does not belong to the session it was
 /// offered to. Match on [`CheckpointError::code`].
@@ -407,7 +414,13 @@ struct Wire<'a> {
     turns: TurnState,
     #[serde(borrow)]
     events: Vec<&'a RawValue>,
+    /// Absent when serializing: [`Checkpoint::to_json`] appends it.
+    #[serde(default, skip_serializing)]
+    body_hash: Option<&'a str>,
 }
+
+/// What precedes the content fingerprint, the wire form's last key.
+const BODY_HASH_KEY: &str = ",\"bodyHash\":\"";
 
 /// Only the version, read first so that a newer checkpoint is told apart
 /// from a damaged one.
@@ -426,6 +439,24 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(24);
     let _ = write!(out, "fnv1a64:{h:016x}");
     out
+}
+
+/// Checks `bodyHash` (`found`), the last key of `json`, against the
+/// fingerprint of the text before it.
+fn check_body_hash(json: &str, found: Option<&str>) -> Result<(), CheckpointError> {
+    let inconsistent = |detail: String| Err(CheckpointError::Inconsistent { detail });
+    let Some(found) = found else { return inconsistent("no bodyHash".to_owned()) };
+    let expected_end = format!("{BODY_HASH_KEY}{found}\"}}");
+    let Some(body) = json.trim_end().strip_suffix(expected_end.as_str()) else {
+        return inconsistent("bodyHash is not the last key of the canonical text".to_owned());
+    };
+    let actual = fingerprint(body.as_bytes());
+    if found != actual {
+        return inconsistent(format!(
+            "bodyHash {found:?} is not the text's ({actual}): the checkpoint was edited or damaged"
+        ));
+    }
+    Ok(())
 }
 
 impl Checkpoint {
@@ -589,7 +620,7 @@ impl Checkpoint {
     /// use palimpsest_core_session::{Session, SessionHeader};
     ///
     /// let text = Session::create(SessionHeader::new("s", 0)).checkpoint().to_json();
-    /// assert!(text.starts_with(r#"{"checkpoint":1,"sessionId":"s","logLen":0,"#));
+    /// assert!(text.starts_with(r#"{"checkpoint":2,"sessionId":"s","logLen":0,"#));
     /// ```
     pub fn to_json(&self) -> String {
         let lines: Vec<String> = self.events.iter().map(Event::to_json).collect();
@@ -608,10 +639,15 @@ impl Checkpoint {
             turn_open: self.turns.last_turn.1,
             turns: self.turns.clone(),
             events: raws.iter().map(AsRef::as_ref).collect(),
+            body_hash: None,
         };
         // Integers, strings and raw JSON texts that are event lines: this
         // cannot fail.
-        serde_json::to_string(&wire).expect("a checkpoint always serializes")
+        let mut text = serde_json::to_string(&wire).expect("a checkpoint always serializes");
+        text.pop(); // the closing brace
+        let hash = fingerprint(text.as_bytes());
+        let _ = write!(text, "{BODY_HASH_KEY}{hash}\"}}");
+        text
     }
 
     /// Reads a checkpoint from its JSON text, checking it whole: the
@@ -621,7 +657,8 @@ impl Checkpoint {
     /// ```
     /// use palimpsest_core_session::Checkpoint;
     ///
-    /// let err = Checkpoint::from_json(r#"{"checkpoint":2}"#).unwrap_err();
+    /// // Version 1, before `bodyHash`: a cache is rebuilt, not upgraded.
+    /// let err = Checkpoint::from_json(r#"{"checkpoint":1}"#).unwrap_err();
     /// assert_eq!(err.code(), "checkpoint-version-unsupported");
     /// let err = Checkpoint::from_json("not json").unwrap_err();
     /// assert_eq!(err.code(), "checkpoint-malformed");
@@ -633,6 +670,7 @@ impl Checkpoint {
             return Err(CheckpointError::VersionUnsupported { found: version.checkpoint });
         }
         let wire: Wire<'_> = serde_json::from_str(json).map_err(|e| malformed(e.to_string()))?;
+        check_body_hash(json, wire.body_hash)?;
         let mut events = Vec::with_capacity(wire.events.len());
         for (i, raw) in wire.events.iter().enumerate() {
             let event = Event::from_json(raw.get())

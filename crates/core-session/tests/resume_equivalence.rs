@@ -121,6 +121,49 @@ fn a_resumed_session_holds_its_surface_and_tail_not_its_log() {
     assert_eq!(trimmed.derive_request().to_json(), request);
 }
 
+/// The wire form's keys, in order, but its last (`bodyHash`).
+const WIRE_KEYS: [&str; 12] = [
+    "checkpoint",
+    "sessionId",
+    "logLen",
+    "lastTime",
+    "headerHash",
+    "tailHash",
+    "surface",
+    "settingsSeq",
+    "lastTurn",
+    "turnOpen",
+    "turns",
+    "events",
+];
+
+/// `fnv1a64:` and FNV-1a of `text`, as the checkpoint's fingerprints are.
+fn fnv1a64(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in text.as_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("fnv1a64:{h:016x}")
+}
+
+/// The text of `v` before its `bodyHash`: the wire keys in order, then any
+/// other key but `bodyHash`.
+fn body_of(v: &Value) -> String {
+    let object = v.as_object().expect("an object");
+    let extra = object.keys().filter(|k| !WIRE_KEYS.contains(&k.as_str()) && *k != "bodyHash");
+    let keys = WIRE_KEYS.iter().copied().chain(extra.map(String::as_str));
+    let fields: Vec<String> =
+        keys.filter_map(|k| object.get(k).map(|value| format!("{}:{value}", json!(k)))).collect();
+    format!("{{{}", fields.join(","))
+}
+
+/// `v` as a checkpoint text sealed with its own `bodyHash`.
+fn sealed(v: &Value) -> String {
+    let body = body_of(v);
+    format!("{body},\"bodyHash\":\"{}\"}}", fnv1a64(&body))
+}
+
 #[test]
 fn a_damaged_checkpoint_is_a_typed_error() {
     let header = SessionHeader::new("d", 0);
@@ -136,7 +179,8 @@ fn a_damaged_checkpoint_is_a_typed_error() {
     let good: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
     type Damage = Box<dyn Fn(&mut Value)>;
     let cases: Vec<(&str, Damage)> = vec![
-        ("checkpoint-version-unsupported", Box::new(|v| v["checkpoint"] = json!(2))),
+        ("checkpoint-version-unsupported", Box::new(|v| v["checkpoint"] = json!(1))),
+        ("checkpoint-version-unsupported", Box::new(|v| v["checkpoint"] = json!(3))),
         ("checkpoint-malformed", Box::new(|v| v["logLen"] = json!(-1))),
         ("checkpoint-malformed", Box::new(|v| v["surprise"] = json!(1))),
         ("checkpoint-malformed", Box::new(|v| v["events"][0]["seq"] = json!("zero"))),
@@ -163,8 +207,33 @@ fn a_damaged_checkpoint_is_a_typed_error() {
     for (expected, damage) in cases {
         let mut v = good.clone();
         damage(&mut v);
-        let err = Checkpoint::from_json(&v.to_string()).expect_err(&v.to_string());
-        assert_eq!(err.code(), expected, "{v} gave {err}");
+        // Sealed again, so that each check past the fingerprint is reached.
+        let text = sealed(&v);
+        let err = Checkpoint::from_json(&text).expect_err(&text);
+        assert_eq!(err.code(), expected, "{text} gave {err}");
+    }
+    // The test's seal is the format's: the undamaged checkpoint, sealed
+    // by it, reads back as the same checkpoint.
+    let resealed = Checkpoint::from_json(&sealed(&good)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(Some(resealed), Checkpoint::from_json(&text).ok());
+    // An edit of what a resume trusts, not sealed again: the text of a
+    // cached message, the surface's order, the settings seq left out.
+    let edits: Vec<Damage> = vec![
+        Box::new(|v| v["events"][1]["data"]["message"]["content"][0]["text"] = json!("not in the log")),
+        Box::new(|v| v["events"][0]["data"]["settings"]["model"] = json!("m2")),
+        Box::new(|v| {
+            v.as_object_mut().map(|o| o.remove("settingsSeq"));
+            v["events"] = json!([v["events"][1]]);
+        }),
+    ];
+    for edit in edits {
+        let mut v = good.clone();
+        edit(&mut v);
+        let stale = v["bodyHash"].as_str().unwrap_or_default().to_owned();
+        let text = sealed(&v).replace(&fnv1a64(&body_of(&v)), &stale);
+        let err = Checkpoint::from_json(&text).expect_err(&text);
+        assert_eq!(err.code(), "checkpoint-inconsistent", "{text} gave {err}");
+        assert!(err.to_string().contains("bodyHash"), "{err}");
     }
     // Every cut of the text is refused, none panics.
     for cut in 0..text.len() {

@@ -106,7 +106,7 @@ type Damage = fn(&Path, &Path);
 
 #[test]
 fn damage_to_the_sidecar_or_the_file_means_a_whole_read() {
-    let damages: [(&str, Damage); 5] = [
+    let damages: [(&str, Damage); 6] = [
         ("sidecar cut short", |_, side| {
             let t = fs::read(side).expect("read");
             fs::write(side, &t[..t.len() - 3]).expect("write");
@@ -127,6 +127,12 @@ fn damage_to_the_sidecar_or_the_file_means_a_whole_read() {
         ("the file rewritten under it", |file, _| {
             let t = fs::read_to_string(file).expect("read");
             fs::write(file, t.replacen("\"time\":", "\"time\":1", 3)).expect("write");
+        }),
+        ("a cached event edited (what a resume would send the model)", |_, side| {
+            let t = fs::read_to_string(side).expect("read");
+            let events = t.find("\"events\":[").expect("events");
+            let edited = t[events..].replacen("\"time\":", "\"time\":1", 1);
+            fs::write(side, format!("{}{edited}", &t[..events])).expect("write");
         }),
         ("the header changed", |file, _| {
             let t = fs::read_to_string(file).expect("read");
