@@ -179,6 +179,40 @@ fn one_shot_streams_the_answer_to_stdout_as_it_arrives_and_stores_a_valid_sessio
     assert!(requests[0].get("tools").is_none(), "no --tools, no tools: {}", requests[0]);
 }
 
+#[test]
+fn a_reader_that_closes_stdout_mid_answer_stops_the_printing_not_the_turn() {
+    // `run ... | head -c 3`: the answer goes on being logged whole, and the
+    // turn ends completed (it was dropped mid-stream, exit 0, turn open).
+    let dir = tempfile::tempdir().unwrap();
+    let (open, gate) = mpsc::channel();
+    let all = text_events(&["Hel", "lo, ", "world!"]);
+    let (before, after) = all.split_at(2);
+    let server = Server::start(vec![Reply::Gated { before: before.to_vec(), gate, after: after.to_vec() }]);
+    let base = server.base_url();
+    let mut child = command(dir.path(), &model_args(&base, &["--store", "s", "Say hello."]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 3];
+    stdout.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"Hel");
+    drop(stdout);
+    open.send(()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let run = Run::from(output);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stderr.contains("stdout was closed"), "{run:?}");
+    let id = run.session_id();
+    assert_valid(dir.path(), "s", &id);
+    let log = jsonl_log(&dir.path().join("s"));
+    assert_eq!(turn_end_reasons(&log), [json!({"kind": "completed"})]);
+    let answer = log.iter().find(|e| e["type"] == "assistant/message").expect("the answer");
+    assert_eq!(answer["data"]["message"]["content"][0]["text"], "Hello, world!");
+}
+
 /// Replaces what differs from run to run (times, the session id, message
 /// ids) by placeholders; equal values get equal placeholders, so the
 /// snapshot still shows which ids are the same.

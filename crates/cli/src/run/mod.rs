@@ -585,7 +585,13 @@ async fn run_async(
     let mut driver = Driver {
         agent,
         rx,
-        console: Console { out, mid_line: false, step: None, terminal: io::stdout().is_terminal() },
+        console: Console {
+            out,
+            mid_line: false,
+            step: None,
+            terminal: io::stdout().is_terminal(),
+            closed: false,
+        },
         shown,
         store,
         maker,
@@ -1052,9 +1058,30 @@ struct Console<'o> {
     /// every control character but a line break or tab is shown as `�`
     /// ([`output::printable`]). Piped, the text is passed on as written.
     terminal: bool,
+    /// stdout's reader went away (`| head`): the answer is no longer
+    /// printed, but the turn runs on and is logged whole. (Ending the run
+    /// there dropped the turn mid-stream: it exited 0 with the turn open
+    /// and the rest of the answer lost.)
+    closed: bool,
 }
 
 impl Console<'_> {
+    /// Writes to stdout, unless its reader went away: then nothing more is
+    /// printed, and the turn carries on.
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.out.write_all(bytes).and_then(|()| self.out.flush()) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                output::note("stdout was closed; the answer is no longer printed, but it is logged whole");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     fn show(&mut self, echo: Echo) -> io::Result<()> {
         match echo {
             Echo::Text { step, text } => {
@@ -1067,12 +1094,12 @@ impl Console<'_> {
                         .chars()
                         .map(|c| if matches!(c, '\n' | '\t') { c } else { output::printable(c) })
                         .collect();
-                    self.out.write_all(shown.as_bytes())?;
+                    self.write(shown.as_bytes())?;
                 } else {
-                    self.out.write_all(text.as_bytes())?;
+                    self.write(text.as_bytes())?;
                 }
                 self.mid_line = !text.ends_with('\n');
-                self.out.flush()
+                Ok(())
             }
             Echo::Line(line) => self.line(&line),
         }
@@ -1087,8 +1114,7 @@ impl Console<'_> {
 
     fn end_line(&mut self) -> io::Result<()> {
         if self.mid_line {
-            self.out.write_all(b"\n")?;
-            self.out.flush()?;
+            self.write(b"\n")?;
             self.mid_line = false;
         }
         Ok(())
@@ -1127,7 +1153,8 @@ mod tests {
     #[test]
     fn two_messages_are_never_glued_and_stderr_lines_end_the_answer_line() {
         let mut buf = Vec::new();
-        let mut console = Console { out: &mut buf, mid_line: false, step: None, terminal: false };
+        let mut console =
+            Console { out: &mut buf, mid_line: false, step: None, terminal: false, closed: false };
         let text = |step: u64, t: &str| Echo::Text { step: (1, step), text: t.into() };
         console.show(text(1, "Let me ")).unwrap();
         console.show(text(1, "look.")).unwrap();
@@ -1144,7 +1171,7 @@ mod tests {
         for (terminal, expected) in [(true, "�[4A�[0JAll good.�]0;title�\tdone�\n"), (false, answer)]
         {
             let mut buf = Vec::new();
-            let mut console = Console { out: &mut buf, mid_line: false, step: None, terminal };
+            let mut console = Console { out: &mut buf, mid_line: false, step: None, terminal, closed: false };
             console.show(Echo::Text { step: (1, 1), text: answer.into() }).unwrap();
             assert_eq!(String::from_utf8(buf).unwrap(), expected, "terminal: {terminal}");
         }
