@@ -160,19 +160,24 @@ impl StreamDecoder {
         out
     }
 
+    /// Decodes `events`, then reports `error` (what stopped the event
+    /// stream after them), unless decoding them ended the stream first.
     fn handle_events(
         &mut self,
-        events: Result<Vec<SseEvent>, crate::sse::SseError>,
+        (events, error): (Vec<SseEvent>, Option<crate::sse::SseError>),
     ) -> Vec<Result<StreamItem, ProviderError>> {
-        let mut out = Vec::new();
-        let events = match events {
-            Ok(events) => events,
-            Err(e) => {
+        let mut out = self.handle_parsed(events);
+        if let Some(e) = error {
+            if !self.is_done() {
                 self.failed = true;
                 out.push(Err(ProviderError::Stream { message: e.to_string(), source: Some(Arc::new(e)) }));
-                return out;
             }
-        };
+        }
+        out
+    }
+
+    fn handle_parsed(&mut self, events: Vec<SseEvent>) -> Vec<Result<StreamItem, ProviderError>> {
+        let mut out = Vec::new();
         for event in events {
             if let Err(e) = self.handle_event(event, &mut out) {
                 self.failed = true;
@@ -658,6 +663,16 @@ mod tests {
                 "provider stream failed: event stream line 1 is not valid UTF-8".into()
             ))
         );
+    }
+
+    #[test]
+    fn a_chunk_before_a_bad_line_in_the_same_read_is_delivered_before_the_error() {
+        let mut d = StreamDecoder::new();
+        let items =
+            plain(d.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"ok \"}}]}\n\ndata: \xff\xfe\n\n"));
+        assert_eq!(items.first(), Some(&text(0, "ok ")));
+        assert!(error_text(&items).is_some_and(|(_, m)| m.contains("not valid UTF-8")), "{items:?}");
+        assert!(d.is_done());
     }
 
     #[test]

@@ -80,9 +80,17 @@ pub(crate) struct SseParser {
 }
 
 impl SseParser {
-    /// Feeds one piece of the byte stream; returns the events it completes.
-    pub(crate) fn feed(&mut self, mut bytes: &[u8]) -> Result<Vec<SseEvent>, SseError> {
+    /// Feeds one piece of the byte stream; returns the events it completes,
+    /// and the error that stopped it, if one did: the events completed
+    /// before a bad line in the same piece are still returned (they were
+    /// dropped with it).
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> (Vec<SseEvent>, Option<SseError>) {
         let mut out = Vec::new();
+        let error = self.feed_into(bytes, &mut out).err();
+        (out, error)
+    }
+
+    fn feed_into(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         if self.after_cr && !bytes.is_empty() {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
@@ -91,7 +99,7 @@ impl SseParser {
         }
         while let Some(end) = bytes.iter().position(|b| *b == b'\n' || *b == b'\r') {
             self.push_bytes(&bytes[..end])?;
-            self.end_line(&mut out)?;
+            self.end_line(out)?;
             if bytes[end] == b'\r' {
                 match bytes.get(end + 1) {
                     Some(b'\n') => bytes = &bytes[end + 2..],
@@ -105,19 +113,20 @@ impl SseParser {
                 bytes = &bytes[end + 1..];
             }
         }
-        self.push_bytes(bytes)?;
-        Ok(out)
+        self.push_bytes(bytes)
     }
 
     /// Ends the input: a last unterminated line is read, and pending data is
     /// dispatched (see the module docs).
-    pub(crate) fn finish(&mut self) -> Result<Vec<SseEvent>, SseError> {
+    pub(crate) fn finish(&mut self) -> (Vec<SseEvent>, Option<SseError>) {
         let mut out = Vec::new();
         if !self.line.is_empty() {
-            self.end_line(&mut out)?;
+            if let Err(e) = self.end_line(&mut out) {
+                return (out, Some(e));
+            }
         }
         self.dispatch(&mut out);
-        Ok(out)
+        (out, None)
     }
 
     fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), SseError> {
@@ -131,6 +140,11 @@ impl SseParser {
     fn end_line(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         self.lines += 1;
         let bytes = std::mem::take(&mut self.line);
+        if bytes.first() == Some(&b':') {
+            // A comment, whatever its bytes: ignored, as the format says.
+            self.started = true;
+            return Ok(());
+        }
         let mut text = String::from_utf8(bytes).map_err(|_| SseError::InvalidUtf8 { line: self.lines })?;
         if !self.started {
             self.started = true;
@@ -185,10 +199,15 @@ mod tests {
         let mut p = SseParser::default();
         let mut out = Vec::new();
         for piece in pieces {
-            out.extend(p.feed(piece)?);
+            let (events, error) = p.feed(piece);
+            out.extend(events);
+            if let Some(e) = error {
+                return Err(e);
+            }
         }
-        out.extend(p.finish()?);
-        Ok(out)
+        let (events, error) = p.finish();
+        out.extend(events);
+        error.map_or(Ok(out), Err)
     }
 
     fn data(d: &str) -> SseEvent {
@@ -261,22 +280,37 @@ mod tests {
     #[test]
     fn invalid_utf8_is_an_error_naming_the_line() {
         let mut p = SseParser::default();
-        assert_eq!(p.feed(b"data: ok\n\n"), Ok(vec![data("ok")]));
-        let err = p.feed(b"data: \xff\xfe\n");
-        assert_eq!(err, Err(SseError::InvalidUtf8 { line: 3 }));
-        assert_eq!(err.map_err(|e| e.to_string()), Err("event stream line 3 is not valid UTF-8".to_owned()));
+        assert_eq!(p.feed(b"data: ok\n\n"), (vec![data("ok")], None));
+        let (events, err) = p.feed(b"data: \xff\xfe\n");
+        assert_eq!((events, err.clone()), (vec![], Some(SseError::InvalidUtf8 { line: 3 })));
+        assert_eq!(err.map(|e| e.to_string()), Some("event stream line 3 is not valid UTF-8".to_owned()));
         // Split, the bad bytes are caught once the line ends.
         let mut p = SseParser::default();
-        assert_eq!(p.feed(b"data: \xe2\x82"), Ok(vec![]));
-        assert_eq!(p.feed(b"\n"), Err(SseError::InvalidUtf8 { line: 1 }));
+        assert_eq!(p.feed(b"data: \xe2\x82"), (vec![], None));
+        assert_eq!(p.feed(b"\n"), (vec![], Some(SseError::InvalidUtf8 { line: 1 })));
+    }
+
+    #[test]
+    fn the_events_before_a_bad_line_in_the_same_piece_are_kept() {
+        // They were dropped with the error: a whole answer lost to the
+        // line after it (an outside probe).
+        let mut p = SseParser::default();
+        let (events, err) = p.feed(b"data: a\n\ndata: b\n\ndata: \xff\n\n");
+        assert_eq!(events, [data("a"), data("b")]);
+        assert_eq!(err, Some(SseError::InvalidUtf8 { line: 5 }));
+    }
+
+    #[test]
+    fn a_comment_is_ignored_whatever_its_bytes() {
+        assert_eq!(parse_pieces(&[b": \xff\xfe\ndata: a\n\n"]), Ok(vec![data("a")]));
     }
 
     #[test]
     fn an_endless_line_is_refused() {
         let mut p = SseParser::default();
         let big = vec![b'a'; MAX_EVENT_BYTES];
-        assert_eq!(p.feed(b"data: "), Ok(vec![]));
-        assert_eq!(p.feed(&big), Err(SseError::TooLong { line: 1 }));
+        assert_eq!(p.feed(b"data: "), (vec![], None));
+        assert_eq!(p.feed(&big), (vec![], Some(SseError::TooLong { line: 1 })));
     }
 
     #[test]
@@ -286,8 +320,8 @@ mod tests {
         let mut input = b"data: ".to_vec();
         input.extend_from_slice(&line);
         input.push(b'\n');
-        assert_eq!(p.feed(&input), Ok(vec![]));
-        assert_eq!(p.feed(&input), Ok(vec![]));
-        assert_eq!(p.feed(&input), Err(SseError::TooLong { line: 3 }));
+        assert_eq!(p.feed(&input), (vec![], None));
+        assert_eq!(p.feed(&input), (vec![], None));
+        assert_eq!(p.feed(&input), (vec![], Some(SseError::TooLong { line: 3 })));
     }
 }
