@@ -251,6 +251,14 @@ impl OpenAiProvider {
     }
 }
 
+/// How long a stream may go on after its finish reason (for its usage
+/// chunk and `[DONE]`) before it is taken as ended there. A server that
+/// sent the whole answer and its finish reason, then kept the connection
+/// open (with keep-alive comments, or silent), held the turn until the
+/// idle timeout and had the complete answer logged as failed (an outside
+/// probe). The grace runs from the finish reason; comments do not extend it.
+const AFTER_FINISH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The response body as stream items.
 fn chunk_stream(
     response: Response,
@@ -260,22 +268,43 @@ fn chunk_stream(
         decoder: StreamDecoder,
         queue: VecDeque<Result<StreamItem, ProviderError>>,
         bytes: u64,
+        /// When the stream ends at the latest, once its finish reason came.
+        finish_by: Option<tokio::time::Instant>,
     }
-    let state =
-        State { response: Some(response), decoder: StreamDecoder::new(), queue: VecDeque::new(), bytes: 0 };
+    let state = State {
+        response: Some(response),
+        decoder: StreamDecoder::new(),
+        queue: VecDeque::new(),
+        bytes: 0,
+        finish_by: None,
+    };
     stream::unfold(state, |mut state| async move {
         loop {
             if let Some(item) = state.queue.pop_front() {
                 return Some((item, state));
             }
+            if state.decoder.saw_finish() && state.finish_by.is_none() {
+                state.finish_by = Some(tokio::time::Instant::now() + AFTER_FINISH_GRACE);
+            }
             let response = state.response.as_mut()?;
-            match response.chunk().await {
-                Ok(Some(bytes)) => {
+            let read = match state.finish_by {
+                None => Some(response.chunk().await),
+                Some(deadline) => tokio::time::timeout_at(deadline, response.chunk()).await.ok(),
+            };
+            match read {
+                Some(Ok(Some(bytes))) => {
                     state.bytes += bytes.len() as u64;
                     state.queue.extend(state.decoder.feed(&bytes));
                 }
-                Ok(None) => state.queue.extend(state.decoder.finish()),
-                Err(e) => state.queue.push_back(Err(body_error(e.without_url()))),
+                Some(Ok(None)) => state.queue.extend(state.decoder.finish()),
+                Some(Err(e)) => state.queue.push_back(Err(body_error(e.without_url()))),
+                None => {
+                    tracing::debug!(
+                        grace_ms = AFTER_FINISH_GRACE.as_millis() as u64,
+                        "no [DONE] after the finish reason; ending the stream there"
+                    );
+                    state.queue.extend(state.decoder.finish());
+                }
             }
             let failed = state.queue.back().is_some_and(Result::is_err);
             if failed || state.decoder.is_done() {

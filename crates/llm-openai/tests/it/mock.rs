@@ -28,6 +28,9 @@ pub(crate) enum Body {
     CloseDelimited(Vec<Vec<u8>>),
     /// Headers, then silence for this long before closing.
     Stall(Duration),
+    /// Like `Chunked`, then a `: keep-alive` comment every 100 ms for
+    /// this long, never the final chunk.
+    ChunkedThenPings(Vec<Vec<u8>>, Duration),
     /// Not even headers: silence for this long, then the connection closes.
     NoAnswer(Duration),
 }
@@ -222,6 +225,20 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
             }
         }
         Body::NoAnswer(_) => {}
+        Body::ChunkedThenPings(pieces, duration) => {
+            head.push_str("transfer-encoding: chunked\r\n\r\n");
+            socket.write_all(head.as_bytes()).await?;
+            write_chunks(socket, &pieces, pause).await?;
+            let until = tokio::time::Instant::now() + duration;
+            while tokio::time::Instant::now() < until {
+                let ping = b": keep-alive\n\n";
+                socket.write_all(format!("{:x}\r\n", ping.len()).as_bytes()).await?;
+                socket.write_all(ping).await?;
+                socket.write_all(b"\r\n").await?;
+                socket.flush().await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         Body::Stall(duration) => {
             head.push_str("transfer-encoding: chunked\r\n\r\n");
             socket.write_all(head.as_bytes()).await?;

@@ -348,6 +348,30 @@ async fn a_silent_stream_times_out_as_a_stream_error() -> TestResult {
     Ok(())
 }
 
+/// A server that sends the whole answer and its finish reason, then keeps
+/// the connection open with keep-alive comments: the answer completes a
+/// few seconds after its finish reason, not at the idle timeout as a
+/// failure (and never, with the pings).
+#[tokio::test]
+async fn an_answer_whose_stream_stays_open_after_its_finish_reason_completes() -> TestResult {
+    let pieces = vec![
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"done\"}}]}\n\n".to_vec(),
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_vec(),
+    ];
+    let server =
+        MockServer::start(vec![Reply::new(200, Body::ChunkedThenPings(pieces, Duration::from_secs(30)))
+            .header("content-type", "text/event-stream")])
+        .await?;
+    let mut config = config(&server.base_url());
+    config.idle_timeout = Some(Duration::from_secs(60));
+    let provider = provider(config)?;
+    let started = Instant::now();
+    let items = collect(&provider, request()).await?;
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    assert_eq!(items, [text(0, "done"), Ok(StreamItem::Finish(FinishReason::Stop))]);
+    Ok(())
+}
+
 /// A server that takes the request and never answers fails the call once,
 /// after one idle timeout: it is not asked again (with the defaults, ten
 /// minutes and two retries, that held a turn for half an hour).
