@@ -14,7 +14,9 @@
 //!   (OpenRouter, Ollama, newer vLLM) → `reasoning-delta`;
 //! * each `tool_calls[]` entry → `tool-call-delta`. Entries are matched to
 //!   calls by their `index` (by `id`, or else to the last call, when a
-//!   server leaves `index` out). The call id a server sends on the first
+//!   server leaves `index` out); an entry with a name and another id than
+//!   the call at its `index` starts a new call (servers that give every
+//!   parallel call index 0). The call id a server sends on the first
 //!   entry is repeated on every later delta of the same call; a call whose
 //!   server never sends an id gets `{response id}-call-{n}` (or
 //!   `call-{n}`). Entries that carry nothing new (no name, no argument
@@ -104,6 +106,8 @@ struct CallSlot {
     /// The contract block index.
     block_index: u32,
     id: String,
+    /// The id is the server's (not generated for a call without one).
+    server_id: bool,
 }
 
 impl StreamDecoder {
@@ -287,8 +291,20 @@ impl StreamDecoder {
 
     fn tool_call(&mut self, position: usize, call: &WireToolCall) -> Option<StreamChunk> {
         let id = call.id.as_deref().filter(|id| !id.is_empty());
+        let named = call.function.as_ref().and_then(|f| f.name.as_deref()).is_some_and(|n| !n.is_empty());
         let found = match (call.index, id) {
-            (Some(index), _) => self.calls.iter().position(|c| c.server_index == Some(index)),
+            (Some(index), _) => {
+                let at = self.calls.iter().rposition(|c| c.server_index == Some(index));
+                // Another id and a name at an index in use start another
+                // call: Ollama and some bridges give every parallel call
+                // index 0, and merging them made one call of three names'
+                // arguments. An id changing without a name is the same
+                // call (the first id is kept).
+                at.filter(|&i| {
+                    let slot = &self.calls[i];
+                    !(named && slot.server_id && id.is_some_and(|id| id != slot.id))
+                })
+            }
             (None, Some(id)) => self.calls.iter().position(|c| c.id == id),
             (None, None) => self.calls.len().checked_sub(1),
         };
@@ -305,7 +321,8 @@ impl StreamDecoder {
                         None => format!("call-{n}"),
                     },
                 };
-                self.calls.push(CallSlot { server_index: call.index, block_index, id });
+                let server_id = call.id.as_deref().is_some_and(|id| !id.is_empty());
+                self.calls.push(CallSlot { server_index: call.index, block_index, id, server_id });
                 (self.calls.len() - 1, true)
             }
         };
@@ -548,6 +565,38 @@ mod tests {
                 Ok(StreamItem::Finish(FinishReason::ToolCalls)),
             ]
         );
+    }
+
+    #[test]
+    fn parallel_calls_that_share_an_index_are_told_apart_by_their_ids() {
+        // Ollama and some bridges give every parallel call index 0.
+        let delta = |id: &str, name: &str, args: &str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":0,\"id\":\"{id}\",\"function\":{{\"name\":\"{name}\",\"arguments\":{args:?}}}}}]}}}}]}}\n\n"
+            )
+        };
+        let stream = [
+            delta("call_a", "read_file", r#"{"path":"a.txt"}"#),
+            delta("call_b", "list_files", "{}"),
+            delta("call_c", "calculator", r#"{"expression":"2+2"}"#),
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n".into(),
+        ]
+        .concat();
+        assert_eq!(
+            decode(&stream),
+            [
+                call(0, "call_a", Some("read_file"), r#"{"path":"a.txt"}"#),
+                call(1, "call_b", Some("list_files"), "{}"),
+                call(2, "call_c", Some("calculator"), r#"{"expression":"2+2"}"#),
+                Ok(StreamItem::Finish(FinishReason::ToolCalls)),
+            ]
+        );
+        // An id that changes without a name is the same call, as before.
+        let same = decode(concat!(
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"b\",\"function\":{\"arguments\":\"}\"}}]}}]}\n\n",
+        ));
+        assert_eq!(&same[..2], [call(0, "a", Some("f"), "{"), call(0, "a", None, "}")]);
     }
 
     #[test]
