@@ -180,8 +180,8 @@ pub use error::LoopError;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
 pub use plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
 pub use provider::{
-    complete, stream_from, wire_arguments, BoxFuture, ChunkStream, Completion, FinishReason, ModelRequest,
-    Provider, ProviderError, SharedError, StreamItem, ToolSpec,
+    complete, stream_from, wire_arguments, wire_tool_name, BoxFuture, ChunkStream, Completion, FinishReason,
+    ModelRequest, Provider, ProviderError, SharedError, StreamItem, ToolSpec,
 };
 pub use scripted::{ScriptedProvider, ScriptedResponse, SCRIPT_EXHAUSTED};
 /// Re-exported: the token that cancels a turn ([`TurnInput::with_cancel`]).

@@ -157,6 +157,43 @@ pub fn wire_arguments(raw: &str) -> &str {
     }
 }
 
+/// What a request carries for a tool call's name: `name` itself when it is
+/// 1 to 64 letters, digits, `_` or `-` (what OpenAI's API and the servers
+/// that copy it accept), else every other character as `_`, cut to 64
+/// characters (`unnamed_tool` for an empty name).
+///
+/// The log keeps the name the model produced; a strict provider refuses
+/// a request whose history repeats a name outside that pattern
+/// (`functions.read_file`), every turn after, so that one bad name left
+/// the session unable to go on (an outside probe). The call's
+/// `tool/result` already told the model the tool was unknown. As with
+/// [`wire_arguments`], [`ModelRequest::new`] applies it and provider
+/// crates call it when they write the wire format.
+///
+/// ```
+/// use palimpsest_core_agent_loop::wire_tool_name;
+///
+/// assert_eq!(wire_tool_name("read_file"), "read_file");
+/// assert_eq!(wire_tool_name("functions.read_file"), "functions_read_file");
+/// assert_eq!(wire_tool_name(""), "unnamed_tool");
+/// assert_eq!(wire_tool_name(&"x".repeat(100)).len(), 64);
+/// ```
+pub fn wire_tool_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if (1..=MAX_WIRE_TOOL_NAME).contains(&name.len()) && name.chars().all(allowed) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    if name.is_empty() {
+        return std::borrow::Cow::Borrowed("unnamed_tool");
+    }
+    let mapped: String =
+        name.chars().map(|c| if allowed(c) { c } else { '_' }).take(MAX_WIRE_TOOL_NAME).collect();
+    std::borrow::Cow::Owned(mapped)
+}
+
+/// The longest tool name [`wire_tool_name`] lets through.
+const MAX_WIRE_TOOL_NAME: usize = 64;
+
 /// Why `raw` is not acceptable tool-call arguments, or `None` when it is a
 /// JSON object or blank (a call without arguments, which some models send
 /// as an empty string; it goes on the wire as `{}`).
@@ -183,17 +220,21 @@ pub(crate) fn arguments_error(raw: &str) -> Option<String> {
     }
 }
 
-/// `messages` with every tool-call block's arguments as [`wire_arguments`]
-/// says; a message that needs no change is moved, not copied.
+/// `messages` with every tool-call block's arguments and name as
+/// [`wire_arguments`] and [`wire_tool_name`] say; a message that needs no
+/// change is moved, not copied.
 fn wire_messages(messages: Vec<Message>) -> Vec<Message> {
     messages
         .into_iter()
         .map(|mut m| {
             for block in &mut m.content {
-                if let Block::ToolCall { arguments, .. } = block {
+                if let Block::ToolCall { arguments, name, .. } = block {
                     let wire = wire_arguments(arguments);
                     if wire != arguments.as_str() {
                         *arguments = wire.to_owned();
+                    }
+                    if let std::borrow::Cow::Owned(wire) = wire_tool_name(name) {
+                        *name = wire;
                     }
                 }
             }
@@ -226,7 +267,8 @@ pub struct ModelRequest {
 
 impl ModelRequest {
     /// A request with these messages and nothing else. Tool-call arguments
-    /// that are not a JSON object are replaced by `{}` ([`wire_arguments`]):
+    /// that are not a JSON object are replaced by `{}` ([`wire_arguments`]),
+    /// names outside `[A-Za-z0-9_-]{1,64}` mapped ([`wire_tool_name`]):
     /// what a request carries is always well-formed for the provider.
     pub fn new(messages: Vec<Message>) -> ModelRequest {
         ModelRequest {

@@ -23,7 +23,8 @@
 //!   that are not a JSON object (empty, or broken JSON the model produced
 //!   and the log keeps verbatim) are sent as `{}`, which servers that
 //!   validate history accept ([`wire_arguments`]; the call's result already
-//!   told the model its arguments were invalid);
+//!   told the model its arguments were invalid); a name outside
+//!   `[A-Za-z0-9_-]{1,64}` is sent mapped ([`wire_tool_name`]);
 //! * `reasoning` blocks are dropped: servers that stream reasoning refuse
 //!   it back (DeepSeek) or ignore it. Images in an assistant message, and
 //!   tool calls in a user message, have no place in the format and are
@@ -34,7 +35,7 @@
 //! output-token limit under the configured key, and last the configured
 //! `extra_body` fields.
 
-use palimpsest_core_agent_loop::{wire_arguments, ModelRequest, ToolSpec};
+use palimpsest_core_agent_loop::{wire_arguments, wire_tool_name, ModelRequest, ToolSpec};
 use palimpsest_core_session::payload::{Block, Message, Role};
 use serde_json::{json, Map, Value};
 
@@ -195,7 +196,7 @@ fn assistant_message(message: &Message) -> Value {
                 calls.push(json!({
                     "id": id,
                     "type": "function",
-                    "function": {"name": name, "arguments": arguments},
+                    "function": {"name": wire_tool_name(name), "arguments": arguments},
                 }));
             }
             Block::Reasoning { .. } | Block::Image { .. } | Block::ToolResult { .. } => {}
@@ -318,6 +319,34 @@ mod tests {
             .filter_map(|c| c["function"]["arguments"].as_str())
             .collect();
         assert_eq!(sent, ["{}", "{}", "{}", "{\"path\": \"b\"}"]);
+    }
+
+    #[test]
+    fn tool_names_outside_the_pattern_strict_servers_accept_are_sent_mapped() {
+        // OpenAI refuses a history naming `functions.read_file`, every turn
+        // after: one bad name from a model ended the session (an outside
+        // probe). The log keeps the name; the wire maps it.
+        let names = ["read_file", "functions.read_file", "", "a b/c"];
+        let calls = names.iter().enumerate().map(|(i, n)| call(&format!("c{i}"), n, "{}")).collect();
+        for request in [
+            ModelRequest::new(vec![msg("a1", Role::Assistant, calls)]),
+            // Past `ModelRequest::new`, as a caller could build it.
+            {
+                let mut r = ModelRequest::new(vec![]);
+                let calls = names.iter().enumerate().map(|(i, n)| call(&format!("c{i}"), n, "{}")).collect();
+                r.messages.push(msg("a1", Role::Assistant, calls));
+                r
+            },
+        ] {
+            let body = request_body(&OpenAiConfig::new("http://h/v1", "m"), &request);
+            let sent: Vec<&str> = body["messages"][0]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["function"]["name"].as_str())
+                .collect();
+            assert_eq!(sent, ["read_file", "functions_read_file", "unnamed_tool", "a_b_c"]);
+        }
     }
 
     #[test]
