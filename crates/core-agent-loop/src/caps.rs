@@ -12,6 +12,14 @@
 //! [`RESPONSE_TOO_LARGE`](crate::codes::RESPONSE_TOO_LARGE) or
 //! [`TOOL_ARGUMENTS_TOO_LARGE`](crate::codes::TOOL_ARGUMENTS_TOO_LARGE)).
 //!
+//! Every chunk also counts [`CHUNK_BYTES`] toward the response, whatever
+//! it carries: a usage chunk or a one-byte delta is an event of its own in
+//! the log (with the chunk window at 0) and a seq in the message's
+//! provenance. Counted as nothing, a server sending usage-only chunks
+//! logged 1.8 million events (278 MB) in 8 seconds and never stopped
+//! (an outside probe); now a response is at most
+//! `max_response_bytes / CHUNK_BYTES` chunks (262,144 by default).
+//!
 //! The defaults leave a margin: JSON escaping writes a byte as at most six
 //! (`\u0001`), so a response of 8 MiB is at most 48 MiB in its
 //! `assistant/message`, under the 64 MiB
@@ -34,6 +42,11 @@ pub const DEFAULT_MAX_TOOL_RESULT_BYTES: usize = 16 << 20;
 /// Default [`StreamCaps::max_response_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 << 20;
 
+/// What every streamed chunk counts toward
+/// [`StreamCaps::max_response_bytes`] besides its text: about what its
+/// event costs the log beyond that text, at the least. See the module docs.
+pub const CHUNK_BYTES: usize = 32;
+
 /// Default [`StreamCaps::max_tool_calls`]: 256.
 pub const DEFAULT_MAX_TOOL_CALLS: usize = 256;
 
@@ -47,8 +60,9 @@ const _: () =
 pub struct StreamCaps {
     /// Most bytes of one tool call's streamed arguments.
     pub max_tool_arguments_bytes: usize,
-    /// Most bytes of one response: every text, reasoning and tool-call delta.
-    /// At most a sixth of the event limit, less the envelope.
+    /// Most bytes of one response: every text, reasoning and tool-call
+    /// delta, and [`CHUNK_BYTES`] for each chunk. At most a sixth of the
+    /// event limit, less the envelope.
     pub max_response_bytes: usize,
     /// Most tool calls in one response. Each call is logged twice (its
     /// `tool/call` and its result) whether it runs or not
@@ -97,6 +111,7 @@ impl StreamBudget {
             }
             StreamChunk::Usage(_) => (0, None),
         };
+        let bytes = bytes + CHUNK_BYTES;
         if let Some((index, delta)) = call {
             let calls = self.caps.max_tool_calls;
             if !self.arguments.contains_key(&index) && self.arguments.len() >= calls {

@@ -14,8 +14,9 @@ use palimpsest_core_session::{EventType, Session, MAX_EVENT_LINE_BYTES};
 
 use crate::common::*;
 
+// Each chunk also counts `CHUNK_BYTES` (32) toward the response.
 const CAPS: StreamCaps =
-    StreamCaps { max_tool_arguments_bytes: 100, max_response_bytes: 250, max_tool_calls: 3 };
+    StreamCaps { max_tool_arguments_bytes: 100, max_response_bytes: 350, max_tool_calls: 3 };
 
 fn config() -> AgentConfig {
     AgentConfig::default().with_dev_mode(DevMode::On).with_stream_caps(CAPS).with_chunk_window_ms(0)
@@ -118,6 +119,27 @@ async fn a_response_past_its_cap_ends_the_stream_with_an_error() {
         assert_eq!(next.reason, TurnEndReason::Completed);
     })
     .await;
+}
+
+/// Usage chunks carry no text, but each is an event in the log: a server
+/// that sends them without end logged 1.8 million events in 8 seconds.
+#[tokio::test]
+async fn chunks_without_text_count_toward_the_response_cap() {
+    let mut endless = ScriptedResponse::new().text(0, "Hi.");
+    for i in 0..100 {
+        endless = endless.usage(i, i);
+    }
+    let provider = Arc::new(ScriptedProvider::new([endless.hang(), ScriptedResponse::reply("Done.")]));
+    let store: Arc<dyn palimpsest_persistence::SessionStore> =
+        Arc::new(palimpsest_persistence::MemoryStore::default());
+    let mut agent = builder(&provider).config(config()).create(store, SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("Hello.")).await.expect("turn");
+    assert_eq!(error_code(&outcome.reason), Some(codes::RESPONSE_TOO_LARGE), "{:?}", outcome.reason);
+    let chunks = types(agent.session()).iter().filter(|t| *t == "assistant/chunk").count();
+    // 35 bytes for the text, 32 for each usage chunk: 9 usage chunks fit 350.
+    assert_eq!(chunks, 1 + 9);
+    let next = agent.run_turn(TurnInput::text("Again.")).await.expect("turn 2");
+    assert_eq!(next.reason, TurnEndReason::Completed);
 }
 
 #[tokio::test]
