@@ -170,8 +170,8 @@ mod tool;
 pub use agent::{AgentLoop, HooksRun, TurnInput, TurnOutcome, PROVIDER_CALL_ID};
 pub use builder::{AgentLoopBuilder, OpenReport, DEFAULT_HOLD_TTL};
 pub use caps::{
-    StreamCaps, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, DEFAULT_MAX_TOOL_CALLS,
-    DEFAULT_MAX_TOOL_RESULT_BYTES,
+    StreamCaps, CHUNK_BYTES, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
+    DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_TOOL_RESULT_BYTES,
 };
 pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, UniqueIds};
 pub use config::{AgentConfig, DEFAULT_CHUNK_WINDOW_MS, DEFAULT_MAX_TOOL_CALLS_PER_STEP};
