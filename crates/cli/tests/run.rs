@@ -1107,6 +1107,24 @@ fn a_stream_of_nothing_without_a_finish_reason_is_a_warning_exit_1_and_an_error_
     assert_valid(dir.path(), "s", &run.session_id());
 }
 
+#[test]
+fn an_empty_answer_that_completes_is_said_on_stderr() {
+    // A finish reason with nothing before it (an empty delta stream, a
+    // finish of tool_calls with no call, a chunk shape this build does not
+    // read): completed, as the server said, but not silently.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = vec![
+        sse::event(json!({"role": "assistant", "content": ""}), None),
+        sse::event(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let server = Server::start(vec![Reply::Sse(empty)]);
+    let run = run(dir.path(), &model_args(&server.base_url(), &["--store", "s", "Hi"]));
+    assert_eq!((run.code, run.stdout.as_str()), (Some(0), ""), "{run:?}");
+    assert!(run.stderr.contains("turn 1: the model's answer was empty"), "{run:?}");
+    assert_valid(dir.path(), "s", &run.session_id());
+}
+
 /// The events of a JSONL session file.
 fn file_log(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("the session file");

@@ -38,7 +38,7 @@ use palimpsest_core_agent_loop::{
     AgentConfig, AgentLoop, AgentLoopBuilder, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec,
     TurnInput, TurnOutcome,
 };
-use palimpsest_core_session::payload::{Settings, TurnEndReason};
+use palimpsest_core_session::payload::{Block, Settings, TurnEndReason};
 use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider, ENV_BASE_URL};
 use palimpsest_persistence::{Durability, DurableSession, SessionStore};
 use tokio::sync::mpsc;
@@ -1010,7 +1010,26 @@ impl Driver<'_> {
             ));
         }
         match &outcome.reason {
-            TurnEndReason::Completed => Ended::Completed,
+            TurnEndReason::Completed => {
+                // Nothing to show: an empty delta stream, a finish with no
+                // call, a shape of chunk this build does not read (a legacy
+                // `function_call`, `message` for `delta`). Completed as the
+                // server said, but not silently.
+                let said_something = outcome.message.as_ref().is_some_and(|m| {
+                    m.content.iter().any(|b| match b {
+                        Block::Text { text } => !text.trim().is_empty(),
+                        Block::ToolCall { .. } => true,
+                        _ => false,
+                    })
+                });
+                if !said_something {
+                    output::warning(&format!(
+                        "turn {}: the model's answer was empty (no text and no tool call); it is logged as it came",
+                        outcome.turn
+                    ));
+                }
+                Ended::Completed
+            }
             TurnEndReason::Aborted { reason } => {
                 output::note(&format!(
                     "turn {} {reason}; what streamed before is kept in the log",
