@@ -185,7 +185,39 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     if let Some(ms) = number("retry-after-ms") {
         return Some(Duration::from_secs_f64(ms.min(1e9) / 1000.0));
     }
-    number("retry-after").map(|s| Duration::from_secs_f64(s.min(1e9)))
+    if let Some(s) = number("retry-after") {
+        return Some(Duration::from_secs_f64(s.min(1e9)));
+    }
+    // The other form HTTP allows: a date (it was ignored, and a server
+    // asking for ten seconds was asked again after half of one).
+    let date = headers.get("retry-after")?.to_str().ok()?;
+    let at = http_date(date)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    // A date already past asks nothing: the usual backoff applies.
+    at.checked_sub(now).filter(|&wait| wait > 0).map(Duration::from_secs)
+}
+
+/// Seconds since the Unix epoch of an HTTP date in its one current form,
+/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`); `None` for anything else.
+fn http_date(text: &str) -> Option<u64> {
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else { return None };
+    const MONTHS: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let month = MONTHS.iter().position(|m| m == month)? as u64 + 1;
+    let (day, year): (u64, u64) = (day.parse().ok()?, year.parse().ok()?);
+    let hms: Vec<u64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let [h, m, sec] = hms.as_slice() else { return None };
+    if !(1..=31).contains(&day) || !(1970..=9999).contains(&year) || *h > 23 || *m > 59 || *sec > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm), March-based.
+    let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let (era, yoe) = (y / 400, y % 400);
+    let doy = (153 * mo + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(days * 86_400 + h * 3_600 + m * 60 + sec)
 }
 
 #[cfg(test)]
@@ -253,6 +285,53 @@ mod tests {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             assert_eq!(is_retryable(status), retry, "{status}");
         }
+    }
+
+    #[test]
+    fn retry_after_reads_an_http_date() {
+        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(http_date("Tue, 29 Feb 2028 23:59:59 GMT"), Some(1_835_481_599));
+        for bad in [
+            "",
+            "Sun, 06 Nov 1994 08:49:37",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(http_date(bad), None, "{bad}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"));
+        assert_eq!(retry_after(&h), None, "a date past asks nothing");
+        let later = std::time::SystemTime::now() + Duration::from_secs(30);
+        let secs = later.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let date = fixdate(secs);
+        h.insert("retry-after", HeaderValue::from_str(&date).unwrap());
+        let asked = retry_after(&h).unwrap();
+        assert!((Duration::from_secs(28)..=Duration::from_secs(30)).contains(&asked), "{date}: {asked:?}");
+    }
+
+    /// An IMF-fixdate of `secs`, for the test (the inverse of `http_date`).
+    fn fixdate(secs: u64) -> String {
+        let (days, rest) = (secs / 86_400, secs % 86_400);
+        // Civil from days (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let (era, doe) = (z / 146_097, z % 146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + u64::from(month <= 2);
+        const MONTHS: [&str; 12] =
+            ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+        format!(
+            "Mon, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+            MONTHS[month as usize - 1],
+            rest / 3600,
+            rest % 3600 / 60,
+            rest % 60
+        )
     }
 
     #[test]
