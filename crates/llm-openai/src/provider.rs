@@ -87,6 +87,59 @@ fn scrub(message: String, secrets: &[String]) -> String {
     })
 }
 
+/// Every text an error message must not carry: the API key, the extra
+/// headers' values, and the endpoint's password and query values, each as
+/// written and as a server may echo it back, JSON-escaped or
+/// percent-encoded (an outside probe found those forms logged). Short
+/// values would blank out ordinary words; keys are long.
+fn secret_forms(config: &OpenAiConfig, endpoint: &reqwest::Url) -> Arc<[String]> {
+    let from_url = endpoint
+        .password()
+        .map(str::to_owned)
+        .into_iter()
+        .chain(endpoint.query_pairs().flat_map(|(_, value)| [value.into_owned()]))
+        .chain(endpoint.query().map(str::to_owned).into_iter().flat_map(|q| {
+            q.split('&')
+                .filter_map(|pair| pair.split_once('=').map(|(_, v)| v.to_owned()))
+                .collect::<Vec<_>>()
+        }));
+    let plain: Vec<String> = config
+        .api_key
+        .iter()
+        .chain(config.extra_headers.iter().map(|(_, value)| value))
+        .cloned()
+        .chain(from_url)
+        .filter(|s| s.len() >= 4)
+        .collect();
+    let mut forms: Vec<String> = Vec::new();
+    for secret in plain {
+        let json = serde_json::to_string(&secret).unwrap_or_default();
+        let json = json.trim_matches('"').to_owned();
+        for form in [percent_encoded(&secret), json, secret] {
+            if !forms.contains(&form) {
+                forms.push(form);
+            }
+        }
+    }
+    // Longest first, so that a form inside another is not replaced first
+    // and leaves the rest of the longer one behind.
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms.into()
+}
+
+/// `text` percent-encoded: every byte but the URL-unreserved ones as `%XX`.
+fn percent_encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 impl OpenAiProvider {
     /// A provider for `config`. Fails on a base URL that is not a usable
     /// `http(s)` URL, an API key or extra header that cannot be sent, or an
@@ -124,14 +177,7 @@ impl OpenAiProvider {
         }
         let client = builder.build().map_err(|source| ConfigError::HttpClient { source })?;
         let shown_endpoint = crate::config::redact(endpoint.as_str());
-        // Short values would blank out ordinary words; keys are long.
-        let secrets: Arc<[String]> = config
-            .api_key
-            .iter()
-            .chain(config.extra_headers.iter().map(|(_, value)| value))
-            .filter(|s| s.len() >= 4)
-            .cloned()
-            .collect();
+        let secrets = secret_forms(&config, &endpoint);
         Ok(OpenAiProvider { config, endpoint, shown_endpoint, client, headers, secrets })
     }
 
@@ -358,5 +404,33 @@ impl Provider for OpenAiProvider {
             messages = request.messages.len(),
         );
         Box::pin(self.start(request).instrument(span))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_echoed_back_escaped_or_encoded_is_scrubbed() {
+        let mut config = OpenAiConfig::new("http://h:8/v1?key=QSECRET9&api-version=1", "m");
+        config.api_key = Some(r#"sk-"q\uote\back"#.to_owned());
+        let endpoint = config.endpoint().expect("an endpoint");
+        let secrets = secret_forms(&config, &endpoint);
+        let echoes = [
+            r#"{"error":"bad key sk-\"q\\uote\\back"}"#.to_owned(),
+            "bad key sk-%22q%5Cuote%5Cback".to_owned(),
+            r#"bad key sk-"q\uote\back"#.to_owned(),
+            "GET /v1/chat/completions?key=QSECRET9 refused".to_owned(),
+        ];
+        for echo in echoes {
+            let scrubbed = scrub(echo.clone(), &secrets);
+            assert!(scrubbed.contains("***"), "{echo} -> {scrubbed}");
+            for leak in ["q\\uote", "q%5Cuote", "QSECRET9"] {
+                assert!(!scrubbed.contains(leak), "{echo} -> {scrubbed}");
+            }
+        }
+        // A short value is left alone: it would blank out ordinary words.
+        assert_eq!(scrub("api-version 1".to_owned(), &secrets), "api-version 1");
     }
 }
