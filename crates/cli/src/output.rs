@@ -62,6 +62,56 @@ pub(crate) fn printable_line(text: &str) -> String {
     text.chars().map(printable).collect()
 }
 
+/// A writer for a terminal: each line passes on with its control
+/// characters (but the tab) shown, not obeyed ([`printable`]), so that a
+/// document quoting a model's text (an export to stdout) cannot move the
+/// cursor, retitle the window or write the clipboard. Lines are passed on
+/// whole; a last one without `\n` at [`TerminalText::finish`].
+pub(crate) struct TerminalText<'w> {
+    inner: &'w mut dyn Write,
+    line: Vec<u8>,
+}
+
+impl<'w> TerminalText<'w> {
+    pub(crate) fn new(inner: &'w mut dyn Write) -> TerminalText<'w> {
+        TerminalText { inner, line: Vec::new() }
+    }
+
+    fn emit(&mut self, line: &[u8], end: &[u8]) -> io::Result<()> {
+        let text = String::from_utf8_lossy(line);
+        let shown: String = text.chars().map(|c| if c == '\t' { c } else { printable(c) }).collect();
+        self.inner.write_all(shown.as_bytes())?;
+        self.inner.write_all(end)
+    }
+
+    /// Writes a last line without its `\n`, then flushes.
+    pub(crate) fn finish(&mut self) -> io::Result<()> {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.emit(&line, b"")?;
+        }
+        self.inner.flush()
+    }
+}
+
+impl Write for TerminalText<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let mut rest = bytes;
+        while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+            self.line.extend_from_slice(&rest[..at]);
+            let line = std::mem::take(&mut self.line);
+            self.emit(&line, b"\n")?;
+            rest = &rest[at + 1..];
+        }
+        self.line.extend_from_slice(rest);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Whether `--color auto` means colour: stdout is a terminal and `NO_COLOR`
 /// is unset or empty.
 pub(crate) fn stdout_wants_color() -> bool {
@@ -89,6 +139,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_text_shows_control_characters_and_keeps_lines() {
+        let mut out = Vec::new();
+        let mut shown = TerminalText::new(&mut out);
+        shown.write_all("a\x1b[2Jb\tc\n\u{202E}d\r".as_bytes()).unwrap();
+        shown.write_all("\u{7}e".as_bytes()).unwrap();
+        shown.finish().unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "a\u{FFFD}[2Jb\tc\n\u{FFFD}d \u{FFFD}e");
+    }
 
     fn render(items: &[&str]) -> String {
         let mut buf = Vec::new();

@@ -25,7 +25,7 @@ pub(crate) mod markdown;
 mod md;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
 
 use palimpsest_core_session::payload::{
@@ -655,6 +655,14 @@ pub(crate) fn export(
     let mut read = |upto: u64, consume: &mut Consume<'_>| target.replay(upto, consume);
     let mut render = renderer(format);
     match output {
+        None if std::io::stdout().is_terminal() => {
+            // A person reads it: the model's text is shown, not obeyed.
+            let mut out = BufWriter::new(out);
+            let mut shown = crate::output::TerminalText::new(&mut out);
+            write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut shown)?;
+            shown.finish()?;
+            out.flush()?;
+        }
         None => {
             let mut out = BufWriter::new(out);
             write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut out)?;
