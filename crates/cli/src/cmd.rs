@@ -54,10 +54,7 @@ pub(crate) fn readable_session(checked: Checked) -> anyhow::Result<Session> {
 
 pub(crate) fn report_tail(checked: &Checked) {
     if let Some(torn) = checked.report.torn_tail {
-        output::note(&format!(
-            "{}:{}: dropped a torn last line ({} bytes, no newline); it is cut before the next append",
-            checked.origin, torn.line, torn.len
-        ));
+        torn_note(&checked.origin, torn);
     }
     if checked.report.missing_newline {
         output::note(&format!(
@@ -65,6 +62,14 @@ pub(crate) fn report_tail(checked: &Checked) {
             checked.origin
         ));
     }
+}
+
+/// The note of a torn last line the read dropped.
+fn torn_note(origin: &str, torn: palimpsest_core_session::jsonl::TornTail) {
+    output::note(&format!(
+        "{origin}:{}: dropped a torn last line ({} bytes, no newline); it is cut before the next append",
+        torn.line, torn.len
+    ));
 }
 
 /// Prints every violation as an `error[<code>]` line.
@@ -174,7 +179,12 @@ pub(crate) fn derive(
     let session = if from_checkpoint {
         let target = store_arg::open(args, Access::Read)?;
         match target.resumed()? {
-            Some(session) => session,
+            Some((session, report)) => {
+                if let Some(torn) = report.torn_tail {
+                    torn_note(&target.origin(), torn);
+                }
+                session
+            }
             None => {
                 crate::output::note(&format!(
                     "{}: no checkpoint matches the log; reading the whole log",

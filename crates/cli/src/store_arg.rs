@@ -617,18 +617,19 @@ impl Target {
     /// has no checkpoint that matches the log, or the tail breaks a rule or
     /// an invariant: the caller then reads and checks the whole log, and
     /// reports what it finds. Reading never writes a checkpoint.
-    pub(crate) fn resumed(&self) -> Result<Option<Session>, CliError> {
+    pub(crate) fn resumed(&self) -> Result<Option<(Session, LoadReport)>, CliError> {
         let (Some(id), Some(store)) = (&self.id, self.store.backend()) else { return Ok(None) };
         let resumable =
             store.load_resumable(id).map_err(|e| self.store.load_error(&e, id, &self.store.origin(id)))?;
         let Some(checkpoint) = resumable.checkpoint else { return Ok(None) };
-        if resumable.report != LoadReport::default() {
-            // A torn tail: the whole read reports it as it always has.
-            return Ok(None);
-        }
+        // A torn last line is dropped by the resume as by a whole read (the
+        // store reports it with the file's own line): what a resuming agent
+        // holds. (It used to mean a whole read here, at crash recovery,
+        // where a bounded resume matters most.)
+        let report = resumable.report;
         let guard: Box<dyn AppendGuard> = Box::new(palimpsest_invariants::InvariantGuard::new());
         match Session::resume_guarded(resumable.header, checkpoint, resumable.tail, Some(guard)) {
-            Ok(session) => Ok(Some(session)),
+            Ok(session) => Ok(Some((session, report))),
             Err(e) => {
                 tracing::debug!(session_id = %id, code = e.code(), error = %e, "not resuming from the checkpoint; reading the whole log");
                 Ok(None)

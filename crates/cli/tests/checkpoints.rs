@@ -214,3 +214,30 @@ fn a_row_that_breaks_a_rule_is_a_violation_in_validate_and_inspect() {
     assert!(inspect.stdout.contains("INVALID"), "{}", inspect.stdout);
     assert!(inspect.stderr.contains("error[surface-op-missing]"), "{}", inspect.stderr);
 }
+
+#[test]
+fn a_torn_last_line_after_the_checkpoint_still_resumes_from_it() {
+    // Crash recovery is where a bounded resume matters most; a torn last
+    // line made `derive --from-checkpoint` read the whole log.
+    let dir = scratch(&[FIXTURE]);
+    let d = dir.path();
+    let whole = reads(d, FILE);
+    ok(palimpsest(d, &["convert", FILE, "store/"]));
+    let file = fs::read_dir(d.join("store"))
+        .expect("the store")
+        .map(|e| e.expect("an entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the session file");
+    let lines = fs::read_to_string(&file).expect("read").lines().count();
+    let mut bytes = fs::read(&file).expect("read");
+    bytes.extend_from_slice(br#"{"seq":99,"time":5,"ty"#);
+    fs::write(&file, bytes).expect("write");
+
+    let resumed = ok(palimpsest(d, &["derive", "--request", "--from-checkpoint", "store"]));
+    assert_eq!(resumed.stdout, whole[2]);
+    assert!(!resumed.stderr.contains("no checkpoint matches"), "{resumed:?}");
+    assert!(
+        resumed.stderr.contains(&format!(":{}: dropped a torn last line (22 bytes", lines + 1)),
+        "the file's own line: {resumed:?}"
+    );
+}
