@@ -82,14 +82,19 @@ impl Dest {
         }
     }
 
-    /// The ids among `ids` that the destination already holds.
-    fn existing(&self, ids: &[String], shown: &str) -> Result<Vec<String>, CliError> {
+    /// Why the destination cannot take `ids`: what it already holds of
+    /// them (a session file is taken whatever it holds), said as it is.
+    fn taken(&self, ids: &[String], shown: &str) -> Result<Option<String>, CliError> {
+        let quoted = |ids: &[String]| ids.iter().map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ");
         match self {
-            Dest::File(p) => Ok(if p.exists() { ids.to_vec() } else { Vec::new() }),
+            Dest::File(p) if p.exists() => Ok(Some(crate::store_arg::taken_file(p))),
+            Dest::File(_) => Ok(None),
             Dest::Store(s, _) => {
                 let there: Vec<String> =
                     s.list().map_err(|e| from_store(&e, shown))?.into_iter().map(|h| h.id).collect();
-                Ok(ids.iter().filter(|id| there.contains(id)).cloned().collect())
+                let existing: Vec<String> = ids.iter().filter(|id| there.contains(id)).cloned().collect();
+                Ok((!existing.is_empty())
+                    .then(|| format!("the {} already holds {}", self.kind(), quoted(&existing))))
             }
         }
     }
@@ -214,15 +219,10 @@ pub(crate) fn convert(
         }
     }
     let dest = Dest::open(dst, one_session, ids.len())?;
-    let taken = dest.existing(&ids, &dst_shown)?;
-    if !taken.is_empty() {
-        let list = taken.iter().map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ");
-        return Err(CliError::refused(
-            "already-exists",
-            dst_shown,
-            format!("the {} already holds {list}; nothing was converted", dest.kind()),
-        )
-        .into());
+    if let Some(why) = dest.taken(&ids, &dst_shown)? {
+        return Err(
+            CliError::refused("already-exists", dst_shown, format!("{why}; nothing was converted")).into()
+        );
     }
 
     // Pass 2: copy.

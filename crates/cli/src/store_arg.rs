@@ -83,6 +83,19 @@ pub(crate) enum Access {
 /// A session's header with its summary, or why it could not be read.
 pub(crate) type SummaryOf = (SessionHeader, Result<SessionSummary, CliError>);
 
+/// Why a session file cannot be made at `path`: it exists, and what it
+/// holds (a file is taken whatever session it holds, and naming the new
+/// session's id there said something false).
+pub(crate) fn taken_file(path: &Path) -> String {
+    match palimpsest_persistence_jsonl::read_session_summary(path, Default::default()) {
+        Ok(s) => format!(
+            "the file already exists and holds session {:?}",
+            crate::output::printable_line(&s.header.id)
+        ),
+        Err(_) => "the file already exists and is not a session this build reads".to_owned(),
+    }
+}
+
 impl Store {
     /// Opens an existing STORE, for reading only or also for writing.
     pub(crate) fn open_existing(path: &Path, access: Access) -> Result<Store, CliError> {
@@ -435,7 +448,14 @@ impl Store {
                 let shown = path.display().to_string();
                 let written =
                     SessionFile::create_with_events(&path, header, events).and_then(|mut f| f.sync());
-                written.map(|()| shown.clone()).map_err(|e| from_store(&e, &shown))
+                written.map(|()| shown.clone()).map_err(|e| match e {
+                    // A file is taken whatever it holds: say what it holds,
+                    // not that session `id` exists.
+                    StoreError::AlreadyExists { .. } => {
+                        CliError::refused("already-exists", shown, taken_file(&path))
+                    }
+                    e => from_store(&e, &shown),
+                })
             }
             (_, Some(s)) => {
                 let origin = self.origin(id);

@@ -238,3 +238,29 @@ async fn a_resumed_fork_runs_a_turn_in_the_agent_loop() {
         assert_eq!(parent, json!({"valid": true, "events": 27, "violations": []}), "{store}");
     }
 }
+
+#[test]
+fn a_taken_file_is_refused_naming_what_it_holds() {
+    // A file is taken whatever it holds; the refusals named the new
+    // session's id (or the source's) as if the file held it.
+    let dir = scratch(&[]);
+    let d = dir.path();
+    ok(palimpsest(d, &["demo", "--store", "d.db"]));
+    ok(palimpsest(d, &["demo", "--store", "f.jsonl"]));
+    let held = read_session_file(&d.join("f.jsonl")).expect("f.jsonl").header.id;
+    fs::copy(d.join("f.jsonl"), d.join("fx.jsonl")).expect("copy");
+    fs::write(d.join("plain.jsonl"), "hello\n").expect("write");
+
+    let fork = palimpsest(d, &["fork", "--at", "5", "--id", "fx", "f.jsonl"]);
+    let convert = palimpsest(d, &["convert", "d.db", "fx.jsonl"]);
+    for run in [&fork, &convert] {
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(
+            run.stderr.contains(&format!("fx.jsonl: the file already exists and holds session {held:?}")),
+            "{run:?}"
+        );
+    }
+    let plain = palimpsest(d, &["convert", "d.db", "plain.jsonl"]);
+    assert!(plain.stderr.contains("plain.jsonl: the file already exists and is not a session"), "{plain:?}");
+    assert_eq!(fs::read_to_string(d.join("plain.jsonl")).expect("read"), "hello\n", "nothing was written");
+}
