@@ -669,6 +669,7 @@ fn tail_of(
 /// Creates a hidden temporary file in `dir` (ignored by
 /// [`JsonlStore::list`](crate::JsonlStore)).
 pub(crate) fn create_temp(dir: &Path) -> Result<(PathBuf, File), StoreError> {
+    sweep_abandoned_temps(dir);
     loop {
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".palimpsest-{}-{n}.tmp", std::process::id()));
@@ -681,6 +682,65 @@ pub(crate) fn create_temp(dir: &Path) -> Result<(PathBuf, File), StoreError> {
             Err(e) => return Err(io_err(format!("create a file in {}", shown(dir)), e)),
         }
     }
+}
+
+/// How old an abandoned temporary file must be before it is removed.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes, once per directory and process, the temporary files of
+/// writers that are gone: a process killed while writing a session (a
+/// `convert` killed mid-copy) left its whole copy behind, hundreds of
+/// megabytes that no later run removed (an outside probe). A file is
+/// removed only when the process its name carries is not running and it
+/// has not changed for ten minutes. Where running processes cannot be
+/// told (no `/proc`), nothing is removed. Failures are only logged.
+fn sweep_abandoned_temps(dir: &Path) {
+    static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
+        if swept.iter().any(|d| d == dir) {
+            return;
+        }
+        swept.push(dir.to_owned());
+    }
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(if dir.as_os_str().is_empty() { Path::new(".") } else { dir }) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(abandoned_temp_pid) else { continue };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok());
+        if old.is_none_or(|age| age < ABANDONED_AFTER) {
+            continue;
+        }
+        match fs::remove_file(entry.path()) {
+            Ok(()) => {
+                tracing::info!(path = %entry.path().display(), pid, "removed a temporary file its writer left")
+            }
+            Err(e) => {
+                tracing::debug!(path = %entry.path().display(), error = %e, "cannot remove an abandoned temporary file")
+            }
+        }
+    }
+}
+
+/// The process id in a temporary file's name (`.palimpsest-<pid>-<n>.tmp`).
+fn abandoned_temp_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(".palimpsest-")?.strip_suffix(".tmp")?;
+    let (pid, n) = rest.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
 }
 
 /// The fallback of [`SessionFile::create`] without hard links.

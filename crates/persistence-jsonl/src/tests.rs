@@ -147,3 +147,27 @@ fn a_line_written_behind_the_lock_between_syncs_is_found_at_the_first_append_aft
     assert_eq!(code(file.append(&ticks(2..3))), "corrupt");
     assert_eq!(std::fs::read(&path).ok(), Some(written));
 }
+
+#[test]
+fn a_temporary_file_whose_writer_is_gone_is_removed_at_the_next_write_there() {
+    let dir = tempdir();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let place = |name: &str, modified: std::time::SystemTime| {
+        let path = dir.path().join(name);
+        let file = std::fs::File::create(&path).expect("create");
+        file.set_modified(modified).expect("set_modified");
+        path
+    };
+    // No process has pid 999999999 (Linux's largest is 4194304).
+    let abandoned = place(".palimpsest-999999999-0.tmp", old);
+    let recent = place(".palimpsest-999999999-1.tmp", std::time::SystemTime::now());
+    let running = place(&format!(".palimpsest-{}-77.tmp", std::process::id()), old);
+    let other = place(".palimpsest-notes.tmp", old);
+    let store = JsonlStore::open(dir.path()).expect("open");
+    store.create(&SessionHeader::new("s", 0)).expect("create");
+    let on_linux = std::path::Path::new("/proc/self").exists();
+    assert_eq!(abandoned.exists(), !on_linux, "an old file of a process that is gone");
+    assert!(recent.exists(), "changed less than ten minutes ago: its writer may be stalled, not gone");
+    assert!(running.exists(), "its writer runs");
+    assert!(other.exists(), "not a temporary file of ours");
+}
