@@ -49,25 +49,26 @@ struct Sidecar {
     checkpoint: Checkpoint,
 }
 
+/// A sidecar's one line: each key once (serde refuses a key named twice,
+/// which a map would take the last of), none unknown.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope<'a> {
+    sidecar: u64,
+    offset: u64,
+    #[serde(borrow)]
+    checkpoint: &'a RawValue,
+}
+
 /// Parses a sidecar's text; `Err` says why it is unusable.
 fn parse(text: &str) -> Result<Sidecar, String> {
-    let fields: std::collections::BTreeMap<&str, &RawValue> =
-        serde_json::from_str(text).map_err(|e| format!("not a sidecar object: {e}"))?;
-    let number = |key: &str| -> Result<u64, String> {
-        let raw = fields.get(key).ok_or_else(|| format!("no `{key}`"))?;
-        serde_json::from_str(raw.get()).map_err(|e| format!("`{key}` is not a number: {e}"))
-    };
-    let version = number("sidecar")?;
-    if version != SIDECAR_VERSION {
-        return Err(format!("sidecar version {version}, this build reads {SIDECAR_VERSION}"));
+    let envelope: Envelope<'_> =
+        serde_json::from_str(text).map_err(|e| format!("not a sidecar of this build: {e}"))?;
+    if envelope.sidecar != SIDECAR_VERSION {
+        return Err(format!("sidecar version {}, this build reads {SIDECAR_VERSION}", envelope.sidecar));
     }
-    let offset = number("offset")?;
-    let raw = fields.get("checkpoint").ok_or("no `checkpoint`")?;
-    let checkpoint = Checkpoint::from_json(raw.get()).map_err(|e| e.to_string())?;
-    if fields.len() != 3 {
-        return Err("unknown keys".into());
-    }
-    Ok(Sidecar { offset, checkpoint })
+    let checkpoint = Checkpoint::from_json(envelope.checkpoint.get()).map_err(|e| e.to_string())?;
+    Ok(Sidecar { offset: envelope.offset, checkpoint })
 }
 
 /// Reads the header line of `file` (from its start): the header and the

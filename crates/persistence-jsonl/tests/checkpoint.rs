@@ -106,7 +106,7 @@ type Damage = fn(&Path, &Path);
 
 #[test]
 fn damage_to_the_sidecar_or_the_file_means_a_whole_read() {
-    let damages: [(&str, Damage); 6] = [
+    let damages: [(&str, Damage); 7] = [
         ("sidecar cut short", |_, side| {
             let t = fs::read(side).expect("read");
             fs::write(side, &t[..t.len() - 3]).expect("write");
@@ -117,6 +117,11 @@ fn damage_to_the_sidecar_or_the_file_means_a_whole_read() {
             let end = at + t[at..].find(',').expect("comma");
             let n: u64 = t[at..end].parse().expect("number");
             fs::write(side, format!("{}{}{}", &t[..at], n + 1, &t[end..])).expect("write");
+        }),
+        ("offset named twice, the second one past the end", |_, side| {
+            let t = fs::read_to_string(side).expect("read");
+            fs::write(side, t.replacen("\"offset\":", &format!("\"offset\":{},\"offset\":", u64::MAX), 1))
+                .expect("write");
         }),
         ("offset past the end", |_, side| {
             let t = fs::read_to_string(side).expect("read");
