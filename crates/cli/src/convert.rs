@@ -161,6 +161,20 @@ pub(crate) fn convert(
     let source = Store::open_existing(src, crate::store_arg::Access::Read)?;
     let src_shown = source.path().display().to_string();
     let dst_shown = Location::parse(dst)?.shown();
+    // A session file written into the directory store being read would be
+    // one of its files under a name that is not its id's: the store would
+    // then hold a session it cannot name (an outside probe).
+    if let (Store::Dir(_), Location::JsonlFile(file)) = (&source, Location::parse(dst)?) {
+        let inside =
+            crate::location::canonical_or_planned(&file).and_then(|f| f.parent().map(Path::to_owned));
+        if inside.is_some_and(|dir| std::fs::canonicalize(source.path()).is_ok_and(|src| src == dir)) {
+            return Err(CliError::usage(format!(
+                "{dst_shown} is inside the JSONL directory being converted; write the file elsewhere, \
+                 or convert into another directory"
+            ))
+            .into());
+        }
+    }
     let mut ids: Vec<String> = source.list()?.into_iter().map(|h| h.id).collect();
     if let Some(wanted) = session {
         if !ids.iter().any(|id| id == wanted) {

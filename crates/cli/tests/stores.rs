@@ -115,6 +115,13 @@ fn convert_never_overwrites_a_session() {
     let run = palimpsest(d, &["convert", "s.db", "--session", "example-1", "compaction-and-prune.jsonl"]);
     assert_eq!(run.code, 1, "an existing file is not overwritten either: {run:?}");
     assert!(run.stderr.starts_with("error[already-exists]"), "{:?}", run.stderr);
+
+    // Nor is a session file made inside the directory store being read,
+    // under a name that is not its id's.
+    let into_itself = palimpsest(d, &["convert", "dir", "dir/copy.jsonl"]);
+    assert_eq!(into_itself.code, 2, "{into_itself:?}");
+    assert!(into_itself.stderr.contains("inside the JSONL directory being converted"), "{into_itself:?}");
+    assert!(!d.join("dir/copy.jsonl").exists());
 }
 
 #[test]
