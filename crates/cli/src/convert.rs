@@ -253,10 +253,14 @@ pub(crate) fn convert(
             err.message = format!("writing session {id:?}: {}{written}", err.message);
             err
         })?;
-        if let (Dest::Store(s, _), Some(checkpoint)) = (&dest, &checkpoint) {
+        if let Some(checkpoint) = &checkpoint {
             // A writer leaves a checkpoint, so the next open reads the
             // surface, not the log; the copy stands without it.
-            if let Err(e) = s.save_checkpoint(&header.id, checkpoint) {
+            let saved = match &dest {
+                Dest::Store(s, _) => s.save_checkpoint(&header.id, checkpoint).map(drop),
+                Dest::File(p) => palimpsest_persistence_jsonl::sidecar::save(p, &header.id, checkpoint),
+            };
+            if let Err(e) = saved {
                 output::warning(&format!("{}: could not save a checkpoint: {e}", dst_shown));
             }
         }

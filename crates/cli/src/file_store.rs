@@ -9,16 +9,19 @@
 //! [`palimpsest_persistence_jsonl::JsonlStore`] holds each of a directory's:
 //! a [`SessionFile`], locked from the first write until the store is
 //! dropped, so a second writer gets `locked`. Loads before that read the
-//! file without locking it.
+//! file without locking it. Checkpoints are kept beside the file, as a
+//! JSONL directory keeps them beside each of its files
+//! ([`palimpsest_persistence_jsonl::sidecar`]), so a resume reads the
+//! checkpoint and the lines after it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use palimpsest_core_session::jsonl::ReadOptions;
-use palimpsest_core_session::{Event, SessionHeader};
-use palimpsest_persistence::{Hold, SessionStore, SessionSummary, StoreError, StoredSession};
-use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, SessionFile};
+use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
+use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, StoreError, StoredSession};
+use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, sidecar, SessionFile};
 
 /// One JSONL session file as a store.
 #[derive(Debug)]
@@ -44,11 +47,17 @@ impl FileStore {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The id of the session the file holds, when it exists.
+    /// The id of the session the file holds, when it exists: from its
+    /// header line alone (a resume then reads only what follows its
+    /// checkpoint; this read the whole file, 2.75 s at 1M events).
     fn id(&self) -> Result<Option<String>, StoreError> {
         match self.path.try_exists() {
             Ok(false) => Ok(None),
-            Ok(true) => Ok(Some(read_session_file(&self.path)?.header.id)),
+            Ok(true) => match sidecar::read_header(&self.path)? {
+                Some(header) => Ok(Some(header.id)),
+                // A header line that does not read: the whole read's error.
+                None => Ok(Some(read_session_file(&self.path)?.header.id)),
+            },
             Err(e) => Err(StoreError::io(format!("stat {}", self.path.display()), e)),
         }
     }
@@ -88,7 +97,37 @@ impl SessionStore for FileStore {
         let mut held = self.held();
         // `already-exists` when the file is there, whichever session it holds.
         *held = Some(SessionFile::create_with_events(&self.path, header, events)?);
+        // A sidecar left by a file removed behind our back is not this one's
+        // (a resume would ignore it anyway: it matches no header here).
+        if let Err(e) = sidecar::remove(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove an old checkpoint sidecar");
+        }
         Ok(())
+    }
+
+    /// Beside the file, as a JSONL directory keeps one for each of its
+    /// files (`<stem>.checkpoint.json`).
+    fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
+        // This store's own appends wait while the file is read.
+        let held = self.held();
+        if held.is_none() {
+            self.check(session_id)?;
+        }
+        sidecar::save(&self.path, session_id, checkpoint)?;
+        drop(held);
+        Ok(true)
+    }
+
+    fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
+        let mut held = self.held();
+        let resumable = sidecar::load_resumable(&self.path, held.as_mut()).map_err(|e| match e {
+            StoreError::NotFound { .. } => StoreError::NotFound { session_id: session_id.to_owned() },
+            e => e,
+        })?;
+        match resumable.header.id == session_id {
+            true => Ok(resumable),
+            false => Err(StoreError::NotFound { session_id: session_id.to_owned() }),
+        }
     }
 
     fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
@@ -157,6 +196,7 @@ impl SessionStore for FileStore {
             Some(file) => file,
             None => SessionFile::open(&self.path)?,
         };
+        sidecar::remove(&self.path)?;
         std::fs::remove_file(&self.path)
             .map_err(|e| StoreError::io(format!("delete {}", self.path.display()), e))?;
         drop(file);

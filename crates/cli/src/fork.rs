@@ -102,7 +102,7 @@ pub(crate) fn fork(
         }
         None => write_with_default_id(store, &parent, at, now, &origin)?,
     };
-    store.save_checkpoint(&child);
+    store.save_checkpoint(&child, &written_to);
 
     let seed = at + 1;
     let closers = child.events().len() as u64 - seed;

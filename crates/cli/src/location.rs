@@ -48,11 +48,7 @@ impl Location {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             suffixes.iter().map(|suffix| path.with_file_name(format!("{name}{suffix}"))).collect()
         };
-        let sidecar = |path: &PathBuf| {
-            let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let stem = stem.strip_suffix(".jsonl").unwrap_or(&stem).to_owned();
-            path.with_file_name(format!("{stem}.checkpoint.json"))
-        };
+        let sidecar = |path: &PathBuf| palimpsest_persistence_jsonl::sidecar::path(path);
         // Named as given and as the link it may be resolves: SQLite names
         // its `-wal` after the database a link points to.
         let spellings = |path: &PathBuf| {

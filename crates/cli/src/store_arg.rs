@@ -473,12 +473,21 @@ impl Store {
     }
 
     /// Saves a checkpoint of `session`, as just written, beside its log in
-    /// this store (a directory, database or server; a bare file keeps
-    /// none), at a turn boundary only. A failure is a warning: the
-    /// checkpoint is a cache, and the write it follows stands.
-    pub(crate) fn save_checkpoint(&self, session: &Session) {
-        let Some(store) = self.backend() else { return };
-        if let Err(e) = palimpsest_persistence::save_checkpoint(store, session) {
+    /// this store (a directory, database or server; beside a bare file,
+    /// the file's sidecar, for a session written beside it at `written_to`),
+    /// at a turn boundary only. A failure is a warning: the checkpoint is a
+    /// cache, and the write it follows stands.
+    pub(crate) fn save_checkpoint(&self, session: &Session, written_to: &str) {
+        let saved = match self.backend() {
+            Some(store) => palimpsest_persistence::save_checkpoint(store, session).map(drop),
+            None if session.last_turn().1 => Ok(()),
+            None => palimpsest_persistence_jsonl::sidecar::save(
+                Path::new(written_to),
+                session.id(),
+                &session.checkpoint(),
+            ),
+        };
+        if let Err(e) = saved {
             crate::output::warning(&format!(
                 "{}: could not save a checkpoint: {e}",
                 self.origin(session.id())
@@ -638,9 +647,19 @@ impl Target {
     /// an invariant: the caller then reads and checks the whole log, and
     /// reports what it finds. Reading never writes a checkpoint.
     pub(crate) fn resumed(&self) -> Result<Option<(Session, LoadReport)>, CliError> {
-        let (Some(id), Some(store)) = (&self.id, self.store.backend()) else { return Ok(None) };
-        let resumable =
-            store.load_resumable(id).map_err(|e| self.store.load_error(&e, id, &self.store.origin(id)))?;
+        let resumable = match (&self.id, self.store.backend(), &self.store) {
+            (Some(id), Some(store), _) => {
+                store.load_resumable(id).map_err(|e| self.store.load_error(&e, id, &self.store.origin(id)))?
+            }
+            // A bare file: its sidecar, as a directory keeps one per file.
+            (None, None, Store::File(path)) => {
+                palimpsest_persistence_jsonl::sidecar::load_resumable(path, None)
+                    .map_err(|e| from_store(&e, &self.store.shown()))?
+            }
+            _ => return Ok(None),
+        };
+        let id = resumable.header.id.clone();
+        let id = &id;
         let Some(checkpoint) = resumable.checkpoint else { return Ok(None) };
         // A torn last line is dropped by the resume as by a whole read (the
         // store reports it with the file's own line): what a resuming agent
@@ -674,9 +693,7 @@ impl Target {
     /// beside its log, where the store keeps checkpoints. A failure is a
     /// warning: the checkpoint is a cache, and the write it follows stands.
     pub(crate) fn save_checkpoint(&self, session: &Session) {
-        if self.id.is_some() {
-            self.store.save_checkpoint(session);
-        }
+        self.store.save_checkpoint(session, &self.store.shown());
     }
 
     /// Appends `events` to the session, then syncs (see [`Store::append`]).

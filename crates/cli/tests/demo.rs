@@ -259,8 +259,10 @@ fn a_jsonl_store_is_one_session_file_and_a_second_demo_needs_another() {
         "error[already-exists]: d.jsonl: this JSONL session file already holds a session; `--resume ID` \
          continues it, or name a new file, a directory or a `.db`\n"
     );
-    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(entries, ["d.jsonl"]);
+    let mut entries: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    entries.sort();
+    assert_eq!(entries, ["d.checkpoint.json", "d.jsonl"], "the file and its checkpoint beside it");
 }
 
 /// `--resume` with an id no session has, or with no store at all: one

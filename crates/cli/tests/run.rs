@@ -1134,7 +1134,12 @@ fn file_log(path: &Path) -> Vec<Value> {
 #[test]
 fn store_jsonl_makes_one_session_file_then_continues_it() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let server = Server::start(vec![
+        text_reply(&["One."]),
+        text_reply(&["Two."]),
+        text_reply(&["Three."]),
+        text_reply(&["Four."]),
+    ]);
     let base = server.base_url();
     let first = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Hi"]));
     assert_eq!(first.code, Some(0), "{first:?}");
@@ -1154,14 +1159,31 @@ fn store_jsonl_makes_one_session_file_then_continues_it() {
     let log = file_log(&file);
     assert_eq!(turn_end_reasons(&log).len(), 3, "three turns in the one file");
     assert_valid(dir.path(), "s.jsonl", &id);
-    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(entries, ["s.jsonl"], "nothing beside it");
+    let mut entries: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    entries.sort();
+    assert_eq!(entries, ["s.checkpoint.json", "s.jsonl"], "nothing beside it but its checkpoint");
+    // The resume reads the checkpoint and what follows it: a line of the
+    // second turn (before the checkpoint, and neither in the head nor the
+    // tail that a file's summary reads) made unreadable, its length kept,
+    // is not read, as in a directory.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let middle = lines.len() / 2;
+    lines[middle] = "x".repeat(lines[middle].len());
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let fourth = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "Four?"]));
+    assert_eq!(fourth.code, Some(0), "bounded: {fourth:?}");
+    let resumed = run(dir.path(), &["derive", "--request", "--from-checkpoint", "s.jsonl"]);
+    assert_eq!(resumed.code, Some(0), "{resumed:?}");
+    assert!(!resumed.stderr.contains("no checkpoint matches"), "{resumed:?}");
+    assert_eq!(run(dir.path(), &["validate", "s.jsonl"]).code, Some(1), "validate reads it all");
 
     // A --session that is not the file's is not-found; nothing is asked.
     let wrong = run(dir.path(), &model_args(&base, &["--store", "s.jsonl", "--session", "other", "Hi"]));
     assert_eq!(wrong.code, Some(2), "{wrong:?}");
     assert!(wrong.stderr.starts_with("error[not-found]: s.jsonl: no session \"other\""), "{wrong:?}");
-    assert_eq!(server.requests().len(), 3);
+    assert_eq!(server.requests().len(), 4);
     // A new file with --session has nothing to continue.
     let missing = run(dir.path(), &model_args(&base, &["--store", "new.jsonl", "--session", "x", "Hi"]));
     assert_eq!(missing.code, Some(2), "{missing:?}");

@@ -11,6 +11,7 @@
 //!   [`SessionStore::save_checkpoint`](palimpsest_persistence::SessionStore::save_checkpoint)
 //!   and [`load_resumable`](palimpsest_persistence::SessionStore::load_resumable)
 //!   are kept (`checkpoint.rs`).
+//! * [`sidecar`]: the same sidecar for a lone session file.
 //! * [`read_session_summary`]: a session's summary from its file's head
 //!   and tail (`summary.rs`).
 
@@ -20,6 +21,7 @@ mod checkpoint;
 mod fault;
 mod file;
 pub mod name;
+pub mod sidecar;
 mod store;
 mod summary;
 

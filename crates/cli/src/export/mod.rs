@@ -733,7 +733,11 @@ fn overwrites_store(store: &crate::store_arg::Store, real: &Path) -> Option<&'st
     let canonical = crate::location::canonical_or_planned;
     let export = canonical(real)?;
     match store {
-        Store::File(file) => (canonical(file)? == export).then_some("the session file being exported"),
+        Store::File(file) => {
+            let sidecar = palimpsest_persistence_jsonl::sidecar::path(file);
+            let taken = canonical(file)? == export || canonical(&sidecar).is_some_and(|s| s == export);
+            taken.then_some("the session file being exported, or its checkpoint")
+        }
         Store::Sqlite(_) => {
             let db = canonical(store.path())?;
             let name = db.file_name()?.to_string_lossy().into_owned();
@@ -744,7 +748,8 @@ fn overwrites_store(store: &crate::store_arg::Store, real: &Path) -> Option<&'st
         Store::Dir(_) => {
             let dir = canonical(store.path())?;
             let name = export.file_name()?.to_string_lossy();
-            let session_file = name.ends_with(".jsonl") || name.ends_with(".checkpoint.json");
+            let session_file =
+                name.ends_with(".jsonl") || name.ends_with(palimpsest_persistence_jsonl::sidecar::SUFFIX);
             (export.parent() == Some(dir.as_path()) && session_file)
                 .then_some("a session file of the JSONL store being exported")
         }
