@@ -655,22 +655,12 @@ fn a_resume_carries_over_every_logged_setting_it_does_not_set_itself() {
     assert_eq!(first.code, Some(0), "{first:?}");
     let id = first.session_id();
     let store = dir.path().join("s");
-    let log = jsonl_log(&store);
     let settings = json!({
         "systemPrompt": "by hand", "model": "m9", "provider": base, "tools": [], "contextBudget": 100000,
         "params": {"temperature": 0.2, "top_p": 0.3, "seed": 5, "messages": "not the history"},
         "zz": {"keep": 1}
     });
-    let line =
-        json!({"seq": log.len() - 1, "time": 1, "type": "session/settings", "data": {"settings": settings}});
-    let file = std::fs::read_dir(&store)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "jsonl"));
-    let file = file.expect("the session file");
-    let mut text = std::fs::read_to_string(&file).unwrap();
-    text.push_str(&format!("{line}\n"));
-    std::fs::write(&file, text).unwrap();
+    log_settings_by_hand(&store, &settings);
 
     // Without flags: every param is sent (but one named as a field the
     // request makes itself), nothing is logged again.
@@ -733,6 +723,69 @@ fn a_resume_reads_the_checkpoint_and_what_follows_not_the_whole_log() {
         let checked = run(dir.path(), &["validate", store]);
         assert_eq!(checked.code, Some(1), "{store}: the damage is validate's to find: {checked:?}");
     }
+}
+
+/// Appends a `session/settings` event stating `settings` to the one session
+/// of the JSONL store directory `store`, as a writer other than `run` would.
+fn log_settings_by_hand(store: &Path, settings: &Value) {
+    let file = std::fs::read_dir(store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .expect("the session file");
+    let seq = jsonl_log(store).len() - 1;
+    let line = json!({"seq": seq, "time": 1, "type": "session/settings", "data": {"settings": settings}});
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(&format!("{line}\n"));
+    std::fs::write(&file, text).unwrap();
+}
+
+#[test]
+fn logged_settings_that_state_nothing_new_log_nothing_and_the_token_limit_is_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let replies = (0..4).map(|i| text_reply(&[&format!("R{i}.")])).collect();
+    let server = Server::start(replies);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+    let store = dir.path().join("s");
+    // An empty prompt and empty params, as another writer may state them:
+    // the same request as none, so a resume logs nothing new.
+    let empty = json!({"systemPrompt": "", "model": "m", "provider": base, "tools": [],
+                       "contextBudget": 100000, "params": {}});
+    log_settings_by_hand(&store, &empty);
+    let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "Two?"]);
+    assert_eq!(second.code, Some(0), "{second:?}");
+    assert!(!second.stderr.contains("settings changed"), "{second:?}");
+    assert_ne!(server.requests()[1]["messages"][0]["role"], "system", "an empty prompt is none");
+    assert_eq!(settings_events(&store).len(), 2);
+
+    // A limit logged in the provider's spelling, one maxTokens that is not
+    // a whole number, and the client's own stream_options.
+    let mut odd = empty.clone();
+    odd["params"] = json!({"maxTokens": 1.5, "max_tokens": 5000, "stream_options": "x"});
+    log_settings_by_hand(&store, &odd);
+    let third = run(dir.path(), &["run", "--store", "s", "--session", &id, "Three?"]);
+    assert_eq!(third.code, Some(0), "{third:?}");
+    assert!(third.stderr.contains("the logged maxTokens 1.5 is not a whole number"), "{third:?}");
+    let asked = &server.requests()[2];
+    assert_eq!(
+        (&asked["max_tokens"], &asked["stream_options"]),
+        (&json!(5000), &json!({"include_usage": true}))
+    );
+
+    // --max-tokens replaces the limit in every spelling: one limit, the
+    // one the loop knows.
+    let fourth = run(dir.path(), &["run", "--store", "s", "--session", &id, "--max-tokens", "50", "Four?"]);
+    assert_eq!(fourth.code, Some(0), "{fourth:?}");
+    assert_eq!(server.requests()[3]["max_tokens"], 50);
+    let logged = settings_events(&store);
+    assert_eq!(
+        logged.last().map(|e| e["data"]["settings"]["params"].clone()),
+        Some(json!({"maxTokens": 50, "stream_options": "x"}))
+    );
+    assert_valid(dir.path(), "s", &id);
 }
 
 #[test]

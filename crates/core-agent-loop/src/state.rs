@@ -101,7 +101,12 @@ impl LoopCore {
             None => self.tools.specs(),
         };
         let mut request = ModelRequest::new(messages).with_tools(tools);
-        request.system = settings.system_prompt.or_else(|| self.config.system_prompt.clone());
+        // A logged empty prompt is no prompt: some providers refuse an
+        // empty system message.
+        request.system = match settings.system_prompt {
+            Some(logged) => Some(logged).filter(|s| !s.is_empty()),
+            None => self.config.system_prompt.clone(),
+        };
         request.model = settings.model;
         request.max_output_tokens = self.config.max_output_tokens;
         request

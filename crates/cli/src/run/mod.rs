@@ -38,9 +38,10 @@ use palimpsest_core_agent_loop::{
     AgentConfig, AgentLoop, AgentLoopBuilder, CancellationToken, LoopError, Provider, ToolRegistry, ToolSpec,
     TurnInput, TurnOutcome,
 };
-use palimpsest_core_session::payload::{Block, Settings, TurnEndReason};
+use palimpsest_core_session::payload::{Block, SessionSettings, Settings, TurnEndReason};
+use palimpsest_core_session::{EventType, Session};
 use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider, ENV_BASE_URL};
-use palimpsest_persistence::{Durability, DurableSession, SessionStore};
+use palimpsest_persistence::{SessionStore, StoreError};
 use tokio::sync::mpsc;
 
 use crate::error::{from_store, CliError, Exit};
@@ -224,16 +225,27 @@ pub(crate) const TOOLS_DIR_KEY: &str = "toolsDir";
 /// when it has none), read as the resume then reads the session: from its
 /// checkpoint and the events after it where the store keeps one, so that
 /// this costs the surface, not the log (a whole read of a 1M-event session
-/// took 1.4 s before the bounded resume even started).
+/// took 1.4 s before the bounded resume even started). Without a checkpoint
+/// the log is read as it is, unchecked (the open that follows checks it):
+/// building a checked session here too made such a resume 3-5x slower.
 fn logged_settings(
     store: &Arc<dyn SessionStore>,
     id: &str,
     shown: &str,
 ) -> anyhow::Result<(Option<u64>, Settings)> {
-    let (session, _) = DurableSession::resume(Arc::clone(store), id, Durability::default())
-        .map_err(|e| crate::error::from_chain(&e, shown))?;
-    let session = session.session();
-    Ok((session.settings_seq(), session.settings()))
+    let from_store = |e: StoreError| from_store(&e, shown);
+    let resumable = store.load_resumable(id).map_err(from_store)?;
+    let events = match resumable.checkpoint {
+        Some(checkpoint) => match Session::resume(resumable.header, checkpoint, resumable.tail) {
+            Ok(session) => return Ok((session.settings_seq(), session.settings())),
+            // Refused as a resume: the open reads the whole log too.
+            Err(_) => store.load(id).map_err(from_store)?.events,
+        },
+        None => resumable.tail,
+    };
+    let last = events.iter().rev().find(|e| *e.event_type() == EventType::SessionSettings);
+    let settings = last.and_then(|e| e.data_as::<SessionSettings>().ok()).map(|s| s.settings);
+    Ok((last.map(|e| e.seq()), settings.unwrap_or_default()))
 }
 
 /// What `run` resolved before it started the runtime.
@@ -250,13 +262,16 @@ struct Run {
 #[derive(Debug, Clone)]
 struct Resolved {
     config: OpenAiConfig,
-    system: Option<String>,
     context_budget: u64,
     tools_dir: Option<PathBuf>,
     /// `--max-tokens`, or the logged `maxTokens` param.
     max_tokens: Option<u64>,
     /// The params to log: the resumed session's, each flag's over its own.
-    params: serde_json::Map<String, serde_json::Value>,
+    params: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The system prompt to log: `--system`'s, else the resumed session's
+    /// as logged (an empty one is no prompt in the request, but stays as
+    /// logged: rewriting it was a change nobody made).
+    logged_system: Option<String>,
     /// The resumed session's settings keys this build does not know, kept
     /// verbatim (section 1.3), but for the two `run` itself writes.
     extra: serde_json::Map<String, serde_json::Value>,
@@ -264,7 +279,13 @@ struct Resolved {
 
 /// Request fields a logged param is never sent as: the request makes them
 /// from the derived history and the settings.
-const REQUEST_FIELDS: &[&str] = &["messages", "model", "stream", "tools"];
+const REQUEST_FIELDS: &[&str] = &["messages", "model", "stream", "stream_options", "tools"];
+
+/// Request fields of the output-token limit, which the provider writes
+/// from `maxTokens` (or `--max-tokens`) when there is one: a logged param
+/// of one of these names is then not sent, so that the limit the loop
+/// knows is the one the request carries.
+const TOKEN_LIMIT_FIELDS: &[&str] = &["max_tokens", "max_completion_tokens"];
 
 /// The key of the output-token limit in the settings' `params` (contract
 /// section 1.3 names it so); the request field is the provider's
@@ -360,16 +381,28 @@ fn resolve(
     // the same request (section 1.3): each is sent as the request field of
     // its name, but `maxTokens` (the provider's own field) and the fields
     // the request is made of. A flag replaces its own param.
-    let mut params = logged.and_then(|s| s.params.clone()).unwrap_or_default();
+    let mut params = logged.and_then(|s| s.params.clone());
     if let Some(t) = args.temperature {
-        params.insert("temperature".into(), t.into());
+        params.get_or_insert_default().insert("temperature".into(), t.into());
     }
     if let Some(n) = args.max_tokens {
+        let params = params.get_or_insert_default();
+        // The flag replaces the limit in every spelling a writer may have logged.
+        for field in TOKEN_LIMIT_FIELDS {
+            params.remove(*field);
+        }
         params.insert(MAX_TOKENS_PARAM.into(), n.into());
     }
-    let max_tokens = params.get(MAX_TOKENS_PARAM).and_then(serde_json::Value::as_u64);
-    for (key, value) in &params {
-        if key == MAX_TOKENS_PARAM || REQUEST_FIELDS.contains(&key.as_str()) {
+    let logged_limit = params.as_ref().and_then(|p| p.get(MAX_TOKENS_PARAM));
+    let max_tokens = logged_limit.and_then(serde_json::Value::as_u64).filter(|&n| n > 0);
+    if let (Some(value), None) = (logged_limit, max_tokens) {
+        output::warning(&format!(
+            "the logged {MAX_TOKENS_PARAM} {value} is not a whole number of tokens from 1; no output-token limit is sent"
+        ));
+    }
+    for (key, value) in params.iter().flatten() {
+        let limit_field = max_tokens.is_some() && TOKEN_LIMIT_FIELDS.contains(&key.as_str());
+        if key == MAX_TOKENS_PARAM || REQUEST_FIELDS.contains(&key.as_str()) || limit_field {
             continue;
         }
         config.extra_body.insert(key.clone(), value.clone());
@@ -380,10 +413,10 @@ fn resolve(
     config.extra_headers = args.headers.clone();
     // `--system ""` clears the prompt: an empty system message is no
     // prompt, and some providers refuse one.
-    let system = match args.system.as_deref() {
+    let logged_system = match args.system.as_deref() {
         Some("") => None,
         Some(given) => Some(given.to_owned()),
-        None => logged.and_then(|s| s.system_prompt.clone()).filter(|s| !s.is_empty()),
+        None => logged.and_then(|s| s.system_prompt.clone()),
     };
     let context_budget = args
         .context_budget
@@ -393,19 +426,19 @@ fn resolve(
         let dir = logged?.extra.get(TOOLS_DIR_KEY)?.as_str()?;
         Some(PathBuf::from(dir))
     });
-    Ok(Resolved { config, system, context_budget, tools_dir, max_tokens, params, extra })
+    Ok(Resolved { config, context_budget, tools_dir, max_tokens, params, logged_system, extra })
 }
 
 /// The settings a run logs: the whole effective settings, no secret (the
 /// provider is the base URL without user-info or query; no API key).
 fn settings_of(resolved: &Resolved, tools: &ToolRegistry, tools_dir: Option<&Path>) -> Settings {
     let mut settings = Settings {
-        system_prompt: resolved.system.clone(),
+        system_prompt: resolved.logged_system.clone(),
         model: Some(resolved.config.model.clone()),
         provider: Some(resolved.config.shown_base_url()),
         tools: Some(tools.specs().iter().map(ToolSpec::to_offered).collect()),
         context_budget: Some(resolved.context_budget),
-        params: Some(resolved.params.clone()).filter(|p| !p.is_empty()),
+        params: resolved.params.clone(),
         extra: resolved.extra.clone(),
     };
     if !resolved.config.extra_headers.is_empty() {
@@ -499,7 +532,10 @@ async fn run_async(
     // The tools directory, absolute, so the log names it wherever the
     // session is resumed from; one that is gone is dropped with a warning.
     let tools_dir = match &resolved.tools_dir {
-        Some(dir) if dir.is_dir() => Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone())),
+        // `tools/` and `tools` are one directory: logged one way.
+        Some(dir) if dir.is_dir() => {
+            Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).components().collect::<PathBuf>())
+        }
         Some(dir) => {
             output::warning(&format!(
                 "the logged tools directory {} is gone; this run offers no tools",
