@@ -460,6 +460,20 @@ impl SessionFile {
             tracing::warn!(path = %self.path.display(), "session file changed under its lock; reading it again");
             self.tail = None;
         }
+        // A file renamed over this one (an editor's save, `sed -i`, a copy
+        // and a rename) leaves this writer holding the old one, now nameless:
+        // every turn written to it was lost, silently (an outside probe).
+        let there = still_there(&self.file, &self.path)
+            .map_err(|e| io_err(format!("stat {}", shown(&self.path)), e))?;
+        if !there {
+            return Err(StoreError::Locked {
+                what: format!(
+                    "{}: another program replaced or removed the file while this writer held it (an editor's \
+                     save, a copy renamed over it); nothing was written; open the session again",
+                    shown(&self.path)
+                ),
+            });
+        }
         Ok(())
     }
 

@@ -171,3 +171,26 @@ fn a_temporary_file_whose_writer_is_gone_is_removed_at_the_next_write_there() {
     assert!(running.exists(), "its writer runs");
     assert!(other.exists(), "not a temporary file of ours");
 }
+
+#[test]
+fn a_file_renamed_over_the_held_one_refuses_the_next_append() {
+    // An editor's save, `sed -i`: a new file renamed over the session's.
+    // The writer held the old one, nameless, and wrote every later turn
+    // there, lost.
+    let dir = tempdir();
+    let store = JsonlStore::open(dir.path()).expect("open");
+    store.create_with_events(&SessionHeader::new("s", 0), &ticks(0..3)).expect("create");
+    store.sync("s").expect("sync");
+    let path = store.path_of("s").expect("path");
+    let copy = dir.path().join("edited");
+    std::fs::copy(&path, &copy).expect("copy");
+    std::fs::rename(&copy, &path).expect("rename over");
+    let before = std::fs::read(&path).expect("read");
+    assert_eq!(code(store.append("s", &ticks(3..4))), "locked");
+    assert_eq!(std::fs::read(&path).expect("read"), before, "nothing was written to the file at the path");
+    // Opened again, the session carries on in the file now at the path.
+    drop(store);
+    let store = JsonlStore::open(dir.path()).expect("open");
+    store.append("s", &ticks(3..4)).expect("append");
+    assert_eq!(store.load("s").expect("load").events.len(), 4);
+}
