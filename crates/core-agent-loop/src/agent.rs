@@ -357,7 +357,11 @@ impl AgentLoop {
     /// appends a `session/settings` event stating them whole, unless they
     /// are already the effective ones. Between turns only (repairing an
     /// open turn first), so never inside a step. Returns the event's seq,
-    /// `None` when nothing changed.
+    /// `None` when nothing changed. The event is made durable (synced), as
+    /// a turn's end is: it ends a write between turns, and a store checks
+    /// its files afresh at the first append after a sync (a JSONL writer
+    /// whose last write was unsynced settings appended the next turn, hours
+    /// later, without looking: an outside probe).
     ///
     /// Never put a secret here: the settings are written to the log.
     pub fn set_settings(&mut self, settings: Settings) -> Result<Option<u64>, LoopError> {
@@ -369,6 +373,7 @@ impl AgentLoop {
         let mut batch = Batch::new(&self.core);
         let seq = batch.log(&self.core, SessionSettings { settings })?;
         self.commit(batch)?;
+        self.flush()?;
         tracing::info!(session_id = %self.session_id(), seq, "logged new settings");
         Ok(Some(seq))
     }

@@ -70,15 +70,18 @@ impl Backend {
         Backend { kind, dir, memory: Arc::new(MemoryStore::default()) }
     }
 
+    /// The JSONL store's directory (of a [`Kind::Jsonl`] backend).
+    pub(crate) fn jsonl_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("sessions")
+    }
+
     pub(crate) fn store(&self) -> Arc<dyn SessionStore> {
         match self.kind {
             Kind::Memory => self.memory.clone(),
-            Kind::Jsonl => {
-                match palimpsest_persistence_jsonl::JsonlStore::open(self.dir.path().join("sessions")) {
-                    Ok(s) => Arc::new(s),
-                    Err(e) => panic!("cannot open the JSONL store: {e}"),
-                }
-            }
+            Kind::Jsonl => match palimpsest_persistence_jsonl::JsonlStore::open(self.jsonl_dir()) {
+                Ok(s) => Arc::new(s),
+                Err(e) => panic!("cannot open the JSONL store: {e}"),
+            },
             Kind::Sqlite => {
                 match palimpsest_persistence_sqlite::SqliteStore::open(self.dir.path().join("s.db")) {
                     Ok(s) => Arc::new(s),

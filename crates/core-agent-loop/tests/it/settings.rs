@@ -118,3 +118,31 @@ async fn new_settings_after_a_crash_mid_step_come_after_the_repair() {
     assert_eq!(settings_seqs(&agent).last(), Some(&repaired.end), "settings follow the closers");
     assert_eq!(agent.settings(), plain);
 }
+
+/// New settings end a write between turns: they are synced, so the store
+/// looks at its files afresh before the next turn's first append. (A JSONL
+/// writer whose last write was unsynced settings appended the next turn,
+/// hours later, glued to a line another program had cut.)
+#[tokio::test]
+async fn new_settings_are_synced_so_the_next_turn_checks_the_file_first() {
+    let backend = Backend::new(Kind::Jsonl);
+    let provider =
+        Arc::new(ScriptedProvider::new([ScriptedResponse::reply("One."), ScriptedResponse::reply("Two.")]));
+    let mut agent = builder(&provider).create(backend.store(), SID).expect("create");
+    agent.run_turn(TurnInput::text("hello")).await.expect("turn 1");
+    assert!(agent.set_settings(pirate()).expect("settings").is_some());
+    // Another program takes the last line's newline off, behind the lock.
+    let file = std::fs::read_dir(backend.jsonl_dir())
+        .expect("the store")
+        .map(|e| e.expect("an entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the session file");
+    let mut bytes = std::fs::read(&file).expect("read");
+    assert_eq!(bytes.pop(), Some(b'\n'));
+    std::fs::write(&file, &bytes).expect("write");
+    agent.run_turn(TurnInput::text("again")).await.expect("turn 2");
+    drop(agent);
+    let stored = backend.store().load(SID).expect("the log reads whole");
+    let types: Vec<String> = stored.events.iter().map(|e| e.event_type().to_string()).collect();
+    assert_eq!(types.iter().filter(|t| *t == "turn/end").count(), 2, "{types:?}");
+}
