@@ -450,6 +450,13 @@ fn a_provider_error_ends_the_turn_with_it_exit_1_and_the_log_stays_valid() {
     assert!(error.contains("turn 1 ended with an error: "), "{error}");
     assert!(error.contains("HTTP 500 Internal Server Error: the GPU caught fire"), "{error}");
     assert_eq!(server.requests().len(), 3);
+    // Each wait before a retry is said, not waited out in silence.
+    let retries: Vec<&str> = run.stderr.lines().filter(|l| l.contains("⟳")).collect();
+    assert_eq!(retries.len(), 2, "{run:?}");
+    assert!(
+        retries[0].contains("the provider failed (PROVIDER_UNAVAILABLE); retrying in 0.5 s (attempt 2 of 3)"),
+        "{retries:?}"
+    );
 
     let id = run.session_id();
     assert_valid(dir.path(), "palimpsest.db", &id);

@@ -137,7 +137,7 @@ pub use config::{
 };
 pub use decode::StreamDecoder;
 pub use error::HttpStatusError;
-pub use provider::OpenAiProvider;
+pub use provider::{OpenAiProvider, RetryNotice};
 pub use request::request_body;
 
 /// The README's examples, compiled and run as doctests.

@@ -52,6 +52,31 @@ pub struct OpenAiProvider {
     /// "incorrect API key" body that repeats the key) and ends up in the
     /// log and on the terminal.
     secrets: Arc<[String]>,
+    /// Told of each retry before its wait ([`OpenAiProvider::on_retry`]).
+    on_retry: Option<Arc<RetryObserver>>,
+}
+
+/// What [`OpenAiProvider::on_retry`] is given.
+type RetryObserver = dyn Fn(&RetryNotice) + Send + Sync;
+
+/// A request about to be sent again, as told to an
+/// [`OpenAiProvider::on_retry`] observer before the wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryNotice {
+    /// The attempt that failed, from 1.
+    pub attempt: u32,
+    /// How many attempts there will be at most.
+    pub attempts: u32,
+    /// How long the provider waits before the next one (what the server
+    /// asked, `Retry-After`, capped; else the backoff).
+    pub delay: std::time::Duration,
+    /// Whether the server asked for the wait (`Retry-After`).
+    pub asked: bool,
+    /// The failure's code (`PROVIDER_RATE_LIMITED`, `PROVIDER_UNAVAILABLE`).
+    pub code: String,
+    /// The failure, as an error would say it (secrets taken out).
+    pub message: String,
 }
 
 /// Redirects are followed only within the endpoint's origin (scheme, host
@@ -178,7 +203,24 @@ impl OpenAiProvider {
         let client = builder.build().map_err(|source| ConfigError::HttpClient { source })?;
         let shown_endpoint = crate::config::redact(endpoint.as_str());
         let secrets = secret_forms(&config, &endpoint);
-        Ok(OpenAiProvider { config, endpoint, shown_endpoint, client, headers, secrets })
+        Ok(OpenAiProvider { config, endpoint, shown_endpoint, client, headers, secrets, on_retry: None })
+    }
+
+    /// Tells `observer` of each retry before its wait: a rate limit's
+    /// `Retry-After` of a minute, waited out in silence, looked like a hang
+    /// (the waits are also logged through `tracing` at `debug`).
+    ///
+    /// ```
+    /// use palimpsest_llm_openai::{OpenAiConfig, OpenAiProvider};
+    ///
+    /// let provider = OpenAiProvider::new(OpenAiConfig::new("http://127.0.0.1:8000/v1", "m"))?
+    ///     .on_retry(|n| eprintln!("retrying in {:?} ({})", n.delay, n.code));
+    /// # let _ = provider;
+    /// # Ok::<(), palimpsest_llm_openai::ConfigError>(())
+    /// ```
+    pub fn on_retry(mut self, observer: impl Fn(&RetryNotice) + Send + Sync + 'static) -> OpenAiProvider {
+        self.on_retry = Some(Arc::new(observer));
+        self
     }
 
     /// The configuration.
@@ -253,6 +295,16 @@ impl OpenAiProvider {
             }
             let delay = policy.delay(retry, asked);
             tracing::debug!(attempt, delay_ms = delay.as_millis() as u64, code = error.code(), error = %error, "retrying");
+            if let Some(observer) = &self.on_retry {
+                observer(&RetryNotice {
+                    attempt,
+                    attempts: policy.max_retries + 1,
+                    delay,
+                    asked: asked.is_some(),
+                    code: error.code().to_owned(),
+                    message: error.to_string(),
+                });
+            }
             tokio::time::sleep(delay).await;
             retry += 1;
         }

@@ -522,8 +522,21 @@ async fn run_async(
     let store = opened.store.clone();
     let about_model = format!("model {} at {}", provider.config().model, provider.shown_endpoint());
     let hints = Hints { key: key_source(&args, &resolved.config), model: provider.config().model.clone() };
-    let provider: Arc<dyn Provider> = Arc::new(provider);
     let (tx, rx) = mpsc::unbounded_channel();
+    // A wait before a retry (a rate limit's Retry-After can be a minute)
+    // is said on stderr, in order with the rest, not waited out in silence.
+    let retries = tx.clone();
+    let provider: Arc<dyn Provider> = Arc::new(provider.on_retry(move |n| {
+        let why = if n.code == "PROVIDER_RATE_LIMITED" { "rate limited" } else { "the provider failed" };
+        let asked = if n.asked { ", as the server asked" } else { "" };
+        let _ = retries.send(Echo::Line(format!(
+            "  ⟳ {why} ({}); retrying in {:.1} s{asked} (attempt {} of {})",
+            n.code,
+            n.delay.as_secs_f64(),
+            n.attempt + 1,
+            n.attempts
+        )));
+    }));
 
     let mut config = AgentConfig::default().with_chunk_window_ms(args.chunk_window_ms);
     if let Some(n) = resolved.max_tokens {

@@ -190,10 +190,19 @@ async fn a_429_is_retried_after_the_retry_after_the_server_asked_for() -> TestRe
         Reply::sse(TEXT, 4096),
     ])
     .await?;
-    let provider = provider(config(&server.base_url()))?;
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = told.clone();
+    let provider = provider(config(&server.base_url()))?
+        .on_retry(move |n| seen.lock().unwrap_or_else(|p| p.into_inner()).push(n.clone()));
     let started = Instant::now();
     let items = collect(&provider, request()).await?;
     let elapsed = started.elapsed();
+    // The observer heard of the wait before it, with what the server asked.
+    let told = told.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!((told[0].attempt, told[0].delay, told[0].asked), (1, Duration::from_millis(150), true));
+    assert_eq!(told[0].code, "PROVIDER_RATE_LIMITED");
+    assert!(told[0].message.contains("Rate limit reached"), "{}", told[0].message);
     // The computed backoff would be 1 ms: waiting 150 ms shows the header won.
     assert!(elapsed >= Duration::from_millis(150), "{elapsed:?}");
     assert_eq!(items.first(), Some(&text(0, "Bonjour")));
