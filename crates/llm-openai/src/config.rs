@@ -155,6 +155,11 @@ impl RetryPolicy {
     }
 }
 
+/// Default [`OpenAiConfig::max_stream_bytes`]: 1 GiB. A real answer at the
+/// loop's response cap, one token a chunk, is a few hundred megabytes of
+/// event stream.
+pub const DEFAULT_MAX_STREAM_BYTES: u64 = 1 << 30;
+
 /// Everything [`OpenAiProvider`](crate::OpenAiProvider) needs.
 ///
 /// Build one with [`OpenAiConfig::new`] or
@@ -180,6 +185,12 @@ pub struct OpenAiConfig {
     /// Whether to ask for a usage chunk (`stream_options.include_usage`);
     /// turn it off for a server that refuses `stream_options`.
     pub include_usage: bool,
+    /// The most bytes one event stream may send before it is ended with a
+    /// `PROVIDER_STREAM` error (default [`DEFAULT_MAX_STREAM_BYTES`]). The
+    /// loop's caps count what a stream carries; a stream of events that
+    /// carry nothing (empty choices or deltas, comments, blank lines) was
+    /// read for as long as a server sent it: 1.6 GB in 25 seconds.
+    pub max_stream_bytes: u64,
     /// Extra top-level request fields (`temperature`, `top_p`, `seed`,
     /// `reasoning_effort`, ...). They are written last, so they override
     /// the fields this crate sets.
@@ -207,6 +218,7 @@ impl OpenAiConfig {
             provider_name: DEFAULT_PROVIDER_NAME.to_owned(),
             max_tokens_field: MaxTokensField::default(),
             include_usage: true,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             extra_body: serde_json::Map::new(),
             extra_headers: Vec::new(),
             connect_timeout: Duration::from_secs(30),
@@ -361,6 +373,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("provider_name", &self.provider_name)
             .field("max_tokens_field", &self.max_tokens_field)
             .field("include_usage", &self.include_usage)
+            .field("max_stream_bytes", &self.max_stream_bytes)
             .field("extra_body", &self.extra_body)
             .field("extra_headers", &self.extra_headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("connect_timeout", &self.connect_timeout)

@@ -173,19 +173,33 @@ impl StreamDecoder {
         let mut out = self.handle_parsed(events);
         if let Some(e) = error {
             if !self.is_done() {
-                self.failed = true;
-                out.push(Err(ProviderError::Stream { message: e.to_string(), source: Some(Arc::new(e)) }));
+                let e = ProviderError::Stream { message: e.to_string(), source: Some(Arc::new(e)) };
+                self.fail(e, &mut out);
             }
         }
         out
+    }
+
+    /// Ends the stream at `error`: a failure, unless the answer already
+    /// has its finish reason, which says it is whole. Then what trails it
+    /// (a usage chunk cut short, a line that does not decode) is dropped,
+    /// and the stream ends there, complete, as an event stream drops an
+    /// event cut off at its end.
+    fn fail(&mut self, error: ProviderError, out: &mut Vec<Result<StreamItem, ProviderError>>) {
+        if self.finished {
+            tracing::warn!(error = %error, "the stream went wrong after its finish reason; the answer is whole, ending it there");
+            self.done = true;
+        } else {
+            self.failed = true;
+            out.push(Err(error));
+        }
     }
 
     fn handle_parsed(&mut self, events: Vec<SseEvent>) -> Vec<Result<StreamItem, ProviderError>> {
         let mut out = Vec::new();
         for event in events {
             if let Err(e) = self.handle_event(event, &mut out) {
-                self.failed = true;
-                out.push(Err(e));
+                self.fail(e, &mut out);
                 break;
             }
             if self.done {
@@ -283,7 +297,11 @@ impl StreamDecoder {
                 }
             }
         }
-        if let Some(reason) = choice.finish_reason.as_deref() {
+        // Some proxies put an empty (or a printed null) finish reason on
+        // every chunk: that is no finish, and taking it for one ended long
+        // answers early.
+        let reason = choice.finish_reason.as_deref().filter(|r| !matches!(r.trim(), "" | "null" | "None"));
+        if let Some(reason) = reason {
             self.finished = true;
             out.push(Ok(StreamItem::Finish(finish_reason(reason))));
         }
@@ -722,6 +740,43 @@ mod tests {
         assert_eq!(items.first(), Some(&text(0, "ok ")));
         assert!(error_text(&items).is_some_and(|(_, m)| m.contains("not valid UTF-8")), "{items:?}");
         assert!(d.is_done());
+    }
+
+    #[test]
+    fn an_empty_or_printed_null_finish_reason_is_no_finish() {
+        let chunk = |text: &str, finish: &str| {
+            format!("data: {{\"choices\":[{{\"delta\":{{\"content\":{text:?}}},\"finish_reason\":{finish:?}}}]}}\n\n")
+        };
+        let stream = [chunk("a", ""), chunk("b", "null"), chunk("c", "None"), chunk("d", "stop")].concat();
+        assert_eq!(
+            decode(&stream),
+            [
+                text(0, "a"),
+                text(0, "b"),
+                text(0, "c"),
+                text(0, "d"),
+                Ok(StreamItem::Finish(FinishReason::Stop))
+            ]
+        );
+    }
+
+    #[test]
+    fn what_goes_wrong_after_the_finish_reason_ends_a_whole_answer() {
+        // A usage line cut off at the end, a bad line, an error: the
+        // answer had its finish reason, so it is whole.
+        let done = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
+        for after in [
+            &b"data: {\"usage\":{\"prompt_to"[..],
+            b"data: \xff\n\n",
+            b"data: {\"error\":{\"message\":\"x\"}}\n\n",
+        ] {
+            let mut d = StreamDecoder::new();
+            let mut items = plain(d.feed(done.as_bytes()));
+            items.extend(plain(d.feed(after)));
+            items.extend(plain(d.finish()));
+            assert_eq!(items, [text(0, "ok"), Ok(StreamItem::Finish(FinishReason::Stop))], "{after:?}");
+            assert!(d.is_done());
+        }
     }
 
     #[test]

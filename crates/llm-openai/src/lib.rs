@@ -132,8 +132,8 @@ pub mod request;
 mod sse;
 
 pub use config::{
-    ConfigError, MaxTokensField, OpenAiConfig, RetryPolicy, DEFAULT_PROVIDER_NAME, ENV_API_KEY, ENV_BASE_URL,
-    ENV_MODEL,
+    ConfigError, MaxTokensField, OpenAiConfig, RetryPolicy, DEFAULT_MAX_STREAM_BYTES, DEFAULT_PROVIDER_NAME,
+    ENV_API_KEY, ENV_BASE_URL, ENV_MODEL,
 };
 pub use decode::StreamDecoder;
 pub use error::HttpStatusError;

@@ -134,13 +134,19 @@ fn secret_forms(config: &OpenAiConfig, endpoint: &reqwest::Url) -> Arc<[String]>
         .chain(config.extra_headers.iter().map(|(_, value)| value))
         .cloned()
         .chain(from_url)
-        .filter(|s| s.len() >= 4)
+        .filter(|s| s.len() >= MIN_SECRET_LEN)
         .collect();
     let mut forms: Vec<String> = Vec::new();
     for secret in plain {
         let json = serde_json::to_string(&secret).unwrap_or_default();
         let json = json.trim_matches('"').to_owned();
-        for form in [percent_encoded(&secret), json, secret] {
+        // JSON may also escape `/` (as `\/`, an HTML-safe writer's habit);
+        // percent-encoders differ in case and in what they leave alone
+        // (Python's `quote` keeps `/`, form encoders `=`).
+        let json_slash = json.replace('/', "\\/");
+        let encoded = [("", false), ("", true), ("/", false), ("/", true), ("/=+", false), ("/=+", true)]
+            .map(|(safe, lower)| percent_encoded(&secret, safe, lower));
+        for form in encoded.into_iter().chain([json_slash, json, secret]) {
             if !forms.contains(&form) {
                 forms.push(form);
             }
@@ -152,12 +158,21 @@ fn secret_forms(config: &OpenAiConfig, endpoint: &reqwest::Url) -> Arc<[String]>
     forms.into()
 }
 
-/// `text` percent-encoded: every byte but the URL-unreserved ones as `%XX`.
-fn percent_encoded(text: &str) -> String {
+/// The shortest value taken for a secret: shorter ones are ordinary words
+/// (`ollama`, `none`, `test` as keys blanked out `ollama pull` and
+/// `llama3:latest` in error messages: an outside probe), and no real key
+/// is that short.
+const MIN_SECRET_LEN: usize = 8;
+
+/// `text` percent-encoded: every byte but the URL-unreserved ones and
+/// those in `safe` as `%XX`, in lower-case hex if `lower`.
+fn percent_encoded(text: &str, safe: &str, lower: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || safe.as_bytes().contains(&b) {
             out.push(char::from(b));
+        } else if lower {
+            out.push_str(&format!("%{b:02x}"));
         } else {
             out.push_str(&format!("%{b:02X}"));
         }
@@ -344,7 +359,8 @@ impl OpenAiProvider {
         }
         let secrets = self.secrets.clone();
         Ok(Box::pin(
-            chunk_stream(response).map(move |item| item.map_err(|e| e.map_message(|m| scrub(m, &secrets)))),
+            chunk_stream(response, self.config.max_stream_bytes)
+                .map(move |item| item.map_err(|e| e.map_message(|m| scrub(m, &secrets)))),
         ))
     }
 }
@@ -354,12 +370,14 @@ impl OpenAiProvider {
 /// sent the whole answer and its finish reason, then kept the connection
 /// open (with keep-alive comments, or silent), held the turn until the
 /// idle timeout and had the complete answer logged as failed (an outside
-/// probe). The grace runs from the finish reason; comments do not extend it.
+/// probe). The grace runs from the finish reason, and again from each later
+/// piece of content; comments do not extend it.
 const AFTER_FINISH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The response body as stream items.
 fn chunk_stream(
     response: Response,
+    max_bytes: u64,
 ) -> impl futures_util::Stream<Item = Result<StreamItem, ProviderError>> + Send {
     struct State {
         response: Option<Response>,
@@ -376,7 +394,7 @@ fn chunk_stream(
         bytes: 0,
         finish_by: None,
     };
-    stream::unfold(state, |mut state| async move {
+    stream::unfold(state, move |mut state| async move {
         loop {
             if let Some(item) = state.queue.pop_front() {
                 return Some((item, state));
@@ -392,7 +410,19 @@ fn chunk_stream(
             match read {
                 Some(Ok(Some(bytes))) => {
                     state.bytes += bytes.len() as u64;
+                    let before = state.queue.len();
                     state.queue.extend(state.decoder.feed(&bytes));
+                    // More of the answer after its finish reason (a server
+                    // that sends one early): the grace starts again. Only
+                    // content does that, never a keep-alive comment.
+                    if state.queue.iter().skip(before).any(|i| matches!(i, Ok(StreamItem::Chunk(_)))) {
+                        state.finish_by = None;
+                    }
+                    if state.bytes > max_bytes {
+                        state.queue.push_back(Err(ProviderError::stream(format!(
+                            "the event stream passed {max_bytes} bytes; it was ended there"
+                        ))));
+                    }
                 }
                 Some(Ok(None)) => state.queue.extend(state.decoder.finish()),
                 Some(Err(e)) => state.queue.push_back(Err(body_error(e.without_url()))),
@@ -484,5 +514,26 @@ mod tests {
         }
         // A short value is left alone: it would blank out ordinary words.
         assert_eq!(scrub("api-version 1".to_owned(), &secrets), "api-version 1");
+    }
+
+    #[test]
+    fn a_key_with_slashes_and_equals_is_scrubbed_however_it_is_encoded() {
+        let mut config = OpenAiConfig::new("http://h:8/v1", "m");
+        config.api_key = Some("AbCdEf0123+gHiJkL/4567mNoP==".to_owned());
+        let endpoint = config.endpoint().expect("an endpoint");
+        let secrets = secret_forms(&config, &endpoint);
+        for echo in [
+            r"key AbCdEf0123+gHiJkL\/4567mNoP== refused",
+            "key AbCdEf0123%2BgHiJkL/4567mNoP%3D%3D refused",
+            "key AbCdEf0123%2bgHiJkL%2f4567mNoP%3d%3d refused",
+            "key AbCdEf0123+gHiJkL/4567mNoP== refused",
+        ] {
+            assert_eq!(scrub(echo.to_owned(), &secrets), "key *** refused", "{echo}");
+        }
+        // Ordinary words are not secrets, however the key is spelled.
+        let mut config = OpenAiConfig::new("http://h:8/v1", "m");
+        config.api_key = Some("ollama".to_owned());
+        let secrets = secret_forms(&config, &config.endpoint().expect("an endpoint"));
+        assert_eq!(scrub("run ollama pull llama3".to_owned(), &secrets), "run ollama pull llama3");
     }
 }

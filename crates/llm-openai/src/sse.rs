@@ -145,7 +145,17 @@ impl SseParser {
             self.started = true;
             return Ok(());
         }
-        let mut text = String::from_utf8(bytes).map_err(|_| SseError::InvalidUtf8 { line: self.lines })?;
+        let mut text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            // A field this parser reads nothing of but its name (`id`,
+            // `retry`, an unknown one) or a short word (`event`) is read
+            // with its bad bytes replaced, as the format says streams are
+            // decoded; only a `data` line, the answer, is refused.
+            Err(e) if e.as_bytes().split(|&b| b == b':').next() != Some(b"data") => {
+                String::from_utf8_lossy(e.as_bytes()).into_owned()
+            }
+            Err(_) => return Err(SseError::InvalidUtf8 { line: self.lines }),
+        };
         if !self.started {
             self.started = true;
             if let Some(rest) = text.strip_prefix('\u{feff}') {
@@ -298,6 +308,13 @@ mod tests {
         let (events, err) = p.feed(b"data: a\n\ndata: b\n\ndata: \xff\n\n");
         assert_eq!(events, [data("a"), data("b")]);
         assert_eq!(err, Some(SseError::InvalidUtf8 { line: 5 }));
+    }
+
+    #[test]
+    fn a_field_other_than_data_with_bad_bytes_is_read_lossily() {
+        assert_eq!(parse_pieces(&[b"id: \xff\nretry: \xfe\nx\xff: 1\ndata: a\n\n"]), Ok(vec![data("a")]));
+        let events = parse_pieces(&[b"event: p\xffng\ndata: a\n\n"]).unwrap_or_default();
+        assert_eq!(events[0].event.as_deref(), Some("p\u{FFFD}ng"));
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub(crate) enum Body {
     CloseDelimited(Vec<Vec<u8>>),
     /// Headers, then silence for this long before closing.
     Stall(Duration),
+    /// Like `Chunked`, with this pause between the pieces.
+    ChunkedSlowly(Vec<Vec<u8>>, Duration),
     /// Like `Chunked`, then a `: keep-alive` comment every 100 ms for
     /// this long, never the final chunk.
     ChunkedThenPings(Vec<Vec<u8>>, Duration),
@@ -225,6 +227,12 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
             }
         }
         Body::NoAnswer(_) => {}
+        Body::ChunkedSlowly(pieces, pause) => {
+            head.push_str("transfer-encoding: chunked\r\n\r\n");
+            socket.write_all(head.as_bytes()).await?;
+            write_chunks(socket, &pieces, pause).await?;
+            socket.write_all(b"0\r\n\r\n").await?;
+        }
         Body::ChunkedThenPings(pieces, duration) => {
             head.push_str("transfer-encoding: chunked\r\n\r\n");
             socket.write_all(head.as_bytes()).await?;

@@ -381,6 +381,48 @@ async fn an_answer_whose_stream_stays_open_after_its_finish_reason_completes() -
     Ok(())
 }
 
+/// A finish reason sent early, then more of the answer, each piece 3 s
+/// after the last: every piece is kept (the grace after the finish reason
+/// starts again at each), none is cut off as if the answer were whole.
+#[tokio::test]
+async fn content_after_an_early_finish_reason_restarts_the_grace() -> TestResult {
+    let piece = |text: &str, finish: Option<&str>| {
+        let finish = finish.map_or("null".to_owned(), |f| format!("{f:?}"));
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{text:?}}},\"finish_reason\":{finish}}}]}}\n\n")
+            .into_bytes()
+    };
+    let pieces = vec![piece("A ", Some("stop")), piece("B ", None), piece("C", None)];
+    let server =
+        MockServer::start(vec![Reply::new(200, Body::ChunkedSlowly(pieces, Duration::from_secs(3)))
+            .header("content-type", "text/event-stream")])
+        .await?;
+    let provider = provider(config(&server.base_url()))?;
+    let items = collect(&provider, request()).await?;
+    assert_eq!(
+        items,
+        [text(0, "A "), Ok(StreamItem::Finish(FinishReason::Stop)), text(0, "B "), text(0, "C")]
+    );
+    Ok(())
+}
+
+/// A stream of events that carry nothing is ended at the stream's byte
+/// cap, not read for as long as the server sends it.
+#[tokio::test]
+async fn a_stream_of_empty_events_is_ended_at_its_byte_cap() -> TestResult {
+    let empty = b"data: {\"choices\":[]}\n\n: ping\n\n".repeat(2000);
+    let server = MockServer::start(vec![Reply::sse(&empty, 4096)]).await?;
+    let mut config = config(&server.base_url());
+    config.max_stream_bytes = 10_000;
+    let provider = provider(config)?;
+    let items = collect(&provider, request()).await?;
+    let [Err((code, message))] = items.as_slice() else {
+        return Err(format!("expected one error, got {items:?}").into());
+    };
+    assert_eq!(code, "PROVIDER_STREAM");
+    assert!(message.contains("passed 10000 bytes"), "{message}");
+    Ok(())
+}
+
 /// A server that takes the request and never answers fails the call once,
 /// after one idle timeout: it is not asked again (with the defaults, ten
 /// minutes and two retries, that held a turn for half an hour).
