@@ -1126,8 +1126,8 @@ struct Console<'o> {
     /// every control character but a line break or tab is shown as `�`
     /// ([`output::printable`]). Piped, the text is passed on as written.
     terminal: bool,
-    /// stdout's reader went away (`| head`): the answer is no longer
-    /// printed, but the turn runs on and is logged whole. (Ending the run
+    /// stdout's reader went away (`| head`), or writing it failed: the
+    /// answer is no longer printed, but the turn runs on and is logged whole. (Ending the run
     /// there dropped the turn mid-stream: it exited 0 with the turn open
     /// and the rest of the answer lost.)
     closed: bool,
@@ -1146,7 +1146,16 @@ impl Console<'_> {
                 output::note("stdout was closed; the answer is no longer printed, but it is logged whole");
                 Ok(())
             }
-            other => other,
+            // A full disk under `> out.txt`, `/dev/full`: the same, said as
+            // a warning (the turn was dropped mid-stream too).
+            Err(e) => {
+                self.closed = true;
+                output::warning(&format!(
+                    "cannot write the answer to stdout ({e}); it is no longer printed, but it is logged whole"
+                ));
+                Ok(())
+            }
+            Ok(()) => Ok(()),
         }
     }
 
@@ -1216,6 +1225,31 @@ mod tests {
             "{id}"
         );
         assert_eq!(parts[3], format!("{:x}", std::process::id()));
+    }
+
+    /// A writer that fails every write, as `/dev/full` does.
+    struct Full;
+
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from_raw_os_error(28))
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stdout_that_cannot_be_written_stops_the_printing_not_the_turn() {
+        let mut full = Full;
+        let mut console =
+            Console { out: &mut full, mid_line: false, step: None, terminal: false, closed: false };
+        let text = |t: &str| Echo::Text { step: (1, 1), text: t.into() };
+        console.show(text("Hello")).expect("the turn goes on");
+        assert!(console.closed);
+        console.show(text(", world")).expect("nothing more is printed");
+        console.end_turn().expect("nor the line's end");
     }
 
     #[test]
