@@ -3,7 +3,9 @@
 //! Content blocks are keyed by the chunk's `index` and ordered by it. Text
 //! and reasoning deltas of the same index concatenate; tool-call deltas of
 //! the same index concatenate their `argumentsDelta`, take the call id from
-//! the first delta and the name from the first delta that has one. Should a
+//! the first delta, and their names: a later delta's name is the rest of
+//! the name (`read_` then `file`, as the OpenAI clients join them), unless
+//! it repeats the name so far (servers that send it on every delta). Should a
 //! provider reuse an index for blocks of different kinds, each kind keeps
 //! its own block (reasoning, then text, then the tool call), so nothing
 //! streamed is lost. The last usage chunk wins.
@@ -54,8 +56,10 @@ impl Assembler {
                     if call_id.is_empty() {
                         call_id.clone_from(id);
                     }
-                    if name.is_none() {
-                        name.clone_from(chunk_name);
+                    match (name.as_mut(), chunk_name) {
+                        (None, _) => name.clone_from(chunk_name),
+                        (Some(so_far), Some(more)) if so_far != more => so_far.push_str(more),
+                        _ => {}
                     }
                     arguments.push_str(arguments_delta);
                 }
@@ -141,5 +145,23 @@ mod tests {
             ]
         );
         assert_eq!(usage, None);
+    }
+
+    #[test]
+    fn a_name_split_across_deltas_is_joined_and_a_repeated_one_kept_once() {
+        let mut a = Assembler::default();
+        a.push(&call(0, "c", Some("read_"), "{"));
+        a.push(&call(0, "c", Some("file"), "}"));
+        a.push(&call(1, "d", Some("list"), "{"));
+        a.push(&call(1, "d", Some("list"), "}"));
+        let (content, _) = a.finish();
+        let names: Vec<&str> = content
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolCall { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(names, ["read_file", "list"]);
     }
 }
