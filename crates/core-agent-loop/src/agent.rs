@@ -655,7 +655,15 @@ impl AgentLoop {
                 let deadline = coalescer.deadline();
                 let item = tokio::select! {
                     biased;
-                    () = cancel.cancelled() => break Stop::Cancelled,
+                    // After a finish reason of `stop` the answer is whole:
+                    // a cancel then (while a server holds the stream open
+                    // after it) only stops the wait, and the answer stands
+                    // (it was logged complete, and the turn `aborted`: an
+                    // outside probe).
+                    () = cancel.cancelled() => break match finish {
+                        Some(FinishReason::Stop) => Stop::Done,
+                        _ => Stop::Cancelled,
+                    },
                     item = next_item(&mut stream) => item,
                     // The provider went quiet past the window's end.
                     () = sleep_until(deadline) => {

@@ -435,3 +435,26 @@ async fn arguments_naming_a_key_twice_are_refused() {
         .unwrap_or_default();
     assert!(result.contains("twice"), "{result}");
 }
+
+/// A server that holds the stream open after the finish reason: a cancel
+/// while the loop waits for the end stops the wait, and the whole answer
+/// stands as completed (it was logged whole, and the turn `aborted`).
+#[tokio::test]
+async fn a_cancel_after_the_finish_reason_keeps_the_whole_answer() {
+    let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::new()
+        .text(0, "All of it.")
+        .finish(FinishReason::Stop)
+        .hang()]));
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+    let mut agent = crate::common::builder(&provider).create(store, SID).expect("create");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let later = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        later.cancel();
+    });
+    let outcome = agent.run_turn(TurnInput::text("Say it.").with_cancel(cancel)).await.expect("turn");
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+    let message = outcome.message.expect("the answer");
+    assert_eq!(message.content, [Block::text("All of it.")]);
+}
