@@ -197,14 +197,34 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     at.checked_sub(now).filter(|&wait| wait > 0).map(Duration::from_secs)
 }
 
-/// Seconds since the Unix epoch of an HTTP date in its one current form,
-/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`); `None` for anything else.
+/// Seconds since the Unix epoch of an HTTP date (RFC 9110, 5.6.7): the
+/// IMF-fixdate senders use (`Sun, 06 Nov 1994 08:49:37 GMT`), and the two
+/// obsolete forms recipients must read, RFC 850 (`Sunday, 06-Nov-94
+/// 08:49:37 GMT`, a two-digit year more than 50 years ahead is in the last
+/// century) and asctime (`Sun Nov  6 08:49:37 1994`); `None` for anything
+/// else.
 fn http_date(text: &str) -> Option<u64> {
     let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else { return None };
+    let (day, month, year, time) = match parts.as_slice() {
+        [_weekday, day, month, year, time, "GMT"] => (*day, *month, (*year).to_owned(), *time),
+        [_weekday, date, time, "GMT"] => {
+            let mut pieces = date.split('-');
+            let (day, month, yy) = (pieces.next()?, pieces.next()?, pieces.next()?);
+            let yy: u64 = yy.parse().ok().filter(|_| yy.len() == 2)?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+            let this_year = 1970 + now / 31_556_952;
+            let mut year = this_year / 100 * 100 + yy;
+            if year > this_year + 50 {
+                year -= 100;
+            }
+            (day, month, year.to_string(), *time)
+        }
+        [_weekday, month, day, time, year] => (*day, *month, (*year).to_owned(), *time),
+        _ => return None,
+    };
     const MONTHS: [&str; 12] =
         ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let month = MONTHS.iter().position(|m| m == month)? as u64 + 1;
+    let month = MONTHS.iter().position(|m| *m == month)? as u64 + 1;
     let (day, year): (u64, u64) = (day.parse().ok()?, year.parse().ok()?);
     let hms: Vec<u64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     let [h, m, sec] = hms.as_slice() else { return None };
@@ -292,6 +312,8 @@ mod tests {
         assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
         assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
         assert_eq!(http_date("Tue, 29 Feb 2028 23:59:59 GMT"), Some(1_835_481_599));
+        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), Some(784_111_777), "RFC 850");
+        assert_eq!(http_date("Sun Nov  6 08:49:37 1994"), Some(784_111_777), "asctime");
         for bad in [
             "",
             "Sun, 06 Nov 1994 08:49:37",
