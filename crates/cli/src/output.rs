@@ -62,25 +62,35 @@ pub(crate) fn printable_line(text: &str) -> String {
     text.chars().map(printable).collect()
 }
 
-/// A writer for a terminal: each line passes on with its control
-/// characters (but the tab) shown, not obeyed ([`printable`]), so that a
-/// document quoting a model's text (an export to stdout) cannot move the
-/// cursor, retitle the window or write the clipboard. Lines are passed on
-/// whole; a last one without `\n` at [`TerminalText::finish`].
-pub(crate) struct TerminalText<'w> {
+/// A writer that passes each line on through `map`, whole: a line is
+/// held until its `\n` (a last one without it at [`LineMapped::finish`]).
+/// How the pager clips lines to the terminal's width, and how a document
+/// for a terminal shows control characters ([`LineMapped::printable`]).
+pub(crate) struct LineMapped<'w> {
     inner: &'w mut dyn Write,
+    map: Box<dyn Fn(&str) -> String + 'w>,
+    /// The start of a line not yet ended.
     line: Vec<u8>,
 }
 
-impl<'w> TerminalText<'w> {
-    pub(crate) fn new(inner: &'w mut dyn Write) -> TerminalText<'w> {
-        TerminalText { inner, line: Vec::new() }
+impl<'w> LineMapped<'w> {
+    pub(crate) fn new(inner: &'w mut dyn Write, map: impl Fn(&str) -> String + 'w) -> LineMapped<'w> {
+        LineMapped { inner, map: Box::new(map), line: Vec::new() }
+    }
+
+    /// Each line with its control characters (but the tab) shown, not
+    /// obeyed ([`printable`]): a document quoting a model's text (an
+    /// export to a terminal) cannot move the cursor, retitle the window or
+    /// write the clipboard.
+    pub(crate) fn printable(inner: &'w mut dyn Write) -> LineMapped<'w> {
+        LineMapped::new(inner, |line| {
+            line.chars().map(|c| if c == '\t' { c } else { printable(c) }).collect()
+        })
     }
 
     fn emit(&mut self, line: &[u8], end: &[u8]) -> io::Result<()> {
         let text = String::from_utf8_lossy(line);
-        let shown: String = text.chars().map(|c| if c == '\t' { c } else { printable(c) }).collect();
-        self.inner.write_all(shown.as_bytes())?;
+        self.inner.write_all((self.map)(&text).as_bytes())?;
         self.inner.write_all(end)
     }
 
@@ -94,13 +104,17 @@ impl<'w> TerminalText<'w> {
     }
 }
 
-impl Write for TerminalText<'_> {
+impl Write for LineMapped<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         let mut rest = bytes;
         while let Some(at) = rest.iter().position(|&b| b == b'\n') {
-            self.line.extend_from_slice(&rest[..at]);
-            let line = std::mem::take(&mut self.line);
-            self.emit(&line, b"\n")?;
+            if self.line.is_empty() {
+                self.emit(&rest[..at], b"\n")?;
+            } else {
+                self.line.extend_from_slice(&rest[..at]);
+                let line = std::mem::take(&mut self.line);
+                self.emit(&line, b"\n")?;
+            }
             rest = &rest[at + 1..];
         }
         self.line.extend_from_slice(rest);
@@ -143,10 +157,11 @@ mod tests {
     #[test]
     fn terminal_text_shows_control_characters_and_keeps_lines() {
         let mut out = Vec::new();
-        let mut shown = TerminalText::new(&mut out);
+        let mut shown = LineMapped::printable(&mut out);
         shown.write_all("a\x1b[2Jb\tc\n\u{202E}d\r".as_bytes()).unwrap();
         shown.write_all("\u{7}e".as_bytes()).unwrap();
         shown.finish().unwrap();
+        drop(shown);
         assert_eq!(String::from_utf8(out).unwrap(), "a\u{FFFD}[2Jb\tc\n\u{FFFD}d \u{FFFD}e");
     }
 

@@ -13,6 +13,7 @@
 use std::io::{self, IsTerminal, Write};
 use std::process::{Command, Stdio};
 
+use crate::output::LineMapped;
 use unicode_width::UnicodeWidthChar;
 
 /// The pager when neither variable names one.
@@ -42,7 +43,7 @@ pub(crate) fn paged(
             .ok()
     });
     let Some(mut child) = child else {
-        let mut fitted = Fitted::new(out, width);
+        let mut fitted = fitted(out, width);
         return quit_is_fine(render(&mut fitted).and_then(|()| Ok(fitted.finish()?)));
     };
     // Ctrl-C in the pager reaches this process too: it must not end it
@@ -51,8 +52,10 @@ pub(crate) fn paged(
     let rendered = match child.stdin.take() {
         Some(stdin) => {
             let mut stdin = io::BufWriter::new(stdin);
-            let mut fitted = Fitted::new(&mut stdin, width);
-            let written = render(&mut fitted).and_then(|()| Ok(fitted.finish()?));
+            let written = {
+                let mut fitted = fitted(&mut stdin, width);
+                render(&mut fitted).and_then(|()| Ok(fitted.finish()?))
+            };
             quit_is_fine(written.and_then(|()| Ok(stdin.flush()?)))
         }
         None => Ok(()),
@@ -73,54 +76,8 @@ fn quit_is_fine(result: anyhow::Result<()>) -> anyhow::Result<()> {
 
 /// A writer that clips every line to `width` columns ([`clip`]) on its way
 /// to `inner`.
-struct Fitted<'w> {
-    inner: &'w mut dyn Write,
-    width: usize,
-    /// The start of a line not yet ended.
-    line: Vec<u8>,
-}
-
-impl<'w> Fitted<'w> {
-    fn new(inner: &'w mut dyn Write, width: usize) -> Fitted<'w> {
-        Fitted { inner, width, line: Vec::new() }
-    }
-
-    fn emit(&mut self, line: &[u8], end: &[u8]) -> io::Result<()> {
-        let text = String::from_utf8_lossy(line);
-        self.inner.write_all(clip(&text, self.width).as_bytes())?;
-        self.inner.write_all(end)
-    }
-
-    /// Writes a last line without its `\n`, then flushes.
-    fn finish(&mut self) -> io::Result<()> {
-        if !self.line.is_empty() {
-            let line = std::mem::take(&mut self.line);
-            self.emit(&line, b"")?;
-        }
-        self.inner.flush()
-    }
-}
-
-impl Write for Fitted<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let mut rest = bytes;
-        while let Some(at) = rest.iter().position(|&b| b == b'\n') {
-            if self.line.is_empty() {
-                self.emit(&rest[..at], b"\n")?;
-            } else {
-                self.line.extend_from_slice(&rest[..at]);
-                let line = std::mem::take(&mut self.line);
-                self.emit(&line, b"\n")?;
-            }
-            rest = &rest[at + 1..];
-        }
-        self.line.extend_from_slice(rest);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
+fn fitted(inner: &mut dyn Write, width: usize) -> LineMapped<'_> {
+    LineMapped::new(inner, move |line| clip(line, width))
 }
 
 /// The terminal's width in columns (see the module docs).
@@ -312,11 +269,12 @@ mod tests {
         let text = "a long line\nok\nlast one";
         for piece in 1..text.len() {
             let mut out = Vec::new();
-            let mut fitted = Fitted::new(&mut out, 6);
+            let mut fitted = fitted(&mut out, 6);
             for chunk in text.as_bytes().chunks(piece) {
                 fitted.write_all(chunk).unwrap_or_else(|e| panic!("{e}"));
             }
             fitted.finish().unwrap_or_else(|e| panic!("{e}"));
+            drop(fitted);
             assert_eq!(String::from_utf8_lossy(&out), fit(text, 6), "pieces of {piece}");
         }
     }

@@ -658,9 +658,10 @@ pub(crate) fn export(
         None if std::io::stdout().is_terminal() => {
             // A person reads it: the model's text is shown, not obeyed.
             let mut out = BufWriter::new(out);
-            let mut shown = crate::output::TerminalText::new(&mut out);
+            let mut shown = crate::output::LineMapped::printable(&mut out);
             write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut shown)?;
             shown.finish()?;
+            drop(shown);
             out.flush()?;
         }
         None => {
