@@ -358,11 +358,45 @@ fn ctrl_c_at_the_prompt_clears_the_line() {
     prompt.send("never sent");
     prompt.expect("never sent");
     prompt.send(CTRL_C);
+    prompt.expect("(Ctrl-C again, Ctrl-D or /exit to quit)");
     prompt.ready();
     prompt.turn("kept", "Clean.");
     assert_eq!(prompt.quit(), 0);
     assert_eq!(user_messages(&place.log()), ["kept"]);
     assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn ctrl_c_twice_at_the_prompt_quits() {
+    let place = Place::new();
+    let server = Server::start(vec![]);
+    let mut prompt = place.run(&server, &[]);
+    prompt.send(CTRL_C);
+    prompt.expect("(Ctrl-C again, Ctrl-D or /exit to quit)");
+    prompt.ready();
+    prompt.send(CTRL_C);
+    assert_eq!(prompt.exit_code(), 0);
+    place.assert_valid();
+}
+
+#[test]
+fn a_ctrl_c_soon_after_a_cancel_quits_as_a_second_one_would_have() {
+    // The cancel takes milliseconds: the second Ctrl-C of a double tap
+    // lands at the prompt, where it only cleared an empty line.
+    let place = Place::new();
+    let server = Server::start(vec![Reply::Stall]);
+    let mut prompt = place.run(&server, &[]);
+    prompt.send("Think hard.\r");
+    let deadline = Instant::now() + WAIT;
+    while server.requests().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    prompt.send(CTRL_C);
+    prompt.expect("note: turn 1 cancelled");
+    prompt.ready();
+    prompt.send(CTRL_C);
+    assert_eq!(prompt.exit_code(), 0);
+    place.assert_valid();
 }
 
 #[test]

@@ -18,7 +18,8 @@
 //!
 //! Ctrl-C cancels the running turn (it ends `aborted`, what streamed is
 //! kept); a second Ctrl-C exits. At the line editor's prompt Ctrl-C clears
-//! the line and Ctrl-D (on an empty line) exits. A provider error
+//! the line, and a second one (or one within 2 s of a cancel) exits, as
+//! Ctrl-D on an empty line does. A provider error
 //! ends the turn with that error in the log. Either way the log stays
 //! valid, and `--session ID` carries on (closing an interrupted turn
 //! first).
@@ -80,7 +81,8 @@ pub(crate) const DEFAULT_CONTEXT_BUDGET: u64 = 100_000;
 /// 8 surface entries are kept verbatim).
 ///
 /// Ctrl-C cancels the running turn; a second Ctrl-C exits; at the line
-/// editor's prompt Ctrl-C clears the line. One-shot, the exit is 0 when the turn completed and 1 when it
+/// editor's prompt Ctrl-C clears the line, and a second one (or one within
+/// 2 s of a cancel) exits. One-shot, the exit is 0 when the turn completed and 1 when it
 /// failed, was cancelled or hit the output-token limit; interactively, 0
 /// unless a turn failed with an error (1). Usage and I/O errors are 2.
 #[derive(Debug, Clone, clap::Args)]
@@ -647,6 +649,7 @@ async fn run_async(
         compaction,
         hints,
         one_session_file: matches!(opened.location, Location::JsonlFile(_)),
+        cancelled_at: None,
     };
     let exit = match args.prompt {
         Some(prompt) => driver.one_shot(prompt, &mut interrupts).await,
@@ -733,7 +736,15 @@ struct Driver<'o> {
     hints: Hints,
     /// The store is one JSONL session file: it has no room for a fork.
     one_session_file: bool,
+    /// When a Ctrl-C last cancelled a turn: another one at the prompt soon
+    /// after is the second Ctrl-C that quits (a cancel that took
+    /// milliseconds left the second one clearing an empty line).
+    cancelled_at: Option<std::time::Instant>,
 }
+
+/// How soon after a Ctrl-C that cancelled a turn another one at the prompt
+/// quits, as a second Ctrl-C during the turn would have.
+const DOUBLE_CTRL_C: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the hints after a provider error name.
 struct Hints {
@@ -782,6 +793,8 @@ impl Driver<'_> {
     ) -> anyhow::Result<Exit> {
         let mut lines = prompt::Lines::start(io::stdin().is_terminal(), history);
         let mut failed = false;
+        // The last read was a Ctrl-C at the prompt: another one quits.
+        let mut cleared = false;
         loop {
             lines.ask();
             let read = loop {
@@ -811,8 +824,20 @@ impl Driver<'_> {
                     break;
                 }
                 Some(Err(e)) => return Err(CliError::io("stdin", format!("cannot read: {e}")).into()),
-                Some(Ok(Read::Cleared)) => continue,
-                Some(Ok(Read::Line(line))) => line,
+                Some(Ok(Read::Cleared)) => {
+                    let soon_after_a_cancel = self.cancelled_at.is_some_and(|t| t.elapsed() < DOUBLE_CTRL_C);
+                    if cleared || soon_after_a_cancel {
+                        eprintln_line("");
+                        break;
+                    }
+                    eprintln_line("  (Ctrl-C again, Ctrl-D or /exit to quit)");
+                    cleared = true;
+                    continue;
+                }
+                Some(Ok(Read::Line(line))) => {
+                    cleared = false;
+                    line
+                }
             };
             let prompt = match prompt::parse(&line) {
                 Input::Blank => continue,
@@ -1019,6 +1044,7 @@ impl Driver<'_> {
                         } else {
                             self.console.line("  ^C: cancelling the turn (Ctrl-C again to quit)…")?;
                         }
+                        self.cancelled_at = Some(std::time::Instant::now());
                         cancel.cancel();
                     }
                 }

@@ -37,7 +37,7 @@ commands:
   //TEXT          send /TEXT to the model
 keys: Left/Right and the usual Emacs keys edit the line, Up/Down walk the history,
   Ctrl-R searches it, Alt-Enter inserts a newline, a paste is one message,
-  Ctrl-C clears the line (during a turn: cancels it), Ctrl-D on an empty line leaves";
+  Ctrl-C clears the line (during a turn: cancels it; twice: leaves), Ctrl-D on an empty line leaves";
 
 /// The names of the commands, for the error about an unknown one.
 pub(crate) const COMMANDS: &str = "/help, /exit, /quit, /session, /model, /system, /compact, /fork";
