@@ -488,6 +488,21 @@ impl SessionFile {
                 return Err(self.poison(format!("sync {}", shown(&self.path)), e));
             }
             self.dirty = false;
+            // What was appended since the last sync went into this file: if
+            // another program renamed a file over it meanwhile (an editor's
+            // save mid-turn), those appends are not in the file at the path.
+            // Said here, at the turn's end, rather than lost in silence.
+            let there = still_there(&self.file, &self.path)
+                .map_err(|e| io_err(format!("stat {}", shown(&self.path)), e))?;
+            if !there {
+                let what = format!(
+                    "{}: another program replaced or removed the file while this writer held it; what was \
+                     appended since the last sync is not in the file now at that path; open the session again",
+                    shown(&self.path)
+                );
+                self.poisoned = Some(what.clone());
+                return Err(StoreError::Locked { what });
+            }
         }
         if self.dir_unsynced {
             let dir = parent_of(&self.path).to_owned();

@@ -194,3 +194,21 @@ fn a_file_renamed_over_the_held_one_refuses_the_next_append() {
     store.append("s", &ticks(3..4)).expect("append");
     assert_eq!(store.load("s").expect("load").events.len(), 4);
 }
+
+#[test]
+fn a_file_renamed_over_the_held_one_mid_turn_fails_the_sync() {
+    // The appends of a turn are not checked one by one; at the turn's end
+    // the sync finds them gone with the old file, and says so.
+    let dir = tempdir();
+    let store = JsonlStore::open(dir.path()).expect("open");
+    store.create_with_events(&SessionHeader::new("s", 0), &ticks(0..3)).expect("create");
+    store.sync("s").expect("sync");
+    store.append("s", &ticks(3..4)).expect("the first append after the sync is checked, and fine");
+    let path = store.path_of("s").expect("path");
+    let copy = dir.path().join("edited");
+    std::fs::copy(&path, &copy).expect("copy");
+    std::fs::rename(&copy, &path).expect("rename over");
+    store.append("s", &ticks(4..5)).expect("mid-turn appends are not checked");
+    assert_eq!(code(store.sync("s")), "locked");
+    assert_ne!(code(store.append("s", &ticks(5..6))), "ok", "nothing more goes to the old file");
+}
