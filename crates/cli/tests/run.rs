@@ -518,6 +518,30 @@ fn ctrl_c_cancels_the_turn_which_ends_aborted_in_a_valid_log() {
     assert_eq!(types(&log).last(), Some(&"turn/end"));
 }
 
+/// A server that holds the stream open after a whole answer: a Ctrl-C
+/// during that wait ends the wait, and the turn completes with the answer
+/// (it was logged under a turn ended aborted, exit 1).
+#[cfg(unix)]
+#[test]
+fn ctrl_c_after_a_whole_answer_ends_the_wait_and_the_turn_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_keep_shut, gate) = mpsc::channel();
+    let before =
+        vec![sse::event(json!({"content": "All of it."}), None), sse::event(json!({}), Some("stop"))];
+    let server = Server::start(vec![Reply::Gated { before, gate, after: Vec::new() }]);
+    let mut child = spawn_until_requested(dir.path(), &server, &["--store", "s", "Say it."]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, stderr) = signal_and_wait(&mut child, "-INT");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let id = Run { code: None, stdout: String::new(), stderr }.session_id();
+    assert_valid(dir.path(), "s", &id);
+    let log = jsonl_log(&dir.path().join("s"));
+    assert_eq!(turn_end_reasons(&log), [json!({"kind": "completed"})]);
+    let answer = log.iter().find(|e| e["type"] == "assistant/message").expect("the answer");
+    assert_eq!(answer["data"]["message"]["content"][0]["text"], "All of it.");
+    assert!(answer["data"].get("interrupted").is_none(), "{answer}");
+}
+
 /// SIGTERM and SIGHUP (a supervisor stopping the run, the terminal
 /// closing) end the turn as Ctrl-C does: cancelled, aborted in a valid
 /// log, not left open for repair; and the run ends.

@@ -520,7 +520,16 @@ impl AgentLoop {
             let range = self.commit(closers)?;
             span.record("last_seq", range.end.saturating_sub(1));
             let summary = StepSummary { seqs: summary.seqs.start..range.end, ..summary };
-            if let Some(reason) = self.run_hooks(Hook::AfterStep(&summary), t.position(), &cancel).await? {
+            // A cancel that came after a whole answer only ended the wait
+            // for the stream's end (see `stream_response`): the turn ends
+            // with this step, and its hooks run as they would have.
+            let hooks_cancel = match (&next, cancel.is_cancelled()) {
+                (Next::End(_), true) => CancellationToken::new(),
+                _ => cancel.clone(),
+            };
+            if let Some(reason) =
+                self.run_hooks(Hook::AfterStep(&summary), t.position(), &hooks_cancel).await?
+            {
                 break self.end_turn(Batch::new(&self.core), turn, reason)?;
             }
             match next {
@@ -644,6 +653,8 @@ impl AgentLoop {
         let mut chunk_seqs: Vec<u64> = Vec::new();
         let mut coalescer = Coalescer::new(self.core.config.chunk_window_ms);
         let mut finish: Option<FinishReason> = None;
+        // A finish reason came, and no content after it: the answer is whole.
+        let mut whole = false;
         let connected = tokio::select! {
             biased;
             () = cancel.cancelled() => Err(Stop::Cancelled),
@@ -655,13 +666,14 @@ impl AgentLoop {
                 let deadline = coalescer.deadline();
                 let item = tokio::select! {
                     biased;
-                    // After a finish reason of `stop` the answer is whole:
-                    // a cancel then (while a server holds the stream open
-                    // after it) only stops the wait, and the answer stands
-                    // (it was logged complete, and the turn `aborted`: an
-                    // outside probe).
+                    // After a finish reason of `stop` (or `length`) with no
+                    // content after it the answer is whole: a cancel then
+                    // (while a server holds the stream open after it) only
+                    // stops the wait, and the answer stands (it was logged
+                    // complete under a turn `aborted`: an outside probe).
+                    // A finish of `tool_calls` is cancelled: no tool runs.
                     () = cancel.cancelled() => break match finish {
-                        Some(FinishReason::Stop) => Stop::Done,
+                        Some(FinishReason::Stop | FinishReason::MaxTokens) if whole => Stop::Done,
                         _ => Stop::Cancelled,
                     },
                     item = next_item(&mut stream) => item,
@@ -679,12 +691,17 @@ impl AgentLoop {
                         if let Err(error) = budget.admit(&chunk) {
                             break Stop::Failed(error);
                         }
+                        // Content after a finish reason: it was not the end.
+                        whole &= matches!(chunk, palimpsest_core_session::payload::StreamChunk::Usage(_));
                         assembler.push(&chunk);
                         if coalescer.push(chunk) {
                             self.flush_chunks(&mut coalescer, turn, step, &mut chunk_seqs)?;
                         }
                     }
-                    Some(Ok(StreamItem::Finish(reason))) => finish = Some(reason),
+                    Some(Ok(StreamItem::Finish(reason))) => {
+                        finish = Some(reason);
+                        whole = true;
+                    }
                     Some(Err(error)) => break Stop::Failed(error),
                 }
             },

@@ -92,6 +92,8 @@ pub struct StreamDecoder {
     calls: Vec<CallSlot>,
     response_id: Option<String>,
     finished: bool,
+    /// Content came after the last finish reason ([`StreamDecoder::is_whole`]).
+    content_after_finish: bool,
     /// A text, reasoning or tool-call delta was read.
     content: bool,
     done: bool,
@@ -125,6 +127,14 @@ impl StreamDecoder {
     /// Whether a `finish_reason` was read.
     pub fn saw_finish(&self) -> bool {
         self.finished
+    }
+
+    /// Whether the answer is whole: a `finish_reason` was read, and no
+    /// content after it (usage aside). Content after a finish says it was
+    /// not the end: a stream that breaks then fails as one without a
+    /// finish would.
+    pub fn is_whole(&self) -> bool {
+        self.finished && !self.content_after_finish
     }
 
     /// Decodes one piece of the byte stream (a piece may end anywhere).
@@ -186,7 +196,7 @@ impl StreamDecoder {
     /// and the stream ends there, complete, as an event stream drops an
     /// event cut off at its end.
     fn fail(&mut self, error: ProviderError, out: &mut Vec<Result<StreamItem, ProviderError>>) {
-        if self.finished {
+        if self.is_whole() {
             tracing::warn!(error = %error, "the stream went wrong after its finish reason; the answer is whole, ending it there");
             self.done = true;
         } else {
@@ -244,9 +254,18 @@ impl StreamDecoder {
             let value = value.map_err(|e| malformed(self.events, data, e))?;
             let before = out.len();
             self.handle_value(value, data, out)?;
-            self.content |= out[before..]
-                .iter()
-                .any(|item| matches!(item, Ok(StreamItem::Chunk(c)) if !matches!(c, StreamChunk::Usage(_))));
+            let content = |items: &[Result<StreamItem, ProviderError>]| {
+                items.iter().any(
+                    |item| matches!(item, Ok(StreamItem::Chunk(c)) if !matches!(c, StreamChunk::Usage(_))),
+                )
+            };
+            self.content |= content(&out[before..]);
+            // Content after the last finish in this value (a finish in the
+            // same choice comes after its content).
+            let last_finish = out[before..].iter().rposition(|i| matches!(i, Ok(StreamItem::Finish(_))));
+            if self.finished && content(&out[before + last_finish.map_or(0, |f| f + 1)..]) {
+                self.content_after_finish = true;
+            }
         }
         Ok(())
     }
@@ -303,6 +322,7 @@ impl StreamDecoder {
         let reason = choice.finish_reason.as_deref().filter(|r| !matches!(r.trim(), "" | "null" | "None"));
         if let Some(reason) = reason {
             self.finished = true;
+            self.content_after_finish = false;
             out.push(Ok(StreamItem::Finish(finish_reason(reason))));
         }
     }
@@ -777,6 +797,21 @@ mod tests {
             assert_eq!(items, [text(0, "ok"), Ok(StreamItem::Finish(FinishReason::Stop))], "{after:?}");
             assert!(d.is_done());
         }
+    }
+
+    #[test]
+    fn content_after_the_finish_reason_makes_a_later_break_an_error_again() {
+        let mut d = StreamDecoder::new();
+        let mut items = plain(
+            d.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"A \"},\"finish_reason\":\"stop\"}]}\n\n"),
+        );
+        assert!(d.is_whole());
+        items.extend(plain(d.feed(b"data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n")));
+        assert!(d.is_whole(), "usage is not content");
+        items.extend(plain(d.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"B\"}}]}\n\n")));
+        assert!(!d.is_whole(), "content after the finish: it was not the end");
+        items.extend(plain(d.feed(b"data: {\"choices\": [tru\n\n")));
+        assert!(error_text(&items).is_some_and(|(code, _)| code == "PROVIDER_STREAM"), "{items:?}");
     }
 
     #[test]

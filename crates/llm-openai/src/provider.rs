@@ -370,8 +370,9 @@ impl OpenAiProvider {
 /// sent the whole answer and its finish reason, then kept the connection
 /// open (with keep-alive comments, or silent), held the turn until the
 /// idle timeout and had the complete answer logged as failed (an outside
-/// probe). The grace runs from the finish reason, and again from each later
-/// piece of content; comments do not extend it.
+/// probe). The grace runs from the finish reason; comments and usage
+/// chunks do not extend it, and content after the finish ends it (the
+/// finish was not the end: the idle timeout applies again).
 const AFTER_FINISH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The response body as stream items.
@@ -399,7 +400,12 @@ fn chunk_stream(
             if let Some(item) = state.queue.pop_front() {
                 return Some((item, state));
             }
-            if state.decoder.saw_finish() && state.finish_by.is_none() {
+            // The grace runs while the answer is whole: from its finish
+            // reason, and not past content that came after it (that says
+            // the finish was not the end; the idle timeout applies again).
+            if !state.decoder.is_whole() {
+                state.finish_by = None;
+            } else if state.finish_by.is_none() {
                 state.finish_by = Some(tokio::time::Instant::now() + AFTER_FINISH_GRACE);
             }
             let response = state.response.as_mut()?;
@@ -410,14 +416,7 @@ fn chunk_stream(
             match read {
                 Some(Ok(Some(bytes))) => {
                     state.bytes += bytes.len() as u64;
-                    let before = state.queue.len();
                     state.queue.extend(state.decoder.feed(&bytes));
-                    // More of the answer after its finish reason (a server
-                    // that sends one early): the grace starts again. Only
-                    // content does that, never a keep-alive comment.
-                    if state.queue.iter().skip(before).any(|i| matches!(i, Ok(StreamItem::Chunk(_)))) {
-                        state.finish_by = None;
-                    }
                     if state.bytes > max_bytes {
                         state.queue.push_back(Err(ProviderError::stream(format!(
                             "the event stream passed {max_bytes} bytes; it was ended there"
@@ -425,6 +424,12 @@ fn chunk_stream(
                     }
                 }
                 Some(Ok(None)) => state.queue.extend(state.decoder.finish()),
+                // A connection reset, a bad chunked encoding or a body short
+                // of its length after a whole answer: the answer stands.
+                Some(Err(e)) if state.decoder.is_whole() => {
+                    tracing::warn!(error = %e, "the connection failed after the finish reason; the answer is whole");
+                    state.queue.extend(state.decoder.finish());
+                }
                 Some(Err(e)) => state.queue.push_back(Err(body_error(e.without_url()))),
                 None => {
                     tracing::debug!(

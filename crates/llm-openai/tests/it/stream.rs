@@ -382,10 +382,10 @@ async fn an_answer_whose_stream_stays_open_after_its_finish_reason_completes() -
 }
 
 /// A finish reason sent early, then more of the answer, each piece 3 s
-/// after the last: every piece is kept (the grace after the finish reason
-/// starts again at each), none is cut off as if the answer were whole.
+/// after the last: every piece is kept (content after the finish ends the
+/// grace), none is cut off as if the answer were whole.
 #[tokio::test]
-async fn content_after_an_early_finish_reason_restarts_the_grace() -> TestResult {
+async fn content_after_an_early_finish_reason_is_all_kept() -> TestResult {
     let piece = |text: &str, finish: Option<&str>| {
         let finish = finish.map_or("null".to_owned(), |f| format!("{f:?}"));
         format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{text:?}}},\"finish_reason\":{finish}}}]}}\n\n")
@@ -420,6 +420,24 @@ async fn a_stream_of_empty_events_is_ended_at_its_byte_cap() -> TestResult {
     };
     assert_eq!(code, "PROVIDER_STREAM");
     assert!(message.contains("passed 10000 bytes"), "{message}");
+    Ok(())
+}
+
+/// A connection that breaks after a whole answer (a proxy's reset, a
+/// chunk announced and never sent) leaves the answer whole, not failed.
+#[tokio::test]
+async fn a_connection_that_breaks_after_a_whole_answer_leaves_it_whole() -> TestResult {
+    let pieces = vec![
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"done\"}}]}\n\n".to_vec(),
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_vec(),
+    ];
+    let server = MockServer::start(vec![
+        Reply::new(200, Body::ChunkedThenCut(pieces)).header("content-type", "text/event-stream")
+    ])
+    .await?;
+    let provider = provider(config(&server.base_url()))?;
+    let items = collect(&provider, request()).await?;
+    assert_eq!(items, [text(0, "done"), Ok(StreamItem::Finish(FinishReason::Stop))]);
     Ok(())
 }
 
