@@ -39,6 +39,9 @@ impl FileStore {
     }
 
     fn read_summary(&self) -> Result<SessionSummary, StoreError> {
+        // A store's file is a regular file: a FIFO named as the store
+        // blocked `run` forever (the header read refuses it).
+        sidecar::read_header(&self.path)?;
         read_session_summary(&self.path, ReadOptions::default())
     }
 

@@ -403,13 +403,16 @@ impl Store {
         })
     }
 
-    /// Deletes session `id` (a bare file: the file, under its writer lock).
+    /// Deletes session `id` (a bare file: the file and its checkpoint
+    /// sidecar, under its writer lock).
     /// `locked` when another writer holds it.
     pub(crate) fn delete(&self, id: &str) -> Result<(), CliError> {
         let origin = self.origin(id);
         match (self, self.backend()) {
             (Store::File(p), _) => {
                 let file = SessionFile::open(p).map_err(|e| from_store(&e, &origin))?;
+                // Its checkpoint first, as a directory store deletes one.
+                palimpsest_persistence_jsonl::sidecar::remove(p).map_err(|e| from_store(&e, &origin))?;
                 fs::remove_file(p)
                     .map_err(|e| CliError::io(origin.clone(), format!("cannot delete: {e}")))?;
                 drop(file);

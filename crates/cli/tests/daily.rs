@@ -101,7 +101,11 @@ fn delete_asks_or_needs_yes_and_removes_one_session() {
     let deleted = ok(palimpsest(d, &["delete", "s.db", "--session", "crash-1", "--yes"]));
     assert_eq!(deleted.stdout, "deleted crash-1\n");
     assert_eq!(ids(d), ["example-1"]);
-    // A bare session file is deleted as a file.
+    // A bare session file is deleted as a file, with its checkpoint.
+    ok(palimpsest(d, &["convert", "s.db", "--session", "example-1", "lone.jsonl"]));
+    assert!(d.join("lone.checkpoint.json").exists(), "convert left a checkpoint beside the file");
+    ok(palimpsest(d, &["delete", "lone.jsonl", "--yes"]));
+    assert!(!d.join("lone.jsonl").exists() && !d.join("lone.checkpoint.json").exists());
     ok(palimpsest(d, &["delete", "crash-open.jsonl", "--yes"]));
     assert!(!d.join("crash-open.jsonl").exists());
 }

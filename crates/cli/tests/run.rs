@@ -799,7 +799,12 @@ fn logged_settings_that_state_nothing_new_log_nothing_and_the_token_limit_is_one
     log_settings_by_hand(&store, &odd);
     let third = run(dir.path(), &["run", "--store", "s", "--session", &id, "Three?"]);
     assert_eq!(third.code, Some(0), "{third:?}");
-    assert!(third.stderr.contains("the logged maxTokens 1.5 is not a whole number"), "{third:?}");
+    assert!(
+        third.stderr.contains(
+            "the logged maxTokens 1.5 is not a whole number of tokens from 1; it is not sent as the limit"
+        ),
+        "{third:?}"
+    );
     let asked = &server.requests()[2];
     assert_eq!(
         (&asked["max_tokens"], &asked["stream_options"]),
@@ -1272,6 +1277,21 @@ fn store_jsonl_makes_one_session_file_then_continues_it() {
     let missing = run(dir.path(), &model_args(&base, &["--store", "new.jsonl", "--session", "x", "Hi"]));
     assert_eq!(missing.code, Some(2), "{missing:?}");
     assert!(!dir.path().join("new.jsonl").exists());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_named_as_the_store_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = Command::new("mkfifo").arg(dir.path().join("f.jsonl")).status().unwrap();
+    assert!(made.success());
+    let server = Server::start(vec![]);
+    let started = Instant::now();
+    let run = run(dir.path(), &model_args(&server.base_url(), &["--store", "f.jsonl", "Hi"]));
+    assert!(started.elapsed() < Duration::from_secs(10), "it waited on the FIFO");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("not a regular file but a FIFO"), "{run:?}");
+    assert!(server.requests().is_empty());
 }
 
 #[test]

@@ -73,6 +73,9 @@ pub struct RetryNotice {
     pub delay: std::time::Duration,
     /// Whether the server asked for the wait (`Retry-After`).
     pub asked: bool,
+    /// Whether the server asked for longer than the provider waits
+    /// ([`RetryPolicy::max_retry_after`](crate::RetryPolicy::max_retry_after)).
+    pub capped: bool,
     /// The failure's code (`PROVIDER_RATE_LIMITED`, `PROVIDER_UNAVAILABLE`).
     pub code: String,
     /// The failure, as an error would say it (secrets taken out).
@@ -316,6 +319,7 @@ impl OpenAiProvider {
                     attempts: policy.max_retries + 1,
                     delay,
                     asked: asked.is_some(),
+                    capped: asked.is_some_and(|asked| asked > delay),
                     code: error.code().to_owned(),
                     message: error.to_string(),
                 });

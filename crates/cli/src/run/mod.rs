@@ -399,7 +399,7 @@ fn resolve(
     let max_tokens = logged_limit.and_then(serde_json::Value::as_u64).filter(|&n| n > 0);
     if let (Some(value), None) = (logged_limit, max_tokens) {
         output::warning(&format!(
-            "the logged {MAX_TOKENS_PARAM} {value} is not a whole number of tokens from 1; no output-token limit is sent"
+            "the logged {MAX_TOKENS_PARAM} {value} is not a whole number of tokens from 1; it is not sent as the limit"
         ));
     }
     for (key, value) in params.iter().flatten() {
@@ -530,7 +530,11 @@ async fn run_async(
     let retries = tx.clone();
     let provider: Arc<dyn Provider> = Arc::new(provider.on_retry(move |n| {
         let why = if n.code == "PROVIDER_RATE_LIMITED" { "rate limited" } else { "the provider failed" };
-        let asked = if n.asked { ", as the server asked" } else { "" };
+        let asked = match (n.asked, n.capped) {
+            (true, false) => ", as the server asked",
+            (true, true) => " (the server asked for longer; that is the most this waits)",
+            (false, _) => "",
+        };
         let _ = retries.send(Echo::Line(format!(
             "  ⟳ {why} ({}); retrying in {:.1} s{asked} (attempt {} of {})",
             n.code,

@@ -222,11 +222,20 @@ async fn a_long_retry_after_is_capped() -> TestResult {
     .await?;
     let mut config = config(&server.base_url());
     config.retry.max_retry_after = Duration::from_millis(100);
-    let provider = provider(config)?;
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = told.clone();
+    let provider =
+        provider(config)?.on_retry(move |n| seen.lock().unwrap_or_else(|p| p.into_inner()).push(n.clone()));
     let started = Instant::now();
     let items = collect(&provider, request()).await?;
     let elapsed = started.elapsed();
     assert!(elapsed >= Duration::from_millis(100) && elapsed < Duration::from_secs(10), "{elapsed:?}");
+    let told = told.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(
+        told.iter().map(|n| (n.delay, n.asked, n.capped)).collect::<Vec<_>>(),
+        [(Duration::from_millis(100), true, true)],
+        "the wait is the cap, and the notice says so"
+    );
     assert_eq!(items.len(), 10);
     assert_eq!(server.requests().len(), 2);
     Ok(())
