@@ -29,6 +29,22 @@ fn request() -> ModelRequest {
     .with_max_output_tokens(256)
 }
 
+/// A whole answer, as two events: `done`, then the finish reason.
+fn whole_answer() -> Vec<Vec<u8>> {
+    vec![
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"done\"}}]}\n\n".to_vec(),
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_vec(),
+    ]
+}
+
+/// The one item of `items`, an error: its code and message.
+fn one_error<T: std::fmt::Debug>(items: &[Result<T, (String, String)>]) -> Result<(String, String), String> {
+    match items {
+        [Err(error)] => Ok(error.clone()),
+        _ => Err(format!("expected one error, got {items:?}")),
+    }
+}
+
 fn endpoint(server: &MockServer) -> String {
     format!("{}/chat/completions", server.base_url())
 }
@@ -358,9 +374,7 @@ async fn a_silent_stream_times_out_as_a_stream_error() -> TestResult {
     let started = Instant::now();
     let items = collect(&provider, request()).await?;
     assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
-    let [Err((code, message))] = items.as_slice() else {
-        return Err(format!("expected one error, got {items:?}").into());
-    };
+    let (code, message) = one_error(&items)?;
     assert_eq!(code, "PROVIDER_STREAM");
     assert!(message.starts_with("provider stream failed: timed out reading the event stream"), "{message}");
     Ok(())
@@ -372,10 +386,7 @@ async fn a_silent_stream_times_out_as_a_stream_error() -> TestResult {
 /// failure (and never, with the pings).
 #[tokio::test]
 async fn an_answer_whose_stream_stays_open_after_its_finish_reason_completes() -> TestResult {
-    let pieces = vec![
-        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"done\"}}]}\n\n".to_vec(),
-        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_vec(),
-    ];
+    let pieces = whole_answer();
     let server =
         MockServer::start(vec![Reply::new(200, Body::ChunkedThenPings(pieces, Duration::from_secs(30)))
             .header("content-type", "text/event-stream")])
@@ -424,9 +435,7 @@ async fn a_stream_of_empty_events_is_ended_at_its_byte_cap() -> TestResult {
     config.max_stream_bytes = 10_000;
     let provider = provider(config)?;
     let items = collect(&provider, request()).await?;
-    let [Err((code, message))] = items.as_slice() else {
-        return Err(format!("expected one error, got {items:?}").into());
-    };
+    let (code, message) = one_error(&items)?;
     assert_eq!(code, "PROVIDER_STREAM");
     assert!(message.contains("passed 10000 bytes"), "{message}");
     Ok(())
@@ -436,10 +445,7 @@ async fn a_stream_of_empty_events_is_ended_at_its_byte_cap() -> TestResult {
 /// chunk announced and never sent) leaves the answer whole, not failed.
 #[tokio::test]
 async fn a_connection_that_breaks_after_a_whole_answer_leaves_it_whole() -> TestResult {
-    let pieces = vec![
-        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"done\"}}]}\n\n".to_vec(),
-        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_vec(),
-    ];
+    let pieces = whole_answer();
     let server = MockServer::start(vec![
         Reply::new(200, Body::ChunkedThenCut(pieces)).header("content-type", "text/event-stream")
     ])
