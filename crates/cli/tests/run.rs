@@ -533,6 +533,7 @@ fn ctrl_c_after_a_whole_answer_ends_the_wait_and_the_turn_completes() {
     std::thread::sleep(Duration::from_millis(500));
     let (status, stderr) = signal_and_wait(&mut child, "-INT");
     assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("note: the answer was whole when Ctrl-C came"), "{stderr}");
     let id = Run { code: None, stdout: String::new(), stderr }.session_id();
     assert_valid(dir.path(), "s", &id);
     let log = jsonl_log(&dir.path().join("s"));

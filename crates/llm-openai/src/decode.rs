@@ -319,7 +319,11 @@ impl StreamDecoder {
         // Some proxies put an empty (or a printed null) finish reason on
         // every chunk: that is no finish, and taking it for one ended long
         // answers early.
-        let reason = choice.finish_reason.as_deref().filter(|r| !matches!(r.trim(), "" | "null" | "None"));
+        let no_finish = |r: &str| {
+            let r = r.trim();
+            r.is_empty() || r.eq_ignore_ascii_case("null") || r.eq_ignore_ascii_case("none")
+        };
+        let reason = choice.finish_reason.as_deref().filter(|r| !no_finish(r));
         if let Some(reason) = reason {
             self.finished = true;
             self.content_after_finish = false;
@@ -767,7 +771,9 @@ mod tests {
         let chunk = |text: &str, finish: &str| {
             format!("data: {{\"choices\":[{{\"delta\":{{\"content\":{text:?}}},\"finish_reason\":{finish:?}}}]}}\n\n")
         };
-        let stream = [chunk("a", ""), chunk("b", "null"), chunk("c", "None"), chunk("d", "stop")].concat();
+        let stream =
+            [chunk("a", ""), chunk("b", "null"), chunk("c", "None"), chunk("d", "NULL"), chunk("e", "stop")]
+                .concat();
         assert_eq!(
             decode(&stream),
             [
@@ -775,6 +781,7 @@ mod tests {
                 text(0, "b"),
                 text(0, "c"),
                 text(0, "d"),
+                text(0, "e"),
                 Ok(StreamItem::Finish(FinishReason::Stop))
             ]
         );

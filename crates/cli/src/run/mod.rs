@@ -1068,6 +1068,13 @@ impl Driver<'_> {
         };
         let outcome = result.map_err(|e| loop_error(e, &self.shown))?;
         let ended = self.report(&outcome);
+        if cancel.is_cancelled() && !matches!(outcome.reason, TurnEndReason::Aborted { .. }) {
+            // The Ctrl-C came once the answer was whole (a server holding
+            // the stream open after it): nothing was cancelled, and the
+            // next Ctrl-C at the prompt is a first one.
+            self.cancelled_at = None;
+            output::note("the answer was whole when Ctrl-C came; the turn ended as it was");
+        }
         if interrupts.terminated() {
             output::note(&format!(
                 "terminated; `palimpsest run --store {} --session {}` carries on",
