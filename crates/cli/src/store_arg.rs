@@ -126,6 +126,12 @@ impl Store {
             _ if JsonlStore::is_store_dir(path) => {
                 JsonlStore::open(path).map(Store::Dir).map_err(|e| from_store(&e, &shown))
             }
+            // A pipe is read once as a session file; a writing command
+            // (`delete`, `repair --write`, `fork` beside it) needs the file
+            // itself, and on a FIFO with no writer it waited forever.
+            _ if matches!(access, Access::Write) && !meta.is_file() => Err(CliError::usage(format!(
+                "{shown}: not a regular file; a command that writes a session file needs the file itself"
+            ))),
             _ => Ok(Store::File(path.to_owned())),
         }
     }

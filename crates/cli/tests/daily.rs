@@ -608,3 +608,17 @@ fn cites_past_the_node_budget_are_counted() {
     let text = ok(palimpsest(d, &["explain", "wide.jsonl", &seq])).stdout;
     assert!(text.contains("… and 50 more of its own cites, not shown"), "{}", &text[text.len() - 400..]);
 }
+
+#[cfg(unix)]
+#[test]
+fn a_writing_command_on_a_fifo_is_refused_not_waited_on() {
+    let dir = scratch(&[]);
+    let d = dir.path();
+    let made = std::process::Command::new("mkfifo").arg(d.join("ff.jsonl")).status().expect("mkfifo");
+    assert!(made.success());
+    for args in [&["delete", "ff.jsonl", "--yes"][..], &["repair", "--write", "ff.jsonl"]] {
+        let run = palimpsest(d, args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(run.stderr.contains("not a regular file"), "{args:?}: {run:?}");
+    }
+}
