@@ -333,27 +333,16 @@ mod tests {
         assert!((Duration::from_secs(28)..=Duration::from_secs(30)).contains(&asked), "{date}: {asked:?}");
     }
 
-    /// An IMF-fixdate of `secs`, for the test (the inverse of `http_date`).
+    /// An IMF-fixdate of `secs`, for the test (the inverse of `http_date`),
+    /// from the RFC 3339 form core-session writes event times in.
     fn fixdate(secs: u64) -> String {
-        let (days, rest) = (secs / 86_400, secs % 86_400);
-        // Civil from days (Howard Hinnant's algorithm).
-        let z = days + 719_468;
-        let (era, doe) = (z / 146_097, z % 146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + u64::from(month <= 2);
+        let rfc3339 = palimpsest_core_session::time::utc(secs * 1000);
+        let (date, time) = rfc3339.split_once('T').expect("a date and a time");
+        let [year, month, day] = [&date[..4], &date[5..7], &date[8..10]];
         const MONTHS: [&str; 12] =
             ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-        format!(
-            "Mon, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
-            MONTHS[month as usize - 1],
-            rest / 3600,
-            rest % 3600 / 60,
-            rest % 60
-        )
+        let month = MONTHS[month.parse::<usize>().expect("a month") - 1];
+        format!("Mon, {day} {month} {year} {} GMT", &time[..8])
     }
 
     #[test]
