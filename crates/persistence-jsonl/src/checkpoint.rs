@@ -129,6 +129,26 @@ pub(crate) fn resume(path: &Path, options: ReadOptions) -> Option<Resumed> {
     }
 }
 
+/// [`resume`] as a resume of the session needs it, telling `writer` (the
+/// file held for appending, under whose lock the read ran) where the file
+/// ends, so that its first append does not read the whole file again.
+pub(crate) fn resume_for(
+    path: &Path,
+    options: ReadOptions,
+    writer: Option<&mut crate::SessionFile>,
+) -> Option<palimpsest_persistence::Resumable> {
+    let r = resume(path, options)?;
+    if let Some(file) = writer {
+        file.know_tail(r.end);
+    }
+    Some(palimpsest_persistence::Resumable {
+        header: r.header,
+        checkpoint: Some(r.checkpoint),
+        tail: r.tail,
+        report: r.report,
+    })
+}
+
 /// [`resume`] from the sidecar's `text`; `Err` says why it is unusable.
 fn resume_from(path: &Path, text: &str, options: ReadOptions) -> Result<Resumed, String> {
     if !reads_in_pieces(options) {

@@ -63,16 +63,11 @@ pub fn load_resumable(
     writer: Option<&mut SessionFile>,
 ) -> Result<Resumable, StoreError> {
     crate::file::check_regular(session_file)?;
-    if let Some(r) = crate::checkpoint::resume(session_file, ReadOptions::default()) {
-        if let Some(file) = writer {
-            file.know_tail(r.end);
-        }
-        return Ok(Resumable {
-            header: r.header,
-            checkpoint: Some(r.checkpoint),
-            tail: r.tail,
-            report: r.report,
-        });
+    let mut writer = writer;
+    if let Some(r) =
+        crate::checkpoint::resume_for(session_file, ReadOptions::default(), writer.as_deref_mut())
+    {
+        return Ok(r);
     }
     let stored = match writer {
         Some(file) => file.load()?,

@@ -417,25 +417,17 @@ impl SessionStore for JsonlStore {
         check_regular(&path).map_err(|e| with_id(e, session_id))?;
         let handle = self.cached(session_id);
         let mut appends = handle.as_ref().map(lock_handle);
-        if let Some(r) = crate::checkpoint::resume(&path, self.read) {
+        // Read under the writer's lock: its first append need not read the
+        // whole file to find the end this read found.
+        if let Some(r) = crate::checkpoint::resume_for(&path, self.read, appends.as_deref_mut()) {
             check_id(&path, &r.header.id, session_id)?;
-            // Read under the writer's lock: its first append need not read
-            // the whole file to find the end this read found.
-            if let Some(file) = appends.as_mut() {
-                file.know_tail(r.end);
-            }
             tracing::debug!(
                 session_id,
-                log_len = r.checkpoint.log_len(),
+                log_len = r.checkpoint.as_ref().map_or(0, Checkpoint::log_len),
                 tail = r.tail.len(),
                 "resuming from a checkpoint sidecar"
             );
-            return Ok(Resumable {
-                header: r.header,
-                checkpoint: Some(r.checkpoint),
-                tail: r.tail,
-                report: r.report,
-            });
+            return Ok(r);
         }
         drop(appends);
         let stored = self.load(session_id)?;
