@@ -935,7 +935,9 @@ fn secrets_never_enter_a_store() {
 }
 
 #[test]
-fn a_resumed_session_offers_the_tools_of_its_logged_tools_directory() {
+fn a_log_never_turns_tools_on_each_run_passes_tools_again() {
+    // A store can come from anyone: its logged `toolsDir` named a
+    // directory the model then read and wrote (an outside probe: `/root`).
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("work")).unwrap();
     let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
@@ -947,22 +949,64 @@ fn a_resumed_session_offers_the_tools_of_its_logged_tools_directory() {
     let tools_dir = logged[0]["data"]["settings"]["toolsDir"].as_str().unwrap_or_default().to_owned();
     assert!(Path::new(&tools_dir).is_absolute() && tools_dir.ends_with("work"), "{tools_dir}");
 
+    // Without --tools: none offered, said with the flag that offers them.
     let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "Again?"]);
     assert_eq!(second.code, Some(0), "{second:?}");
+    assert!(second.stderr.contains(&format!("the session offered tools confined to {tools_dir}")), "{second:?}");
+    assert!(second.stderr.contains(&format!("pass --tools {tools_dir} to offer them again")), "{second:?}");
     let offered = |i: usize| server.requests()[i]["tools"].as_array().map_or(0, Vec::len);
-    assert_eq!((offered(0), offered(1)), (4, 4), "the same tools, from the logged directory");
-    assert_eq!(settings_events(&dir.path().join("s")).len(), 1);
-
-    // The directory is gone: a warning, and new settings that offer no tools.
-    std::fs::remove_dir(dir.path().join("work")).unwrap();
-    let third = run(dir.path(), &["run", "--store", "s", "--session", &id, "Still there?"]);
-    assert_eq!(third.code, Some(0), "{third:?}");
-    assert!(third.stderr.contains("is gone; this run offers no tools"), "{third:?}");
-    assert!(server.requests()[2].get("tools").is_none());
+    assert_eq!((offered(0), offered(1)), (4, 0));
     let logged = settings_events(&dir.path().join("s"));
-    assert_eq!(logged.len(), 2);
+    assert_eq!(logged.len(), 2, "the tools changed: new settings");
     assert_eq!(logged[1]["data"]["settings"]["tools"], json!([]));
     assert!(logged[1]["data"]["settings"].get("toolsDir").is_none());
+
+    // With --tools again: offered again.
+    let third = run(dir.path(), &["run", "--store", "s", "--session", &id, "--tools", "work", "Back?"]);
+    assert_eq!(third.code, Some(0), "{third:?}");
+    assert_eq!(offered(2), 4);
+    assert_eq!(settings_events(&dir.path().join("s")).len(), 3);
+    assert_valid(dir.path(), "s", &id);
+}
+
+#[test]
+fn an_api_key_goes_only_to_an_endpoint_the_user_names_not_to_the_logs() {
+    // A store handed over names its endpoint: resumed with a key in the
+    // environment, the key went there (an outside probe).
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let first = run(dir.path(), &model_args(&base, &["--store", "s", "Hi"]));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+    let with_key = |args: &[&str], env_base: Option<&str>| {
+        let mut c = command(dir.path(), args);
+        c.env("OPENAI_API_KEY", "sk-victimkey");
+        if let Some(b) = env_base {
+            c.env("OPENAI_BASE_URL", b);
+        }
+        Run::from(c.stdin(Stdio::null()).output().expect("run palimpsest"))
+    };
+
+    // A key, and the endpoint only the log names: refused before any request.
+    let refused = with_key(&["run", "--store", "s", "--session", &id, "Again?"], None);
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+    assert!(refused.stderr.contains(&format!("pass --base-url {base} to continue there")), "{refused:?}");
+    assert_eq!(server.requests().len(), 1, "nothing was sent");
+    // Another endpoint in the environment: the log's is not used either.
+    let elsewhere = with_key(&["run", "--store", "s", "--session", &id, "Again?"], Some("http://127.0.0.1:9/v1"));
+    assert_eq!(elsewhere.code, Some(2), "{elsewhere:?}");
+    assert_eq!(server.requests().len(), 1, "nothing was sent");
+
+    // Named by the flag, or by the environment: the key goes there.
+    let flagged = with_key(&["run", "--store", "s", "--session", &id, "--base-url", &base, "Two?"], None);
+    assert_eq!(flagged.code, Some(0), "{flagged:?}");
+    let from_env = with_key(&["run", "--store", "s", "--session", &id, "Three?"], Some(&base));
+    assert_eq!(from_env.code, Some(0), "{from_env:?}");
+    assert_eq!(server.requests().len(), 3);
+    // Without a key nothing is at stake: the log's endpoint is used
+    // (issue 19: a resumed session keeps its logged settings).
+    assert_eq!(settings_events(&dir.path().join("s")).len(), 1);
     assert_valid(dir.path(), "s", &id);
 }
 

@@ -170,7 +170,16 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
     } else {
         (None, None, None)
     };
-    let resolved = resolve(&args, logged.as_ref(), |name| std::env::var(name).ok()).map_err(config_error)?;
+    let resolved = resolve(&args, logged.as_ref(), |name| std::env::var(name).ok()).map_err(|e| match e {
+        ResolveError::Config(e) => config_error(e),
+        ResolveError::EndpointNotConfirmed(logged) => CliError::usage(format!(
+            "the session was logged against {logged}, which neither --base-url nor {ENV_BASE_URL} \
+             names; your API key is sent only to an endpoint you name: pass --base-url {} to \
+             continue there",
+            output::shell_word(&logged)
+        ))
+        .into(),
+    })?;
     let provider = OpenAiProvider::new(resolved.config.clone()).map_err(config_error)?;
     let store = match store {
         Some(store) => store,
@@ -277,6 +286,18 @@ struct Resolved {
     /// The resumed session's settings keys this build does not know, kept
     /// verbatim (section 1.3), but for the two `run` itself writes.
     extra: serde_json::Map<String, serde_json::Value>,
+    /// The resumed session's logged tools directory, when this run has no
+    /// `--tools`: a log never turns tools on (see [`resolve`]).
+    unused_tools_dir: Option<PathBuf>,
+}
+
+/// Why a run's settings cannot be resolved.
+#[derive(Debug)]
+enum ResolveError {
+    /// The endpoint would come from the resumed session's log, and an API
+    /// key would go there: the user must name it (see [`resolve`]).
+    EndpointNotConfirmed(String),
+    Config(ConfigError),
 }
 
 /// Request fields a logged param is never sent as: the request makes them
@@ -355,30 +376,36 @@ const PUBLIC_HEADERS: &[&str] = &[
 
 /// Resolves a run's settings: flag, then the resumed session's logged
 /// settings, then `env` (the `OPENAI_*` variables). The API key is never
-/// logged, so it comes from the flag or the environment only. A logged
-/// provider is the base URL without its user-info and query string: when
-/// the environment's base URL is that same endpoint, the environment's is
-/// used, so the credentials it carries still reach the server.
+/// logged, so it comes from the flag or the environment only. A log is
+/// data anyone can hand you, so it grants nothing: the API key is never
+/// sent to an endpoint only the log names (the user must name it with
+/// `--base-url` or `OPENAI_BASE_URL`), and the tools directory is never
+/// taken from it (`--tools` each run). A logged provider is the base URL
+/// without its user-info and query string: when the environment's base
+/// URL is that same endpoint, the environment's is used, so the
+/// credentials it carries still reach the server.
 fn resolve(
     args: &RunArgs,
     logged: Option<&Settings>,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<Resolved, ConfigError> {
+) -> Result<Resolved, ResolveError> {
     let logged_provider = logged.and_then(|s| s.provider.clone()).filter(|p| !p.is_empty());
     let env_base = env(ENV_BASE_URL).filter(|v| !v.is_empty());
-    let base_url = args.base_url.clone().filter(|v| !v.is_empty()).or_else(|| {
-        let env_is_logged = env_base
-            .as_ref()
-            .zip(logged_provider.as_ref())
-            .is_some_and(|(e, l)| OpenAiConfig::new(e.clone(), "").shown_base_url() == *l);
-        if env_is_logged {
-            None
-        } else {
-            logged_provider.clone()
-        }
+    let flag_base = args.base_url.clone().filter(|v| !v.is_empty());
+    // The endpoint comes from the log only where no flag names one and the
+    // environment's is not that same endpoint (whose full URL, credentials
+    // and all, is then used).
+    let from_log = logged_provider.clone().filter(|logged| {
+        flag_base.is_none()
+            && !env_base.as_ref().is_some_and(|e| OpenAiConfig::new(e.clone(), "").shown_base_url() == *logged)
     });
     let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
-    let mut config = OpenAiConfig::from_lookup_and_flags(base_url, model, args.api_key.clone(), &env)?;
+    let mut config =
+        OpenAiConfig::from_lookup_and_flags(flag_base.or(from_log.clone()), model, args.api_key.clone(), &env)
+            .map_err(ResolveError::Config)?;
+    if let (Some(logged), Some(_)) = (from_log, &config.api_key) {
+        return Err(ResolveError::EndpointNotConfirmed(logged));
+    }
     // The logged params carry over whole, so that a resumed session makes
     // the same request (section 1.3): each is sent as the request field of
     // its name, but `maxTokens` (the provider's own field) and the fields
@@ -424,11 +451,11 @@ fn resolve(
         .context_budget
         .or_else(|| logged.and_then(|s| s.context_budget))
         .unwrap_or(DEFAULT_CONTEXT_BUDGET);
-    let tools_dir = args.tools.clone().or_else(|| {
-        let dir = logged?.extra.get(TOOLS_DIR_KEY)?.as_str()?;
-        Some(PathBuf::from(dir))
-    });
-    Ok(Resolved { config, context_budget, tools_dir, max_tokens, params, logged_system, extra })
+    let tools_dir = args.tools.clone();
+    let unused_tools_dir = logged
+        .and_then(|s| s.extra.get(TOOLS_DIR_KEY)?.as_str().map(PathBuf::from))
+        .filter(|_| tools_dir.is_none());
+    Ok(Resolved { config, context_budget, tools_dir, max_tokens, params, logged_system, extra, unused_tools_dir })
 }
 
 /// The settings a run logs: the whole effective settings, no secret (the
@@ -548,22 +575,13 @@ async fn run_async(
     if let Some(n) = resolved.max_tokens {
         config = config.with_max_output_tokens(n);
     }
-    // The tools directory, absolute, so the log names it wherever the
-    // session is resumed from; one that is gone is dropped with a warning.
-    let tools_dir = match &resolved.tools_dir {
-        // `tools/` and `tools` are one directory: logged one way.
-        Some(dir) if dir.is_dir() => {
-            Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).components().collect::<PathBuf>())
-        }
-        Some(dir) => {
-            output::warning(&format!(
-                "the logged tools directory {} is gone; this run offers no tools",
-                dir.display()
-            ));
-            None
-        }
-        None => None,
-    };
+    // The tools directory (`--tools`, checked to be one), absolute, so the
+    // log names it wherever the session is resumed from. `tools/` and
+    // `tools` are one directory: logged one way.
+    let tools_dir = resolved
+        .tools_dir
+        .as_ref()
+        .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).components().collect::<PathBuf>());
     let tools = match &tools_dir {
         Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO, &opened.location.files())
             .map_err(|e| {
@@ -617,6 +635,14 @@ async fn run_async(
                     range.end - range.start,
                     range.start,
                     range.end.saturating_sub(1)
+                ));
+            }
+            if let Some(dir) = &resolved.unused_tools_dir {
+                output::note(&format!(
+                    "the session offered tools confined to {}; a log never turns tools on: \
+                     pass --tools {} to offer them again",
+                    dir.display(),
+                    output::shell_word(&dir.display().to_string())
                 ));
             }
             if settings_changed {
