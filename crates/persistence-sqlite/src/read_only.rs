@@ -177,7 +177,8 @@ pub(crate) fn connect(path: &Path, location: &str, options: SqliteOptions) -> Re
         let uri = uri(path, mode).map_err(|e| StoreError::io(format!("resolving the path {location}"), e))?;
         let flags =
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn = Connection::open_with_flags(&uri, flags).map_err(|e| refusal(e, location, mode))?;
+        let mut conn =
+            Connection::open_with_flags(&uri, flags).map_err(|e| refusal(e, path, location, mode))?;
         conn.busy_timeout(options.busy_timeout)
             .map_err(|e| sql_err(e, location, "configuring the connection"))?;
         conn.set_prepared_statement_cache_capacity(32);
@@ -187,7 +188,7 @@ pub(crate) fn connect(path: &Path, location: &str, options: SqliteOptions) -> Re
             .map_err(|e| sql_err(e, location, "configuring the connection"))?;
         // The first read of page 1: where SQLite opens the -wal and -shm.
         conn.pragma_query_value(None, "schema_version", |r| r.get::<_, i64>(0))
-            .map_err(|e| refusal(e, location, mode))?;
+            .map_err(|e| refusal(e, path, location, mode))?;
         schema::check_read_only(&mut conn, location)?;
         match mode {
             ReadMode::Shared => return Ok(Reader { conn, mode, stamp: None }),
@@ -213,7 +214,25 @@ pub(crate) fn changing(location: &str) -> StoreError {
 
 /// A failure to open or first read the database read-only, with the
 /// reason where SQLite's code gives one; the SQLite error stays the source.
-fn refusal(e: rusqlite::Error, location: &str, mode: ReadMode) -> StoreError {
+fn refusal(e: rusqlite::Error, path: &Path, location: &str, mode: ReadMode) -> StoreError {
+    let extended = e.sqlite_error().map(|s| s.extended_code);
+    if extended == Some(rusqlite::ffi::SQLITE_READONLY_ROLLBACK) {
+        // A hot journal: SQLite must roll it back before anyone reads the
+        // database, and a read-only connection cannot.
+        let journal = file::sidecar(path, "-journal");
+        return StoreError::Io {
+            context: format!(
+                "reading {location} read-only: its rollback journal {} is hot (a writer crashed in the \
+                 middle of a transaction), and the database cannot be read until that journal is rolled \
+                 back, which a reader cannot do; open the store once for writing where the database and \
+                 its journal can be written (SQLite rolls the journal back then), or copy the .db with its \
+                 -journal somewhere writable. Never delete the -journal: the database would keep the \
+                 half-written transaction",
+                journal.display()
+            ),
+            source: Box::new(e),
+        };
+    }
     let denied = matches!(e.sqlite_error_code(), Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly));
     if !denied {
         return sql_err(e, location, "opening read-only");

@@ -2,6 +2,7 @@
 //! checked against it (bump-and-reject: no migration).
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use palimpsest_persistence::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
@@ -22,25 +23,17 @@ use crate::sqlerr::sql_err;
 /// `schema-mismatch`; nothing is migrated while the format is pre-release.
 pub const SCHEMA_VERSION: i64 = 4;
 
-/// The statement that creates the full-text index (an FTS5 table), as
-/// SQLite keeps it in `sqlite_schema`: one row per message event with text,
-/// holding the event's distinct tokens
-/// ([`index_text`](palimpsest_core_session::search::index_text)), written
-/// in the transaction that writes the event and deleted with its session.
-/// `detail=none`: a search only ANDs whole terms, so no positions are kept.
-pub(crate) const SEARCH_TABLE_SQL: &str = "CREATE VIRTUAL TABLE search USING fts5(\
-session_id UNINDEXED, seq UNINDEXED, text, \
-tokenize = 'unicode61 remove_diacritics 0', detail = none)";
-
-/// The tables FTS5 creates for [`SEARCH_TABLE_SQL`], besides `search` itself.
-const SEARCH_SHADOW_TABLES: [&str; 5] =
-    ["search_config", "search_content", "search_data", "search_docsize", "search_idx"];
-
 /// `PRAGMA application_id` of a Palimpsest store: `"PALI"` in ASCII. A SQLite
 /// file with another id belongs to another program and is refused.
 pub const APPLICATION_ID: i32 = 0x5041_4C49;
 
 /// The schema of version [`SCHEMA_VERSION`], as executed on an empty database.
+///
+/// It is also the reference an opened database is held to: the objects
+/// SQLite keeps for it in `sqlite_schema` (these five tables and the five
+/// tables FTS5 makes for `search`), each with its SQL text (but FTS5's own
+/// tables, by name), are what a store must hold, no more and no other, on
+/// every open.
 pub const SCHEMA_SQL: &str = "\
 CREATE TABLE sessions (
     id             TEXT    NOT NULL PRIMARY KEY,
@@ -217,24 +210,104 @@ pub(crate) fn expected_store(purpose: Purpose) -> String {
     }
 }
 
+/// One object of `sqlite_schema`: what [`inspect`] compares.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct SchemaObject {
+    /// `table`, `index`, `view` or `trigger`.
+    kind: String,
+    name: String,
+    /// The table it belongs to (its own name for a table).
+    table: String,
+    /// The statement that made it, as SQLite keeps it, with every run of
+    /// whitespace made one space; `None` for an object SQLite made itself.
+    sql: Option<String>,
+}
+
+impl SchemaObject {
+    /// `table events`: how lists of objects name it.
+    fn label(&self) -> String {
+        format!("{} {}", self.kind, self.name)
+    }
+}
+
+impl fmt::Display for SchemaObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())?;
+        if self.table != self.name {
+            write!(f, " on table {}", self.table)?;
+        }
+        match &self.sql {
+            Some(sql) => write!(f, " `{sql}`"),
+            None => f.write_str(" (no SQL)"),
+        }
+    }
+}
+
+/// Every object of the database's `sqlite_schema`, sorted, but SQLite's
+/// statistics tables (`sqlite_stat1`, ..., made by `ANALYZE`), which only
+/// guide the query planner. SQLite's other internal objects are listed:
+/// this schema makes none (no `UNIQUE`, no `AUTOINCREMENT`), so one is a
+/// difference.
+fn schema_objects(conn: &Connection) -> rusqlite::Result<Vec<SchemaObject>> {
+    let mut stmt = conn.prepare(
+        "SELECT type, name, tbl_name, sql FROM sqlite_schema \
+         WHERE name NOT LIKE 'sqlite\\_stat%' ESCAPE '\\'",
+    )?;
+    let mut objects = stmt
+        .query_map([], |r| {
+            Ok(SchemaObject {
+                kind: r.get(0)?,
+                name: r.get(1)?,
+                table: r.get(2)?,
+                sql: r
+                    .get::<_, Option<String>>(3)?
+                    .map(|sql| sql.split_whitespace().collect::<Vec<_>>().join(" ")),
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    objects.sort();
+    Ok(objects)
+}
+
+/// The objects [`SCHEMA_SQL`] makes, as this build's SQLite keeps them:
+/// read once from an in-memory database it was executed on. So the shadow
+/// tables FTS5 makes for `search` are held to exactly the statements it
+/// made, as our own tables are.
+fn expected_objects() -> Result<&'static [SchemaObject], StoreError> {
+    static EXPECTED: OnceLock<Result<Vec<SchemaObject>, String>> = OnceLock::new();
+    let made = EXPECTED.get_or_init(|| {
+        let made = || -> rusqlite::Result<Vec<SchemaObject>> {
+            let conn = Connection::open_in_memory()?;
+            conn.execute_batch(SCHEMA_SQL)?;
+            schema_objects(&conn)
+        };
+        made().map_err(|e| e.to_string())
+    });
+    made.as_deref().map_err(|e| {
+        StoreError::io(
+            "making the reference schema in memory (does this SQLite have FTS5?)",
+            std::io::Error::other(e.clone()),
+        )
+    })
+}
+
 /// Reads the ids and the schema objects, and says whether the database is
 /// empty, current, or refused (`schema-mismatch` naming what was found).
 /// Run it inside a transaction so the answer is one snapshot.
+///
+/// A current database holds exactly the objects [`SCHEMA_SQL`] makes (type,
+/// name, table), each made by the same statement: SQLite keeps every
+/// object's statement in `sqlite_schema` and rebuilds the schema from that
+/// text on open, so equal text (up to whitespace) is an equal schema, with
+/// every clause that a column list does not show (a collation, a `CHECK`, a
+/// foreign key, a key's order, a default, `STRICT`). The columns are
+/// compared first only to name the first difference more plainly.
 fn inspect(conn: &Connection, location: &str) -> Result<DbState, StoreError> {
     let err = |e| sql_err(e, location, "reading the schema");
     let application_id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).map_err(err)?;
     let user_version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
-    let mut stmt = conn
-        .prepare(
-            "SELECT type, name FROM sqlite_schema \
-             WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
-        )
-        .map_err(err)?;
-    let mut objects: Vec<String> = stmt
-        .query_map([], |r| Ok(format!("{} {}", r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-        .map_err(err)?
-        .collect::<Result<_, _>>()
-        .map_err(err)?;
+    let found = schema_objects(conn).map_err(err)?;
+    let mut objects: Vec<String> = found.iter().map(SchemaObject::label).collect();
     objects.sort();
 
     if application_id == 0 && user_version == 0 && objects.is_empty() {
@@ -259,42 +332,30 @@ fn inspect(conn: &Connection, location: &str) -> Result<DbState, StoreError> {
             ),
         });
     }
-    let tables = expected_tables();
-    let mut expected_objects: Vec<String> = tables
-        .iter()
-        .map(|t| t.name)
-        .chain(["search"])
-        .chain(SEARCH_SHADOW_TABLES)
-        .map(|name| format!("table {name}"))
-        .collect();
-    expected_objects.sort();
-    if objects != expected_objects {
+    let expected = expected_objects()?;
+    let mut expected_labels: Vec<String> = expected.iter().map(SchemaObject::label).collect();
+    expected_labels.sort();
+    if objects != expected_labels {
         return Err(StoreError::SchemaMismatch {
             found: format!("schema objects [{}]", objects.join(", ")),
-            expected: format!("schema objects [{}]", expected_objects.join(", ")),
+            expected: format!("schema objects [{}]", expected_labels.join(", ")),
         });
     }
-    for table in &tables {
+    for table in &expected_tables() {
         check_table(conn, table, location)?;
     }
-    check_search_table(conn, location)?;
-    Ok(DbState::Current)
-}
-
-/// Checks that the full-text index is the one this build writes: the same
-/// columns, tokenizer and options.
-fn check_search_table(conn: &Connection, location: &str) -> Result<(), StoreError> {
-    let sql: String = conn
-        .query_row("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'search'", [], |r| r.get(0))
-        .map_err(|e| sql_err(e, location, "reading the schema"))?;
-    let normalized = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if normalized(&sql) != normalized(SEARCH_TABLE_SQL) {
-        return Err(StoreError::SchemaMismatch {
-            found: format!("full-text table `{}`", normalized(&sql)),
-            expected: format!("full-text table `{SEARCH_TABLE_SQL}`"),
-        });
+    // The same objects, sorted alike: compare each whole, but the tables
+    // FTS5 makes for `search` (`search_data`, ...), whose statements are
+    // FTS5's to choose: another SQLite version may make them otherwise,
+    // and a store it wrote is still this schema. `search` itself is held
+    // to its statement (its columns, tokenizer and options).
+    let fts5_shadow = |o: &SchemaObject| o.kind == "table" && o.name.starts_with("search_");
+    if let Some((found, want)) =
+        found.iter().zip(expected).find(|(a, b)| a != b && !(fts5_shadow(a) && a.label() == b.label()))
+    {
+        return Err(StoreError::SchemaMismatch { found: found.to_string(), expected: want.to_string() });
     }
-    Ok(())
+    Ok(DbState::Current)
 }
 
 /// Compares one table's options and columns with the expected ones.

@@ -215,6 +215,45 @@ fn commits_left_in_the_wal_of_a_crashed_writer_are_read_not_ignored() {
     }
 }
 
+/// A store in rollback-journal mode whose writer crashed in the middle of
+/// a transaction, at `to`: copied, with its `-journal`, while a writer of
+/// `from` holds a transaction that spilled changed pages into the file.
+fn hot_journal_copy(from: &Path, to: &Path) {
+    clean_store(from, "s", 200);
+    let conn = Connection::open(from).expect("raw open");
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "delete", |r| r.get(0)).expect("journal_mode");
+    assert_eq!(mode, "delete");
+    // One page of cache: the update must write pages to the file (and
+    // first sync the journal) long before it commits.
+    conn.execute_batch("PRAGMA cache_size = 1; BEGIN; UPDATE events SET time = time + 1;").expect("update");
+    std::fs::copy(from, to).expect("copy db");
+    std::fs::copy(side(from, "-journal"), side(to, "-journal")).expect("copy journal");
+    drop(conn);
+}
+
+#[test]
+fn a_hot_rollback_journal_is_named_as_what_keeps_a_reader_out() {
+    let (dir, path) = temp_db();
+    let hot = dir.path().join("hot.db");
+    hot_journal_copy(&path, &hot);
+    let before = snapshot(dir.path());
+
+    let err = SqliteStore::open_read_only(&hot).expect_err("a reader cannot roll the journal back");
+    assert_eq!(err.code(), "io", "{err}");
+    let detail = err.detail();
+    let journal = format!("rollback journal {} is hot", side(&hot, "-journal").display());
+    assert!(detail.contains(&journal), "{detail}");
+    assert!(!detail.contains("-wal holds commits"), "{detail}");
+    assert_eq!(snapshot(dir.path()), before, "the reader changed nothing");
+
+    // A writer rolls it back; then the store reads as it was before.
+    drop(SqliteStore::open(&hot).expect("a writer rolls the journal back"));
+    assert!(!side(&hot, "-journal").exists());
+    let reader = SqliteStore::open_read_only(&hot).expect("now it reads");
+    assert_eq!(reader.load("s").expect("load").events, ticks(0, 200, "e"));
+}
+
 #[test]
 fn a_writer_arriving_while_a_reader_is_immutable_moves_it_to_shared_reads() {
     let (_dir, path) = temp_db();

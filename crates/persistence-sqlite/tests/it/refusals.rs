@@ -374,3 +374,159 @@ fn a_refused_store_can_still_be_opened_once_fixed_by_hand() {
     let store = SqliteStore::open(&path).expect("now it opens");
     assert_eq!(store.list().expect("list"), vec![]);
 }
+
+/// Opens `path` for writing and for reading, expects `schema-mismatch` from
+/// both, checks the file was not touched, and returns the writer's error.
+fn refused_both(path: &Path) -> StoreError {
+    let before = std::fs::read(path).expect("read file");
+    let read = SqliteStore::open_read_only(path).expect_err("a reader must refuse the file");
+    assert_eq!(read.code(), "schema-mismatch", "{read}");
+    let err = refused(path);
+    assert_eq!(err.code(), "schema-mismatch", "{err}");
+    assert_eq!(err.to_string(), read.to_string(), "reader and writer refuse alike");
+    assert_eq!(std::fs::read(path).expect("read file"), before, "a refused file is left as it was");
+    err
+}
+
+/// [`SCHEMA_SQL`] with `from` (which it must hold once) made `to`.
+fn schema_with(from: &str, to: &str) -> String {
+    assert_eq!(SCHEMA_SQL.matches(from).count(), 1, "{from:?} is in SCHEMA_SQL once");
+    SCHEMA_SQL.replace(from, to)
+}
+
+/// A store made with `sql` for today's schema is refused by reader and
+/// writer, the found side of the refusal naming `clause` in `events`.
+fn events_clause_is_refused(sql: &str, clause: &str) {
+    let (_dir, path) = temp_db();
+    make(&path, sql, SCHEMA_VERSION, APPLICATION_ID);
+    let err = refused_both(&path);
+    let (found, expected) = mismatch(&err);
+    assert!(found.starts_with("table events `CREATE TABLE events (") && found.contains(clause), "{found}");
+    assert!(
+        expected.starts_with("table events `CREATE TABLE events (") && !expected.contains(clause),
+        "{expected}"
+    );
+}
+
+const EVENTS_KEY: &str = "PRIMARY KEY (session_id, seq)";
+
+#[test]
+fn a_collation_on_a_key_column_is_refused() {
+    // With NOCASE, sessions "S" and "s" would share their event rows.
+    events_clause_is_refused(
+        &schema_with("session_id        TEXT    NOT NULL,", "session_id TEXT NOT NULL COLLATE NOCASE,"),
+        "COLLATE NOCASE",
+    );
+}
+
+#[test]
+fn a_check_constraint_is_refused() {
+    events_clause_is_refused(&schema_with(EVENTS_KEY, &format!("{EVENTS_KEY}, CHECK (seq < 128)")), "CHECK");
+}
+
+#[test]
+fn a_foreign_key_is_refused() {
+    events_clause_is_refused(
+        &schema_with(
+            EVENTS_KEY,
+            &format!("{EVENTS_KEY}, FOREIGN KEY (session_id) REFERENCES sessions (id) ON DELETE CASCADE"),
+        ),
+        "FOREIGN KEY",
+    );
+}
+
+#[test]
+fn a_descending_key_is_refused() {
+    events_clause_is_refused(&schema_with(EVENTS_KEY, "PRIMARY KEY (session_id, seq DESC)"), "seq DESC");
+}
+
+#[test]
+fn a_default_is_refused() {
+    let (_dir, path) = temp_db();
+    make(
+        &path,
+        &schema_with("time              INTEGER NOT NULL,", "time INTEGER NOT NULL DEFAULT 0,"),
+        SCHEMA_VERSION,
+        APPLICATION_ID,
+    );
+    assert_eq!(
+        mismatch(&refused_both(&path)),
+        ("column events.time INTEGER NOT NULL DEFAULT ...", "column events.time INTEGER NOT NULL")
+    );
+}
+
+/// A store of today's schema whose `sqlite_schema` text of `name` had
+/// `from` made `to` behind SQLite's back (`writable_schema`), then closed.
+fn rewritten(path: &Path, name: &str, from: &str, to: &str) {
+    make(path, SCHEMA_SQL, SCHEMA_VERSION, APPLICATION_ID);
+    let conn = Connection::open(path).expect("raw open");
+    conn.pragma_update(None, "writable_schema", true).expect("writable_schema");
+    let changed = conn
+        .execute(
+            "UPDATE sqlite_schema SET sql = replace(sql, ?2, ?3) WHERE name = ?1 AND instr(sql, ?2)",
+            [name, from, to],
+        )
+        .expect("rewrite");
+    assert_eq!(changed, 1, "{name} holds {from:?}");
+}
+
+#[test]
+fn the_full_text_index_s_own_tables_are_held_by_name_not_statement() {
+    // FTS5 chooses their statements, and another SQLite version may make
+    // them otherwise: a store it wrote is still this schema.
+    let (_dir, path) = temp_db();
+    rewritten(&path, "search_data", "block BLOB", "block BLOB DEFAULT x'00'");
+    SqliteStore::open(&path).expect("opens for writing");
+    SqliteStore::open_read_only(&path).expect("and for reading");
+    // Dropped, or one more of that name: not this schema.
+    let (_dir, path) = temp_db();
+    make(&path, SCHEMA_SQL, SCHEMA_VERSION, APPLICATION_ID);
+    Connection::open(&path).expect("raw open").execute_batch("CREATE TABLE search_more(x);").expect("add");
+    assert!(mismatch(&refused_both(&path)).0.contains("search_more"));
+}
+
+#[test]
+fn a_table_rebuilt_with_a_collation_under_a_populated_store_is_refused() {
+    // The outside tester's steps: rebuild `events` as it is but for
+    // NOCASE, copy the rows, put it in the old one's place.
+    let (_dir, path) = temp_db();
+    let store = SqliteStore::open(&path).expect("open");
+    store.create(&SessionHeader::new("s", 0)).expect("create");
+    store.append("s", &ticks(0, 3, "t")).expect("append");
+    drop(store);
+    let rebuilt = table("events")
+        .replace("CREATE TABLE events ", "CREATE TABLE e2 ")
+        .replace("session_id        TEXT    NOT NULL,", "session_id TEXT NOT NULL COLLATE NOCASE,");
+    let conn = Connection::open(&path).expect("raw open");
+    conn.execute_batch(&format!(
+        "{rebuilt} INSERT INTO e2 SELECT * FROM events; DROP TABLE events; ALTER TABLE e2 RENAME TO events;"
+    ))
+    .expect("rebuild");
+    drop(conn);
+    let err = refused_both(&path);
+    assert!(mismatch(&err).0.contains("COLLATE NOCASE"), "{err}");
+}
+
+#[test]
+fn every_store_this_build_writes_opens_after_vacuum_and_analyze_and_reflowed_whitespace() {
+    let (_dir, path) = temp_db();
+    let store = SqliteStore::open(&path).expect("open");
+    store.create(&SessionHeader::new("s", 0)).expect("create");
+    store.append("s", &ticks(0, 50, "t")).expect("append");
+    drop(store);
+    let conn = Connection::open(&path).expect("raw open");
+    conn.execute_batch("VACUUM; ANALYZE; INSERT INTO search(search) VALUES ('optimize');").expect("vacuum");
+    drop(conn);
+    let store = SqliteStore::open(&path).expect("a vacuumed, analyzed store opens");
+    assert_eq!(store.load("s").expect("load").events.len(), 50);
+    drop(store);
+    let reader = SqliteStore::open_read_only(&path).expect("and opens for reading");
+    assert_eq!(reader.load("s").expect("load").events.len(), 50);
+
+    // The same statements, spaced and broken otherwise (as an edit of
+    // SCHEMA_SQL that only reflows it would leave them).
+    let (_dir, path) = temp_db();
+    let reflowed = SCHEMA_SQL.split_whitespace().collect::<Vec<_>>().join("  ").replace(";", ";\n\n\t");
+    make(&path, &reflowed, SCHEMA_VERSION, APPLICATION_ID);
+    SqliteStore::open(&path).expect("whitespace is not the schema");
+}

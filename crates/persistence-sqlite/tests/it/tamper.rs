@@ -335,3 +335,76 @@ fn summaries_of_many_sessions_in_two_halves_are_each_sessions_summary() {
     assert_eq!(store.list().expect("list").len(), 1_200);
     assert_eq!(broken, ["s0003", "s1100"], "one in each half");
 }
+
+/// Asserts `err` is a constraint's refusal: `schema-mismatch` quoting
+/// SQLite's `what`, saying nothing was written.
+fn assert_constraint_refusal(err: &StoreError, what: &str) {
+    assert_eq!(err.code(), "schema-mismatch", "{err}");
+    assert!(err.wrote_nothing(), "{err}");
+    assert!(err.to_string().contains(what), "{err}");
+    assert!(err.to_string().contains("nothing was written"), "{err}");
+    assert_eq!(err.write_outcome(&(3..4)), "the store refused seq 3; nothing was written");
+}
+
+/// A constraint SQLite holds a write to refuses it whole: the transaction
+/// is rolled back, so the error says nothing was written and the store
+/// takes writes on. Here a CHECK put on `events` (rebuilt by another
+/// connection) after the store was opened and checked.
+#[test]
+fn a_constraint_that_refuses_an_append_is_a_refusal_that_wrote_nothing() {
+    let (_dir, path) = temp_db();
+    let store = SqliteStore::open(&path).expect("open");
+    store.create(&palimpsest_core_session::SessionHeader::new("s", 0)).expect("create");
+    let tick = |seq: u64| {
+        palimpsest_core_session::Event::from_json(&format!(
+            r#"{{"seq":{seq},"time":0,"type":"x/y","data":{{"text":"hello"}}}}"#
+        ))
+        .expect("event")
+    };
+    store.append("s", &[tick(0), tick(1), tick(2)]).expect("append");
+
+    let conn = Connection::open(&path).expect("raw open");
+    let sql: String = conn
+        .query_row("SELECT sql FROM sqlite_schema WHERE name = 'events'", [], |r| r.get(0))
+        .expect("events sql");
+    let rebuilt = sql
+        .replace("CREATE TABLE events", "CREATE TABLE e2")
+        .replace("PRIMARY KEY (session_id, seq)", "PRIMARY KEY (session_id, seq), CHECK (seq < 3)");
+    conn.execute_batch(&format!(
+        "{rebuilt}; INSERT INTO e2 SELECT * FROM events; DROP TABLE events; ALTER TABLE e2 RENAME TO events;"
+    ))
+    .expect("rebuild");
+
+    let err = store.append("s", &[tick(3), tick(4)]).expect_err("the CHECK refuses seq 3");
+    assert_constraint_refusal(&err, "CHECK constraint failed");
+    let rows: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).expect("count");
+    assert_eq!(rows, 3, "nothing was written");
+    // Not poisoned: the store goes on writing what the constraint allows.
+    store.create(&palimpsest_core_session::SessionHeader::new("other", 0)).expect("the store takes writes");
+    assert_eq!(store.load("s").expect("load").events, [tick(0), tick(1), tick(2)]);
+}
+
+/// The same with this build's own schema: event rows left without their
+/// session (its row deleted behind the store's back) take the keys a new
+/// session of that id would write, and its creation is refused whole.
+#[test]
+fn a_new_session_whose_keys_orphan_rows_hold_is_refused_and_wrote_nothing() {
+    let (_dir, path) = temp_db();
+    let id = store_with_fixture(&path);
+    let conn = Connection::open(&path).expect("raw open");
+    assert_eq!(conn.execute("DELETE FROM sessions WHERE id = ?1", [&id]).expect("orphan the rows"), 1);
+    let rows: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).expect("count");
+    drop(conn);
+
+    let store = SqliteStore::open(&path).expect("open");
+    let header = palimpsest_core_session::SessionHeader::new(&id, 0);
+    let events = crate::common::ticks(0, 5, "t");
+    let err = store.create_with_events(&header, &events).expect_err("the orphans hold seq 0");
+    assert_constraint_refusal(&err, "UNIQUE constraint failed: events.session_id, events.seq");
+    assert_eq!(store.list().expect("list"), vec![], "the session row was rolled back with the rest");
+    store.create(&palimpsest_core_session::SessionHeader::new("other", 0)).expect("the store takes writes");
+    drop(store);
+    let conn = Connection::open(&path).expect("raw open");
+    let after: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).expect("count");
+    assert_eq!(after, rows, "no event row was written");
+}
