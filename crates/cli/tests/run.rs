@@ -952,7 +952,10 @@ fn a_log_never_turns_tools_on_each_run_passes_tools_again() {
     // Without --tools: none offered, said with the flag that offers them.
     let second = run(dir.path(), &["run", "--store", "s", "--session", &id, "Again?"]);
     assert_eq!(second.code, Some(0), "{second:?}");
-    assert!(second.stderr.contains(&format!("the session offered tools confined to {tools_dir}")), "{second:?}");
+    assert!(
+        second.stderr.contains(&format!("the session offered tools confined to {tools_dir}")),
+        "{second:?}"
+    );
     assert!(second.stderr.contains(&format!("pass --tools {tools_dir} to offer them again")), "{second:?}");
     let offered = |i: usize| server.requests()[i]["tools"].as_array().map_or(0, Vec::len);
     assert_eq!((offered(0), offered(1)), (4, 0));
@@ -994,7 +997,8 @@ fn an_api_key_goes_only_to_an_endpoint_the_user_names_not_to_the_logs() {
     assert!(refused.stderr.contains(&format!("pass --base-url {base} to continue there")), "{refused:?}");
     assert_eq!(server.requests().len(), 1, "nothing was sent");
     // Another endpoint in the environment: the log's is not used either.
-    let elsewhere = with_key(&["run", "--store", "s", "--session", &id, "Again?"], Some("http://127.0.0.1:9/v1"));
+    let elsewhere =
+        with_key(&["run", "--store", "s", "--session", &id, "Again?"], Some("http://127.0.0.1:9/v1"));
     assert_eq!(elsewhere.code, Some(2), "{elsewhere:?}");
     assert_eq!(server.requests().len(), 1, "nothing was sent");
 

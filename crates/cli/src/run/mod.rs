@@ -397,12 +397,18 @@ fn resolve(
     // and all, is then used).
     let from_log = logged_provider.clone().filter(|logged| {
         flag_base.is_none()
-            && !env_base.as_ref().is_some_and(|e| OpenAiConfig::new(e.clone(), "").shown_base_url() == *logged)
+            && !env_base
+                .as_ref()
+                .is_some_and(|e| OpenAiConfig::new(e.clone(), "").shown_base_url() == *logged)
     });
     let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
-    let mut config =
-        OpenAiConfig::from_lookup_and_flags(flag_base.or(from_log.clone()), model, args.api_key.clone(), &env)
-            .map_err(ResolveError::Config)?;
+    let mut config = OpenAiConfig::from_lookup_and_flags(
+        flag_base.or(from_log.clone()),
+        model,
+        args.api_key.clone(),
+        &env,
+    )
+    .map_err(ResolveError::Config)?;
     if let (Some(logged), Some(_)) = (from_log, &config.api_key) {
         return Err(ResolveError::EndpointNotConfirmed(logged));
     }
@@ -455,7 +461,16 @@ fn resolve(
     let unused_tools_dir = logged
         .and_then(|s| s.extra.get(TOOLS_DIR_KEY)?.as_str().map(PathBuf::from))
         .filter(|_| tools_dir.is_none());
-    Ok(Resolved { config, context_budget, tools_dir, max_tokens, params, logged_system, extra, unused_tools_dir })
+    Ok(Resolved {
+        config,
+        context_budget,
+        tools_dir,
+        max_tokens,
+        params,
+        logged_system,
+        extra,
+        unused_tools_dir,
+    })
 }
 
 /// The settings a run logs: the whole effective settings, no secret (the
@@ -578,10 +593,9 @@ async fn run_async(
     // The tools directory (`--tools`, checked to be one), absolute, so the
     // log names it wherever the session is resumed from. `tools/` and
     // `tools` are one directory: logged one way.
-    let tools_dir = resolved
-        .tools_dir
-        .as_ref()
-        .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).components().collect::<PathBuf>());
+    let tools_dir = resolved.tools_dir.as_ref().map(|dir| {
+        std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).components().collect::<PathBuf>()
+    });
     let tools = match &tools_dir {
         Some(dir) => crate::tools::sandbox_tools(dir, std::time::Duration::ZERO, &opened.location.files())
             .map_err(|e| {
