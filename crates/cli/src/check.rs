@@ -73,8 +73,12 @@ pub(crate) struct Checked {
 pub(crate) struct StoreFindings {
     /// How to name the store in messages.
     pub(crate) origin: String,
-    /// What was found, each [`Finding::store`].
+    /// What was found, each [`Finding::store`]: of the store as a whole
+    /// (damaged pages) or of the session checked.
     pub(crate) findings: Vec<Finding>,
+    /// What was found of other sessions of the store (`code: message`):
+    /// said, but not the checked session's violations.
+    pub(crate) elsewhere: Vec<String>,
 }
 
 impl Checked {
@@ -230,6 +234,7 @@ mod tests {
         c.add_store(StoreFindings {
             origin: "s.db".into(),
             findings: vec![Finding::store("store-seq-gap", "a gap")],
+            elsewhere: Vec::new(),
         });
         let named: Vec<(&str, &str)> =
             c.located_violations().into_iter().map(|(f, at)| (f.code.as_str(), at)).collect();

@@ -99,15 +99,21 @@ pub(crate) fn warn_invariants(origin: &str, found: &[check::Finding]) {
 /// `palimpsest validate STORE [--json]`: the session, and for a SQLite
 /// store the store as a whole too (`store-orphan-events`, `store-seq-gap`,
 /// `store-integrity`: see [`Store::check_store_beside`](crate::store_arg::Store::check_store_beside)).
+/// What the audit finds of other sessions only is a warning: it does not
+/// make this session invalid.
 pub(crate) fn validate(args: &StoreArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<Exit> {
     // The log streams through the checks: memory is bounded by the
     // surface, not the log (issue 18).
     let target = store_arg::open(args, Access::Read)?;
     // A SQLite store is audited as a whole beside the session's check.
-    let (checked, store) = target.store.check_store_beside(|| target.check_keeping(check::Retain::Surface));
+    let (checked, store) =
+        target.store.check_store_beside(target.id(), || target.check_keeping(check::Retain::Surface));
     let mut checked = checked?;
     report_tail(&checked);
     if let Some(store) = store? {
+        for found in &store.elsewhere {
+            output::warning(&format!("{}: another session of the store: {found}", store.origin));
+        }
         checked.add_store(store);
     }
     report_violations(&checked);

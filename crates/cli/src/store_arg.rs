@@ -189,17 +189,18 @@ impl Store {
     /// two overlap (both only read). An in-memory store is audited after.
     pub(crate) fn check_store_beside<R: Send>(
         &self,
+        session: Option<&str>,
         beside: impl FnOnce() -> R + Send,
     ) -> (R, Result<Option<StoreFindings>, CliError>) {
         let Store::Sqlite(s) = self else { return (beside(), Ok(None)) };
         let Some(path) = s.path() else {
             let value = beside();
-            return (value, self.store_findings(s));
+            return (value, self.store_findings(s, session));
         };
         std::thread::scope(|scope| {
             let audit = scope.spawn(|| {
                 let own = SqliteStore::open_read_only(path).map_err(|e| from_store(&e, &self.shown()))?;
-                self.store_findings(&own)
+                self.store_findings(&own, session)
             });
             let value = beside();
             let found =
@@ -208,10 +209,29 @@ impl Store {
         })
     }
 
-    fn store_findings(&self, store: &SqliteStore) -> Result<Option<StoreFindings>, CliError> {
+    /// The store's audit, split: what concerns the whole store or
+    /// `session` (the one checked), and the seq gaps of other sessions,
+    /// which do not make `session` invalid (an outside probe: one
+    /// session's gap made every session of a 213-session store invalid).
+    /// Event rows of no session stay the store's: no session is theirs.
+    fn store_findings(
+        &self,
+        store: &SqliteStore,
+        session: Option<&str>,
+    ) -> Result<Option<StoreFindings>, CliError> {
         let found = store.check_store().map_err(|e| from_store(&e, &self.shown()))?;
-        let findings = found.into_iter().map(|v| Finding::store(v.code, v.message)).collect();
-        Ok(Some(StoreFindings { origin: self.shown(), findings }))
+        let (mut findings, mut elsewhere) = (Vec::new(), Vec::new());
+        for v in found {
+            match (&v.session_id, session) {
+                (Some(other), Some(checked))
+                    if other != checked && v.code == palimpsest_persistence_sqlite::STORE_SEQ_GAP =>
+                {
+                    elsewhere.push(format!("{}: {}", v.code, v.message));
+                }
+                _ => findings.push(Finding::store(v.code, v.message)),
+            }
+        }
+        Ok(Some(StoreFindings { origin: self.shown(), findings, elsewhere }))
     }
 
     /// Picks the session of a store directory or database: `wanted`, or

@@ -473,6 +473,46 @@ fn validate_does_not_call_a_store_with_a_foreign_wal_valid() {
     assert_eq!(report["violations"][0]["seq"], json!(null));
 }
 
+/// One session's gap made every session of a store invalid (an outside
+/// probe, 213 sessions): it is that session's violation, and a warning
+/// when another session is validated.
+#[test]
+fn a_gap_in_one_session_is_that_sessions_violation_not_the_others() {
+    use palimpsest_core_session::Event;
+    use palimpsest_persistence::SessionStore;
+    use palimpsest_persistence_sqlite::SqliteStore;
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let ticks = |n: u64| -> Vec<Event> {
+        (0..n)
+            .map(|i| {
+                Event::from_json(&format!(r#"{{"seq":{i},"time":{i},"type":"test/tick","data":{{}}}}"#))
+                    .expect("an event")
+            })
+            .collect()
+    };
+    let store = SqliteStore::open(d.join("s.db")).expect("open");
+    for id in ["a", "b"] {
+        store.create(&SessionHeader::new(id, 0)).expect("create");
+        store.append(id, &ticks(3)).expect("append");
+    }
+    drop(store);
+    let conn = rusqlite::Connection::open(d.join("s.db")).expect("raw open");
+    assert_eq!(conn.execute("DELETE FROM events WHERE session_id = 'b' AND seq = 1", []).expect("delete"), 1);
+    drop(conn);
+
+    let a = palimpsest(d, &["validate", "s.db", "--session", "a", "--json"]);
+    assert_eq!(a.code, 0, "{a:?}");
+    assert_eq!(a.json()["valid"], json!(true));
+    assert!(a.stderr.contains("warning: s.db: another session of the store: store-seq-gap: "), "{a:?}");
+    let b = palimpsest(d, &["validate", "s.db", "--session", "b", "--json"]);
+    assert_eq!(b.code, 1, "{b:?}");
+    let codes: Vec<serde_json::Value> =
+        b.json()["violations"].as_array().expect("violations").iter().map(|v| v["code"].clone()).collect();
+    assert!(codes.contains(&json!("store-seq-gap")), "{codes:?}");
+}
+
 #[cfg(unix)]
 #[test]
 fn a_clean_sqlite_store_in_a_directory_that_cannot_be_written_is_read() {
