@@ -71,6 +71,18 @@ impl Location {
     /// Reads a STORE argument.
     pub(crate) fn parse(arg: &Path) -> Result<Location, CliError> {
         if let Some(url) = arg.to_str().filter(|s| is_postgres_url(s)) {
+            // Past the user-info (which the driver takes up to the first
+            // '@', so a password may hold a '#'), a '#' would be glued onto
+            // the last query value: `...search_path%3Dapp#run-1`, the way
+            // messages name a session, wrote to a new schema `app#run-1`.
+            let after_user_info = url.split_once('@').map_or(url, |(_, after)| after);
+            if let Some((_, fragment)) = after_user_info.split_once('#') {
+                return Err(CliError::usage(format!(
+                    "{}: a postgres:// URL has no #fragment; to name a session, give --session {}",
+                    redact_url(url),
+                    crate::output::shell_word(fragment)
+                )));
+            }
             return Ok(Location::Postgres(url.to_owned()));
         }
         // A pipe, FIFO or device (`validate <(zcat s.jsonl.gz)`,
@@ -185,6 +197,10 @@ mod tests {
         let at = |name: &str| dir.path().join(name);
         assert_eq!(parse("postgres://u:pw@h/db"), Ok(Location::Postgres("postgres://u:pw@h/db".into())));
         assert_eq!(parse("PostgreSQL://h/db"), Ok(Location::Postgres("PostgreSQL://h/db".into())));
+        // A fragment (how messages name a session) is refused; a '#' in a
+        // password is the password's.
+        assert_eq!(parse("postgres://h/db?options=-csearch_path%3Dapp#run-1"), Err("usage".to_owned()));
+        assert_eq!(parse("postgres://u:a#b@h/db"), Ok(Location::Postgres("postgres://u:a#b@h/db".into())));
         let new_db = at("new.db");
         assert_eq!(Location::parse(&new_db).ok(), Some(Location::Sqlite(new_db.clone())));
         let new_file = at("new.jsonl");

@@ -51,6 +51,12 @@ pub(crate) fn pg_err(
     StoreError::Io { context: format!("{context} ({location})"), source: Box::new(e) }
 }
 
+/// Whether the server refused a row for a constraint (SQLSTATE class 23:
+/// unique, check, foreign key, not null, exclusion).
+pub(crate) fn is_constraint(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("23"))
+}
+
 /// An `io` error for a refusal decided before anything was sent: bad
 /// options, a value PostgreSQL cannot hold.
 pub(crate) fn invalid_input(context: impl Into<String>, why: impl Into<String>) -> StoreError {

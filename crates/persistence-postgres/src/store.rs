@@ -794,6 +794,25 @@ impl PgStore {
             let error = match attempt {
                 Ok(()) => return Ok(()),
                 Err(Attempt::Refused(e)) => return Err(e),
+                Err(Attempt::Failed(e)) if crate::error::is_constraint(&e) => {
+                    // The server refused a row and rolled the transaction
+                    // back: nothing was written. This build's rows meet its
+                    // own schema's constraints, so the one that refused is
+                    // another program's (an outside probe added a unique
+                    // index, which was reported as a racing writer).
+                    return Err(StoreError::SchemaMismatch {
+                        found: format!(
+                            "{}, which refused a row while {what} ({}): a constraint this build's \
+                             schema does not have; the transaction was rolled back, nothing was written",
+                            self.location,
+                            e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned())
+                        ),
+                        expected: format!(
+                            "a store of schema version {} that takes every row this build writes",
+                            crate::schema::SCHEMA_VERSION
+                        ),
+                    });
+                }
                 Err(Attempt::Failed(e)) => {
                     return Err(pg_err(e, &self.location, &describe_target(write), what))
                 }
@@ -1071,10 +1090,16 @@ impl PgStore {
                                     Attempt::Failed(e)
                                 }
                             })?;
+                        let expected = max.map_or(0, |m| codec::from_sql_int(m) + 1);
+                        if expected <= first {
+                            // The batch's seqs are free: another unique
+                            // constraint refused it: a refusal, below.
+                            return Err(Attempt::Failed(e));
+                        }
                         tracing::debug!(session_id, first, "lost the race for the next seq");
                         Err(Attempt::Refused(StoreError::Conflict {
                             session_id: session_id.to_owned(),
-                            expected: max.map_or(0, |m| codec::from_sql_int(m) + 1),
+                            expected,
                             found: first,
                         }))
                     }

@@ -32,6 +32,22 @@ pub(crate) fn lowercase_scheme(url: &str) -> std::borrow::Cow<'_, str> {
 pub fn redact_url(url: &str) -> String {
     let url = url.trim();
     if let Some((scheme, rest)) = url.split_once("://") {
+        // The driver (tokio-postgres) takes the user-info up to the first
+        // '@', whatever comes before it: a password may hold an unencoded
+        // '/', '?' or '#'. Where the text before the first '@' holds a
+        // ':', the password runs from it to the last '@' before the next
+        // '/', '?' or '#' (so a password holding an '@' is hidden whole).
+        let unmasked;
+        let rest = match rest.find('@').filter(|&at| rest[..at].contains(':')) {
+            Some(first_at) => {
+                let end = rest[first_at..].find(['/', '?', '#']).map_or(rest.len(), |i| first_at + i);
+                let last_at = rest[..end].rfind('@').unwrap_or(first_at);
+                let user = rest[..first_at].split_once(':').map_or("", |(user, _)| user);
+                unmasked = format!("{user}:***{}", &rest[last_at..]);
+                unmasked.as_str()
+            }
+            None => rest,
+        };
         // Authority ends at the first '/', '?' or '#'; user-info at its last '@'.
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(end);
@@ -116,6 +132,15 @@ mod tests {
             ("postgres://h/db", "postgres://h/db"),
             ("postgres://u:p@h", "postgres://u:***@h"),
             ("postgres://u:a@b@h/db", "postgres://u:***@h/db"),
+            // Unencoded delimiters in a password, which the driver accepts.
+            ("postgres://u:TOP/SECRET@h:5999/test", "postgres://u:***@h:5999/test"),
+            ("postgres://u:TOP?SECRET@h/test?x=1", "postgres://u:***@h/test?x=1"),
+            ("postgres://u:TOP#SECRET@h/test", "postgres://u:***@h/test"),
+            ("postgres://u:a/b@c@h/db", "postgres://u:***@h/db"),
+            (
+                "postgres://h/db?password=x&application_name=a@b",
+                "postgres://h/db?password=***&application_name=a@b",
+            ),
             ("postgres://h/db?PASSWORD=x&user=u", "postgres://h/db?PASSWORD=***&user=u"),
             ("host=h password = 'a b\\' c' user=u", "host=h password=*** user=u"),
             ("password=x", "password=***"),

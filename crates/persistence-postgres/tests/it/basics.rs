@@ -571,3 +571,35 @@ fn a_primary_key_in_another_order_is_refused() {
     let text = err.to_string();
     assert!(text.contains("primary key (seq, session_id)") && text.contains("(session_id, seq)"), "{text}");
 }
+
+/// A unique index another program added refused an append, which was
+/// reported as a racing writer (`conflict`, "expects seq 8 next, the batch
+/// starts at 8"), and a CHECK's refusal as an unknown outcome (`io`). Both
+/// rolled back: a refusal that wrote nothing, and the store writes on.
+#[test]
+fn a_constraint_the_schema_does_not_have_is_a_refusal_that_wrote_nothing() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.store();
+    store.create(&SessionHeader::new("s", 1)).unwrap_or_else(|e| panic!("{e}"));
+    store.append("s", &ticks(0, 2, "a")).unwrap_or_else(|e| panic!("{e}"));
+    let mut client = schema.client();
+    client
+        .batch_execute("CREATE UNIQUE INDEX one_per_data ON events (session_id, data)")
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Seq 2 is free; its data is seq 0's.
+    let twin = tick(2, "a-0");
+    let err = store
+        .append("s", std::slice::from_ref(&twin))
+        .expect_err("the index refuses a second row with the same data");
+    assert_eq!((err.code(), err.wrote_nothing()), ("schema-mismatch", true), "{err}");
+    assert!(err.to_string().contains("nothing was written"), "{err}");
+    assert_eq!(store.load("s").map(|s| s.events.len()).unwrap_or_default(), 2);
+    store.append("s", &ticks(2, 1, "b")).unwrap_or_else(|e| panic!("the store writes on: {e}"));
+
+    client
+        .batch_execute("ALTER TABLE events ADD CONSTRAINT below_5 CHECK (seq < 5)")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = store.append("s", &ticks(3, 3, "c")).expect_err("the CHECK refuses seq 5");
+    assert_eq!((err.code(), err.wrote_nothing()), ("schema-mismatch", true), "{err}");
+    assert_eq!(store.load("s").map(|s| s.events.len()).unwrap_or_default(), 3, "none of the batch");
+}
