@@ -26,11 +26,30 @@ pub const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
 /// holds the open turn from its `turn/start` on (a resumed session's
 /// [`resident`](crate::Session::resident) events, say): seqs continue
 /// from the last event's.
+///
+/// Seqs are `u64`: when the closers cannot all be numbered, that is when
+/// the last one's seq would pass `u64::MAX` (the open turn's last event is
+/// at `u64::MAX`, or close enough that the closers do not fit below it),
+/// there is no seq to give them and repair returns **no closers** (and
+/// logs an error), never some of them and never wrapped seqs. No log this
+/// crate builds gets there: a session's seqs count its events from 0.
+/// [`needs_repair`] still says such a log ends inside a turn.
 pub fn repair(events: &[Event]) -> Vec<Event> {
     let Some(open) = OpenTail::find(events) else { return Vec::new() };
-    let base = events.last().map_or(0, |e| e.seq() + 1);
+    let calls = match open.step {
+        Some(step) => unanswered_calls(events, open.turn, step, open.step_start),
+        None => Vec::new(),
+    };
+    // Every closer's seq, the last one's included, must be a u64.
+    let count = calls.len() as u64 + u64::from(open.step.is_some()) + 1;
+    let base = events.last().map_or(Some(0), |e| e.seq().checked_add(1));
+    let Some(base) = base.filter(|base| base.checked_add(count - 1).is_some()) else {
+        let last_seq = events.last().map(Event::seq);
+        tracing::error!(?last_seq, closers = count, "repair cannot number its closers past u64::MAX");
+        return Vec::new();
+    };
     let time = events.last().map_or(0, Event::time);
-    let mut closers: Vec<Event> = Vec::new();
+    let mut closers: Vec<Event> = Vec::with_capacity(calls.len() + 2);
     let next = |closers: &Vec<Event>| base + closers.len() as u64;
     let push = |closers: &mut Vec<Event>, event: Result<Event, crate::AppendError>| match event {
         Ok(e) => closers.push(e),
@@ -38,7 +57,7 @@ pub fn repair(events: &[Event]) -> Vec<Event> {
         Err(error) => tracing::error!(%error, "repair could not build a closer"),
     };
     if let Some(step) = open.step {
-        for call in unanswered_calls(events, open.turn, step, open.step_start) {
+        for call in calls {
             let (code, name, cites, text) = match call.tool_call_seq {
                 Some(seq) => (
                     TOOL_OUTCOME_UNKNOWN,
@@ -179,4 +198,42 @@ fn unanswered_calls(events: &[Event], turn: u64, step: u64, step_start: usize) -
     }
     calls.retain(|c| !answered.contains(&c.id));
     calls
+}
+
+#[cfg(test)]
+mod tests {
+    //! Closers are never numbered past `u64::MAX`.
+
+    use super::*;
+    use crate::payload::{StepStart, TurnStart};
+
+    fn turn_start(seq: u64) -> Event {
+        Event::log(seq, 5, TurnStart { turn: 1 }).unwrap()
+    }
+
+    #[test]
+    fn closers_that_would_pass_u64_max_are_not_built() {
+        // A turn/start at the last seq: the turn/end would be u64::MAX + 1.
+        // (Before, this was "attempt to add with overflow" in debug and a
+        // turn/end at seq 0 in release.)
+        let open = [turn_start(u64::MAX)];
+        assert!(needs_repair(&open));
+        assert_eq!(repair(&open), Vec::<Event>::new());
+        // An open step needs two closers; the second would not fit.
+        let step = Event::log(u64::MAX, 5, StepStart { turn: 1, step: 1 }).unwrap();
+        let open = [turn_start(u64::MAX - 1), step];
+        assert_eq!(repair(&open), Vec::<Event>::new());
+    }
+
+    #[test]
+    fn closers_up_to_u64_max_are_built() {
+        let closers = repair(&[turn_start(u64::MAX - 1)]);
+        let seqs: Vec<u64> = closers.iter().map(Event::seq).collect();
+        assert_eq!(seqs, [u64::MAX]);
+        assert_eq!(closers[0].event_type(), &EventType::TurnEnd);
+        let step = Event::log(u64::MAX - 2, 5, StepStart { turn: 1, step: 1 }).unwrap();
+        let closers = repair(&[turn_start(u64::MAX - 3), step]);
+        let seqs: Vec<u64> = closers.iter().map(Event::seq).collect();
+        assert_eq!(seqs, [u64::MAX - 1, u64::MAX]);
+    }
 }

@@ -1,8 +1,8 @@
 //! Reading JSONL session files (contract section 6): torn tails, missing
 //! newlines, corrupt lines and bad headers, each with its code and line.
 
-use palimpsest_core_session::jsonl::{JsonlLog, ReadOptions};
-use palimpsest_core_session::LoadError;
+use palimpsest_core_session::jsonl::{self, JsonlLog, ReadOptions};
+use palimpsest_core_session::{Event, LoadError, SessionHeader};
 
 const HEADER: &str = r#"{"type":"session","version":0,"id":"s","createdAt":0}"#;
 const E0: &str = r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#;
@@ -148,4 +148,50 @@ fn deep_nesting_is_refused_not_overflowed() {
     // What is accepted can be parsed by every reader.
     let data = format!("{}{}", "[".repeat(127), "]".repeat(127));
     assert!(serde_json::from_str::<serde_json::Value>(&data).is_ok());
+}
+
+/// An event's `data` with a raw line break in it, or whitespace around it,
+/// is written on one line and read back equal, wherever the break stands:
+/// every constructor keeps the value on one line and without the
+/// whitespace around it. (Before, the line broke and the file could never
+/// be loaded again: `log-corrupt`.)
+#[test]
+fn data_with_line_breaks_is_written_on_one_line_and_read_back() {
+    let texts = [
+        "1\n",
+        "\r\n1",
+        " {\"a\":1} ",
+        "{\n\"a\":1}",
+        "{\"a\":\r\n1}\r\n",
+        "[1,\n2,\r3]",
+        "{\n  \"text\": \"hi\\nthere\"\n}",
+    ];
+    let mut events = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let seq = 2 * i as u64;
+        events.push(Event::from_parts(seq, 1, "x/y", *text, None, None).unwrap_or_else(|e| panic!("{e}")));
+        // The same data in a pretty-printed event.
+        let pretty = format!(
+            "{{\n  \"seq\": {},\n  \"time\": 1,\n  \"type\": \"x/y\",\n  \"data\": {text}\n}}",
+            seq + 1
+        );
+        let event = Event::from_json(&pretty).unwrap_or_else(|e| panic!("{e}"));
+        // serde's way in is the same.
+        assert_eq!(serde_json::from_str::<Event>(&pretty).ok().as_ref(), Some(&event), "{pretty}");
+        events.push(event);
+    }
+    let header = SessionHeader::new("s", 0);
+    let bytes = jsonl::to_bytes(&header, &events);
+    let lines = bytes.split(|&b| b == b'\n').count() - 1;
+    assert_eq!(lines, 1 + events.len(), "{}", String::from_utf8_lossy(&bytes));
+    let log = JsonlLog::parse(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(log.events, events);
+    assert_eq!((log.torn_tail, log.missing_newline), (None, false));
+    for (e, text) in events.iter().zip(texts.iter().flat_map(|t| [t, t])) {
+        let value = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+        assert_eq!(value(e.data()), value(text), "{text:?}");
+        assert_eq!(e.data(), e.data().trim(), "{text:?}");
+    }
+    let session = log.into_session().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(session.events(), &events[..]);
 }

@@ -22,6 +22,14 @@ impl Event {
     /// Decodes one event from its JSON text (the runtime path for events read
     /// from a file or built dynamically), checking section 1 and the
     /// context-free rules 1–4 of section 2.
+    ///
+    /// The event's [`data`](Event::data) is the payload's text as written,
+    /// normalized as every constructor normalizes it: no JSON whitespace
+    /// around the value, and each raw line break (`\n` or `\r`, which in a
+    /// JSON text can only stand between tokens) written as a space, so
+    /// that the event's line is one line. The value is the same. A text
+    /// pretty-printed over several lines is read, and written back as one
+    /// line.
     pub fn from_json(json: &str) -> Result<Event, AppendError> {
         // The size first, before anything is parsed: a longer text is
         // never read, as a JSONL reader never reads a longer line.
@@ -32,6 +40,7 @@ impl Event {
         // and words it.
         if let Some(line) = Canonical::read(json) {
             let event_type = EventType::parse(line.event_type);
+            // No whitespace around it: a canonical line has none.
             let data = Box::from(line.data);
             if let Ok(event) = Event::checked(line.seq, line.time, event_type, data, line.sources, line.op) {
                 return Ok(event);
@@ -53,6 +62,7 @@ impl Event {
                 return Err(AppendError::EventMalformed { seq: salvage_seq(json), detail: e.to_string() })
             }
         };
+        // No whitespace around it: a raw value starts and ends with a token.
         let data = wire.data.get();
         let (event_type, sources, op) =
             Event::decode(wire.seq, &wire.event_type, data, wire.source_event_seqs, wire.surface_op)?;
@@ -64,8 +74,21 @@ impl Event {
     /// and re-reading a JSON envelope. `data`, `source_event_seqs` and
     /// `surface_op` are JSON texts, the optional ones `None` when absent.
     ///
-    /// `data` is taken as it is (a `String` is not copied); it must be one
-    /// JSON value, which the payload check reads anyway.
+    /// `data` must be one JSON value, which the payload check reads anyway.
+    /// It is normalized as [`Event::from_json`] normalizes it: the JSON
+    /// whitespace around the value (space, `\t`, `\n`, `\r`) is dropped,
+    /// and each raw `\n` or `\r` inside it (whitespace between tokens) is
+    /// written as a space, so `" {\n\"a\":1}\n"` is kept as
+    /// `{ "a":1}`. A `String` that needs none of this is not copied, and
+    /// one that does is changed in place.
+    ///
+    /// ```
+    /// use palimpsest_core_session::Event;
+    ///
+    /// let e = Event::from_parts(0, 1, "x/y", " {\n\"a\":1}\n", None, None)?;
+    /// assert_eq!(e.data(), "{ \"a\":1}");
+    /// # Ok::<(), palimpsest_core_session::AppendError>(())
+    /// ```
     pub fn from_parts(
         seq: u64,
         time: u64,
@@ -74,7 +97,7 @@ impl Event {
         source_event_seqs: Option<&str>,
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
-        let data = data.into().into_boxed_str();
+        let data = trim_json_space(data.into()).into_boxed_str();
         // The size first, as for a line: the row's event, written as one.
         let sources_len = source_event_seqs.map_or(0, |t| ",\"sourceEventSeqs\":".len() + t.len());
         let op_len = surface_op.map_or(0, |t| ",\"surfaceOp\":".len() + t.len());
@@ -100,6 +123,8 @@ impl Event {
     }
 
     /// [`Event::from_parts`] for any texts: serde reads the optional ones.
+    /// (`data` is trimmed again, so that this stands on its own as the
+    /// reference `from_parts` is tested against.)
     fn from_general_parts(
         seq: u64,
         time: u64,
@@ -108,6 +133,7 @@ impl Event {
         source_event_seqs: Option<&str>,
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
+        let data = trim_json_space(data.into()).into_boxed_str();
         let not_json = |what: &str, e: serde_json::Error| AppendError::EventMalformed {
             seq: Some(seq),
             detail: format!("`{what}` is not JSON: {e}"),
@@ -131,7 +157,8 @@ impl Event {
         }
     }
 
-    /// Decodes one event from a JSON value. See [`Event::from_json`].
+    /// Decodes one event from a JSON value. See [`Event::from_json`]
+    /// (the value is written compact, so its `data` needs no normalizing).
     pub fn from_value(value: &serde_json::Value) -> Result<Event, AppendError> {
         Event::from_json(&value.to_string())
     }
@@ -284,6 +311,60 @@ fn quoted_len(s: &str) -> usize {
     escaped + 2
 }
 
+/// Whether `b` is JSON whitespace (RFC 8259: space, `\t`, `\n`, `\r`),
+/// the only bytes that may stand around or between a JSON text's tokens.
+pub(crate) fn is_json_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// `data` without the JSON whitespace around it (what an event keeps),
+/// changed in place: never allocates, and moves the text only when there
+/// is whitespace in front. Whether the text is one JSON value is
+/// unchanged, as JSON allows whitespace around a value.
+pub(crate) fn trim_json_space(mut data: String) -> String {
+    let bytes = data.as_bytes();
+    // Whitespace is ASCII, so both bounds are character boundaries.
+    let start = bytes.iter().position(|&b| !is_json_space(b)).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(|&b| !is_json_space(b)).map_or(start, |i| i + 1);
+    data.truncate(end);
+    if start > 0 {
+        data.drain(..start);
+    }
+    data
+}
+
+/// A payload text known to be one JSON value, with each raw `\n` and `\r`
+/// in it written as a space, in place (no allocation). In a JSON value a
+/// raw line break can only stand between tokens (a string must escape
+/// it), so the value is the same, and the text now fits on one line of a
+/// JSONL file. Only for a checked text: in one that is not JSON the break
+/// could be inside a string, and a space there would make it JSON. One
+/// vectorized scan when there is none.
+pub(crate) fn line_breaks_as_spaces(data: Box<str>) -> Box<str> {
+    let Some(first) = memchr::memchr2(b'\n', b'\r', data.as_bytes()) else { return data };
+    let mut bytes = data.into_string().into_bytes();
+    for b in &mut bytes[first..] {
+        if matches!(*b, b'\n' | b'\r') {
+            *b = b' ';
+        }
+    }
+    // An ASCII byte replaced by another leaves UTF-8 valid, and a vector
+    // as long as its text is boxed without reallocating.
+    match String::from_utf8(bytes) {
+        Ok(text) => text.into_boxed_str(),
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into(),
+    }
+}
+
+/// Whether `data` is as every constructor leaves it: no JSON whitespace
+/// around it, no raw line break in it.
+pub(crate) fn is_normalized(data: &str) -> bool {
+    let bytes = data.as_bytes();
+    !bytes.first().is_some_and(|&b| is_json_space(b))
+        && !bytes.last().is_some_and(|&b| is_json_space(b))
+        && memchr::memchr2(b'\n', b'\r', bytes).is_none()
+}
+
 /// The seq at the start of a canonical line (`{"seq":N…`), read without
 /// parsing the rest: what names an event too large to parse.
 pub(crate) fn seq_prefix(line: &str) -> Option<u64> {
@@ -399,7 +480,7 @@ impl<'a> Canonical<'a> {
             (data, sources) = (d, Some(seqs));
         }
         let (first, last) = (data.bytes().next()?, data.bytes().next_back()?);
-        if first.is_ascii_whitespace() || last.is_ascii_whitespace() {
+        if is_json_space(first) || is_json_space(last) {
             return None;
         }
         Some(Canonical { seq, time, event_type, data, sources, op })

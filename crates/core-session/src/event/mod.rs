@@ -12,7 +12,12 @@
 //! One JSON object with the keys `seq`, `time`, `type`, `data`, and the
 //! optional `sourceEventSeqs` and `surfaceOp`, written in that order, with
 //! absent optionals omitted (never `null`). `data` is kept verbatim, byte for
-//! byte, so keys unknown to this crate survive any round trip. No object
+//! byte, so keys unknown to this crate survive any round trip, with one
+//! normalization every constructor applies: the JSON whitespace around the
+//! value is dropped, and each raw line break in it (`\n` or `\r`, which
+//! in a JSON text can only stand between tokens) becomes a space. The value
+//! is the same, and an event's line is always one line, which every reader
+//! (a JSONL line, a database row) accepts back. No object
 //! anywhere in an event, `data` included, may name a key twice: readers
 //! that keep the first, the last or refuse would read different events,
 //! so such an event is `event-malformed`.
@@ -245,8 +250,10 @@ pub struct Event {
     seq: u64,
     time: u64,
     event_type: EventType,
-    /// The payload's JSON text, exactly as written: checked to be one JSON
-    /// value (and for a core type, its payload shape) when the event was built.
+    /// The payload's JSON text, exactly as written but for the
+    /// normalization of the module docs (no whitespace around it, no raw
+    /// line break in it): checked to be one JSON value (and for a core
+    /// type, its payload shape) when the event was built.
     data: Box<str>,
     /// Provenance and surface op, behind one pointer: most events of a long
     /// log (chunks, brackets, calls, plugin events) have neither, and an
@@ -273,7 +280,10 @@ impl PartialEq for Event {
 }
 
 impl Event {
-    /// An event of these fields, checked by the caller.
+    /// An event of these fields, checked by the caller: `data` is one JSON
+    /// value with no whitespace around it. Its raw line breaks (whitespace
+    /// between tokens) are written as spaces here, the last step of every
+    /// constructor, as only a text known to be JSON may be changed so.
     pub(crate) fn from_fields(
         seq: u64,
         time: u64,
@@ -282,6 +292,9 @@ impl Event {
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Event {
+        // After the checks: only in a JSON value is a line break whitespace.
+        let data = codec::line_breaks_as_spaces(data);
+        debug_assert!(codec::is_normalized(&data), "`data` with whitespace around it: {data:?}");
         let surfacing = (source_event_seqs.is_some() || surface_op.is_some())
             .then(|| Box::new(Surfacing { source_event_seqs, surface_op }));
         Event { seq, time, event_type, data, surfacing }
@@ -302,8 +315,10 @@ impl Event {
         &self.event_type
     }
 
-    /// The payload's JSON text, exactly as written (one JSON value, with
-    /// no whitespace around it when it was read from a canonical line).
+    /// The payload's JSON text, exactly as written (one JSON value), but
+    /// that no constructor keeps the JSON whitespace around it or a raw
+    /// line break (`\n`, `\r`) in it: a line break between tokens is kept
+    /// as a space. See [`Event::from_json`].
     pub fn data(&self) -> &str {
         &self.data
     }

@@ -16,6 +16,9 @@ fn data() -> impl Strategy<Value = String> {
         r#"[1,2]"#,
         r#"{"turn":"1"}"#,
         r#" {"turn":1}"#,
+        "{\"turn\":1}\n",
+        "{\n\"turn\":1}",
+        "\r\n[1,\r2]\t",
         r#"{"turn":1"#,
         "null",
         r#"{"turn":1,"turn":1}"#,
@@ -100,4 +103,113 @@ fn columns_as_written_take_the_exact_reading() {
     assert_eq!(exact_u64_list("[]").as_deref(), Some(&[][..]));
     assert_eq!(exact_u64_list("[4,18446744073709551615]").as_deref(), Some(&[4, u64::MAX][..]));
     assert_eq!(exact_u64_list("[4, 5]"), None);
+}
+
+/// JSON whitespace around `data` is not part of the value's text, and a
+/// raw line break inside it is whitespace between tokens: every
+/// constructor drops the one and keeps the other as a space, so the event
+/// is written on one line and read back equal (from a JSONL line or from
+/// the row's columns). Before, `"1\n"` and `"{\n\"a\":1}"` were accepted
+/// and broke the line they were written on.
+#[test]
+fn data_is_trimmed_and_kept_on_one_line() {
+    for (data, kept) in [
+        ("1\n", "1"),
+        ("\n1", "1"),
+        (" \t\r\n1 \t\r\n", "1"),
+        ("{\n\"a\":1}", "{ \"a\":1}"),
+        ("{\r\n  \"a\": 1\r\n}", "{    \"a\": 1  }"),
+        ("[1,\r2]", "[1, 2]"),
+        ("\n{\"a\":[1,\n2]}\n", "{\"a\":[1, 2]}"),
+        // Escaped line breaks are the string's, and stay.
+        ("\"a\\nb\\r\"\n", "\"a\\nb\\r\""),
+        ("{\"a\":1}", "{\"a\":1}"),
+    ] {
+        let e = Event::from_parts(0, 1, "x/y", data, None, None).unwrap_or_else(|e| panic!("{data:?}: {e}"));
+        assert_eq!(e.data(), kept, "{data:?}");
+        let general = Event::from_general_parts(0, 1, "x/y", data.into(), None, None);
+        assert_eq!(general.as_ref(), Ok(&e), "{data:?}");
+        // Written as a line and read back; read back from its columns.
+        let line = e.to_json();
+        assert!(!line.contains(['\n', '\r']), "{line:?}");
+        assert_eq!(Event::from_json(&line).as_ref(), Ok(&e), "{line:?}");
+        assert_eq!(Event::from_parts(0, 1, "x/y", e.data(), None, None).as_ref(), Ok(&e));
+        // The same data in an event's JSON text, as a pretty-printer or a
+        // hand edit writes it.
+        let json = format!("{{\n  \"seq\": 0,\n  \"time\": 1,\n  \"type\": \"x/y\",\n  \"data\": {data}\n}}");
+        assert_eq!(Event::from_json(&json).as_ref(), Ok(&e), "{json:?}");
+    }
+    // A line break inside a string is not JSON, normalized or not.
+    for data in ["\"a\nb\"", "\"a\rb\"", "{\"a\n\":1}"] {
+        let err = Event::from_parts(0, 1, "x/y", data, None, None).unwrap_err();
+        assert_eq!(err.code(), "event-malformed", "{data:?}");
+        let json = format!("{{\"seq\":0,\"time\":1,\"type\":\"x/y\",\"data\":{data}}}");
+        assert_eq!(Event::from_json(&json).unwrap_err().code(), "event-malformed", "{json:?}");
+    }
+    // Nothing but whitespace is no value.
+    assert_eq!(Event::from_parts(0, 1, "x/y", " \n", None, None).unwrap_err().code(), "event-malformed");
+}
+
+#[test]
+fn a_core_payload_over_several_lines_is_kept_on_one() {
+    let data = "{\n  \"message\": {\n    \"id\": \"u\",\n    \"role\": \"user\",\r\n    \"content\": [{\"type\": \"text\", \"text\": \"hi\\nthere\"}],\n    \"source\": {\"kind\": \"user\"}\n  }\n}\n";
+    let e = Event::from_parts(3, 1, "user/message", data, None, Some(r#""append""#)).unwrap();
+    assert!(!e.data().contains(['\n', '\r']), "{:?}", e.data());
+    let value = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+    assert_eq!(value(e.data()), value(data));
+    assert_eq!(Event::from_json(&e.to_json()), Ok(e));
+}
+
+/// A JSON value, any shape, small.
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        // Strings with line breaks, which JSON escapes.
+        "[a\n\r \t\"\\\\é]{0,6}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-c\n]{1,2}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// JSON whitespace, line breaks included.
+fn json_space() -> impl Strategy<Value = String> {
+    "[ \t\r\n]{0,3}"
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Any JSON value, pretty-printed with any line ends and padded with
+    /// any whitespace, is the same value on one line, written and read
+    /// back equal.
+    #[test]
+    fn any_data_text_is_kept_on_one_line(
+        value in json_value(), crlf in any::<bool>(), before in json_space(), after in json_space(),
+    ) {
+        let mut pretty = serde_json::to_string_pretty(&value).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if crlf {
+            pretty = pretty.replace('\n', "\r\n");
+        }
+        let data = format!("{before}{pretty}{after}");
+        let e = Event::from_parts(4, 1, "x/y", data.clone(), None, None)
+            .map_err(|e| TestCaseError::fail(format!("{data:?}: {e}")))?;
+        let kept = e.data();
+        prop_assert!(!kept.contains(['\n', '\r']), "{:?}", kept);
+        prop_assert!(!kept.starts_with(|c: char| c.is_ascii_whitespace()), "{:?}", kept);
+        prop_assert!(!kept.ends_with(|c: char| c.is_ascii_whitespace()), "{:?}", kept);
+        prop_assert_eq!(kept.len(), pretty.len());
+        prop_assert_eq!(serde_json::from_str::<serde_json::Value>(kept).ok(), Some(value));
+        prop_assert_eq!(Event::from_json(&e.to_json()), Ok(e.clone()));
+        prop_assert_eq!(Event::from_parts(4, 1, "x/y", kept, None, None), Ok(e.clone()));
+        let json = format!("{{\"seq\":4,\"time\":1,\"type\":\"x/y\",\"data\":{data}}}");
+        prop_assert_eq!(Event::from_json(&json), Ok(e));
+    }
 }

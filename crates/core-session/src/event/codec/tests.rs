@@ -54,6 +54,8 @@ fn line() -> impl Strategy<Value = String> {
         "\\",
         ",",
         " ",
+        "\n",
+        "\r",
         "0",
         "null",
         // A key named again, wherever it lands.
