@@ -177,6 +177,10 @@ pub use clock::{Clock, IdGenerator, ManualClock, SequentialIds, SystemClock, Uni
 pub use config::{AgentConfig, DEFAULT_CHUNK_WINDOW_MS, DEFAULT_MAX_TOOL_CALLS_PER_STEP};
 pub use dev::DevMode;
 pub use error::LoopError;
+/// Re-exported: the `Stream` trait a [`ChunkStream`] boxes, for a provider
+/// that streams as it receives (implement `futures_core::Stream` for its
+/// own type and box it) without a dependency of its own that must match.
+pub use futures_core;
 pub use inject::{Injection, InjectionKind, LoopGone, SteeringHandle};
 pub use plugin::{Plugin, PluginContext, PluginError, StepSummary, TurnPosition};
 pub use provider::{

@@ -361,7 +361,8 @@ impl ModelRequest {
 ///
 /// A provider that answers: it streams two text pieces, a usage chunk and
 /// its finish reason. A real one maps its API's events to
-/// [`StreamItem`]s as they arrive (any `futures_core::Stream` boxed as a
+/// [`StreamItem`]s as they arrive (any `futures_core::Stream`, which this
+/// crate re-exports as [`crate::futures_core`], boxed as a
 /// [`ChunkStream`]); [`stream_from`] serves a response already at hand.
 ///
 /// ```

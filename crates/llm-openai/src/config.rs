@@ -197,12 +197,12 @@ pub struct OpenAiConfig {
     pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// Extra HTTP headers sent with every request.
     pub extra_headers: Vec<(String, String)>,
-    /// How long to wait for a connection.
+    /// How long to wait for a connection (default 30 s).
     pub connect_timeout: Duration,
     /// How long the response may stay silent (before its headers or
     /// between two pieces of its body) before the request fails. `None`
     /// waits forever. Local models may think for minutes before the first
-    /// token on long prompts: the default is generous.
+    /// token on long prompts: the default is generous (600 s).
     pub idle_timeout: Option<Duration>,
     /// Retries before the stream starts.
     pub retry: RetryPolicy,

@@ -184,10 +184,15 @@ fn percent_encoded(text: &str, safe: &str, lower: bool) -> String {
 }
 
 impl OpenAiProvider {
-    /// A provider for `config`. Fails on a base URL that is not a usable
-    /// `http(s)` URL, an API key or extra header that cannot be sent, or an
-    /// HTTP client that cannot be built.
+    /// A provider for `config`. Fails on an empty model
+    /// ([`ConfigError::MissingModel`], as
+    /// [`OpenAiConfig::from_env_and_flags`] refuses one), a base URL that
+    /// is not a usable `http(s)` URL, an API key or extra header that
+    /// cannot be sent, or an HTTP client that cannot be built.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiProvider, ConfigError> {
+        if config.model.trim().is_empty() {
+            return Err(ConfigError::MissingModel);
+        }
         let endpoint = config.endpoint()?;
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -501,6 +506,17 @@ impl Provider for OpenAiProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_model_is_refused_as_the_config_lookup_refuses_it() {
+        // `OpenAiConfig::new` + `OpenAiProvider::new` took one, and every
+        // request then failed at the server (a downstream probe).
+        for model in ["", "  "] {
+            let err = OpenAiProvider::new(OpenAiConfig::new("http://127.0.0.1:8/v1", model)).map(drop);
+            assert_eq!(err.map_err(|e| e.code()), Err("CONFIG_MISSING_MODEL"), "{model:?}");
+        }
+        assert!(OpenAiProvider::new(OpenAiConfig::new("http://127.0.0.1:8/v1", "m")).is_ok());
+    }
 
     #[test]
     fn a_secret_echoed_back_escaped_or_encoded_is_scrubbed() {
