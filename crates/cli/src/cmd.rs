@@ -255,7 +255,7 @@ fn write_closers(
     let closers = repair_closers(session.resident());
     if write {
         if closers.is_empty() {
-            output::note(&format!("{origin}: nothing to repair; the file is unchanged"));
+            output::note(&format!("{origin}: nothing to repair; the session is unchanged"));
         } else {
             target.append(&closers)?;
             output::note(&format!("{origin}: appended {} closing events", closers.len()));

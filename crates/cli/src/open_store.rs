@@ -16,14 +16,30 @@ use crate::location::Location;
 
 /// How long a hold on a session lasts unless renewed (the loop renews it
 /// every third of it): [`DEFAULT_HOLD_TTL`], or `PALIMPSEST_HOLD_SECS`
-/// (tests use a short one to see a takeover).
+/// (tests use a short one to see a takeover), from [`HOLD_SECS`]' bounds.
+/// A value that is not a number of seconds in them is the default, with a
+/// warning: `u64::MAX` panicked, 1e15 failed every write (a timestamp out
+/// of PostgreSQL's range), and a microsecond renewed the hold thousands
+/// of times a second.
 pub(crate) fn hold_ttl() -> Duration {
-    std::env::var("PALIMPSEST_HOLD_SECS")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(DEFAULT_HOLD_TTL, Duration::from_secs_f64)
+    let Ok(given) = std::env::var("PALIMPSEST_HOLD_SECS") else { return DEFAULT_HOLD_TTL };
+    match given.trim().parse::<f64>() {
+        Ok(secs) if HOLD_SECS.contains(&secs) => Duration::from_secs_f64(secs),
+        _ => {
+            crate::output::warning(&format!(
+                "PALIMPSEST_HOLD_SECS={given:?} is not a number of seconds from {} to {}; holding for the default {} s",
+                HOLD_SECS.start(),
+                HOLD_SECS.end(),
+                DEFAULT_HOLD_TTL.as_secs()
+            ));
+            DEFAULT_HOLD_TTL
+        }
+    }
 }
+
+/// The hold lengths `PALIMPSEST_HOLD_SECS` may ask for: a tenth of a
+/// second to a week.
+const HOLD_SECS: std::ops::RangeInclusive<f64> = 0.1..=604_800.0;
 
 /// A store opened for writing, and where it is.
 #[derive(Debug, Clone)]

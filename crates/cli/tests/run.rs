@@ -1357,3 +1357,22 @@ fn a_session_file_being_run_is_locked_for_a_second_run() {
     assert!(second.stderr.contains("error[locked]: "), "{second:?}");
     assert_eq!(server.requests().len(), 1, "the second run asked nothing");
 }
+
+#[test]
+fn a_hold_length_out_of_bounds_is_the_default_with_a_warning_not_a_panic() {
+    // `u64::MAX` panicked (`Duration::from_secs_f64`); 1e-6 s renewed the
+    // hold thousands of times a turn (an outside probe).
+    for given in ["18446744073709551615", "0.000001", "abc"] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(vec![text_reply(&["One."])]);
+        let base = server.base_url();
+        let out = command(dir.path(), &model_args(&base, &["--store", "s", "Hi"]))
+            .env("PALIMPSEST_HOLD_SECS", given)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run palimpsest");
+        let out = Run::from(out);
+        assert_eq!(out.code, Some(0), "{given}: {out:?}");
+        assert!(out.stderr.contains("is not a number of seconds from 0.1 to 604800"), "{given}: {out:?}");
+    }
+}
