@@ -16,7 +16,13 @@ use std::time::Duration;
 
 pub use palimpsest_persistence::Hold;
 
-/// A duration as the seconds `make_interval` takes, at least a millisecond.
+/// A duration as the seconds `make_interval` takes: at least a
+/// millisecond, and at most [`LONGEST_HOLD_SECS`], since a hold for
+/// `Duration::MAX` ended past PostgreSQL's timestamps (`io`, "timestamp
+/// out of range") where the SQLite store took it.
 pub(crate) fn ttl_seconds(ttl: Duration) -> f64 {
-    ttl.as_secs_f64().max(0.001)
+    ttl.as_secs_f64().clamp(0.001, LONGEST_HOLD_SECS)
 }
+
+/// The longest hold, in seconds: a hundred years, for "until released".
+pub(crate) const LONGEST_HOLD_SECS: f64 = 100.0 * 365.25 * 86_400.0;

@@ -113,3 +113,17 @@ fn the_fence_refuses_an_append_that_would_otherwise_continue_the_log() {
     a.release(&hold_a).unwrap_or_else(|e| panic!("{e}"));
     a.append("s", &[tick(0, "a")]).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn a_hold_for_ever_is_a_long_hold_not_an_error() {
+    // `Duration::MAX` was `io`, "timestamp out of range" (a downstream
+    // probe); the SQLite store takes it.
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.store();
+    store.create(&SessionHeader::new("s", 1)).unwrap_or_else(|e| panic!("{e}"));
+    let hold = store.hold("s", "me", Duration::MAX).unwrap_or_else(|e| panic!("{e}"));
+    let left = hold.expires_at().and_then(|t| t.duration_since(SystemTime::now()).ok()).unwrap_or_default();
+    assert!(left > Duration::from_secs(50 * 365 * 86_400), "{left:?}");
+    store.renew(&hold, Duration::MAX).unwrap_or_else(|e| panic!("{e}"));
+    store.release(&hold).unwrap_or_else(|e| panic!("{e}"));
+}
