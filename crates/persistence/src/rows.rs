@@ -157,12 +157,6 @@ fn decode_columns(
             error: AppendError::EventMalformed { seq: None, detail: format!("negative seq {raw_seq}") },
         });
     }
-    if seq != index {
-        return Err(LoadError::Rule {
-            line: at,
-            error: AppendError::SeqNotContiguous { seq, expected: index },
-        });
-    }
     // Each column must hold exactly one JSON value, as written: from_parts
     // refuses trailing text; whitespace around `data` would not survive a
     // round trip byte for byte.
@@ -183,6 +177,15 @@ fn decode_columns(
     }
     if event.surface_op().is_some() != surface_op.is_some() {
         return Err(malformed("column `surface_op` does not match the event read back"));
+    }
+    // Rule 9 after the event's own rules (1 to 4), as a session checks a
+    // JSONL line: the same log gave `seq-not-contiguous` from a database
+    // and `surface-op-forbidden` from its file (an outside probe).
+    if seq != index {
+        return Err(LoadError::Rule {
+            line: at,
+            error: AppendError::SeqNotContiguous { seq, expected: index },
+        });
     }
     Ok(event)
 }
@@ -559,6 +562,23 @@ mod tests {
         let err = r.decode(3).map(drop);
         assert_eq!(err.as_ref().map_err(LoadError::code), Err("event-malformed"));
         assert!(err.is_err_and(|e| e.detail().contains("negative seq -1")));
+    }
+
+    #[test]
+    fn a_row_breaks_its_own_rules_before_the_seq_rule_as_a_line_does() {
+        // Rule 2 before rule 9: a plugin event with a surfaceOp, at seq 5
+        // where 2 is next.
+        let mut r = row("null", None, Some("\"append\""));
+        r.event_type = EventType::parse("x/y");
+        r.seq = 5;
+        let err = r.decode(2).map(drop);
+        assert_eq!(err.map_err(|e| e.code().to_owned()), Err("surface-op-forbidden".to_owned()));
+        // Without it, the gap.
+        let mut r = row("null", None, None);
+        r.event_type = EventType::parse("x/y");
+        r.seq = 5;
+        let err = r.decode(2).map(drop);
+        assert_eq!(err.map_err(|e| e.code().to_owned()), Err("seq-not-contiguous".to_owned()));
     }
 
     #[test]
