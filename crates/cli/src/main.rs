@@ -47,7 +47,7 @@ mod store_arg;
 mod timefmt;
 mod tools;
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -362,8 +362,18 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
     let json_errors = cli.command.prints_json();
+    // JSON shown on a terminal escapes what the terminal would act on.
+    let for_terminal = cli.command.stdout_is_json() && stdout.is_terminal();
+    let mut locked = stdout.lock();
+    let mut escaped;
+    let writer: &mut dyn Write = if for_terminal {
+        escaped = output::JsonForTerminal::new(&mut locked);
+        &mut escaped
+    } else {
+        &mut locked
+    };
+    let mut out = BufWriter::new(writer);
     let result = run(cli.command, &mut out).and_then(|exit| {
         out.flush()?;
         Ok(exit)
@@ -496,6 +506,14 @@ fn man_pages(dir: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<Exit>
 impl Command {
     /// Whether the command's stdout is JSON (`--json`, `export --format
     /// json` to stdout): an error is then printed there as JSON too.
+    /// Whether everything the command prints on stdout is JSON: the
+    /// commands of [`Command::prints_json`], and `surface`, `derive` and
+    /// `repair`, whose output is always JSON.
+    fn stdout_is_json(&self) -> bool {
+        self.prints_json()
+            || matches!(self, Command::Surface { .. } | Command::Derive { .. } | Command::Repair { .. })
+    }
+
     fn prints_json(&self) -> bool {
         match self {
             Command::Validate { json, .. }

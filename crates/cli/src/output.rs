@@ -150,9 +150,93 @@ where
     out.write_all(if first { b"[]\n" } else { b"\n]\n" })
 }
 
+/// A writer of JSON for a terminal: every character a terminal would act
+/// on that JSON writes raw (DEL, the C1 controls U+0080-U+009F, of which
+/// U+009B is a CSI on xterm, and the bidirectional controls that
+/// [`printable`] maps) is written as its `\uXXXX` escape. In JSON text
+/// they stand only inside strings, where the escape is the same
+/// character: the document means the same, and the terminal shows it
+/// as text. (An outside probe got raw U+009B and U+202E to the terminal
+/// through `derive`, `sessions --json`, `explain --json`, `search --json`.)
+pub(crate) struct JsonForTerminal<'w> {
+    inner: &'w mut dyn Write,
+    /// The start of a character cut by the end of the last write.
+    carry: Vec<u8>,
+}
+
+impl<'w> JsonForTerminal<'w> {
+    pub(crate) fn new(inner: &'w mut dyn Write) -> JsonForTerminal<'w> {
+        JsonForTerminal { inner, carry: Vec::new() }
+    }
+
+    /// Whether `c` is written escaped.
+    fn escaped(c: char) -> bool {
+        matches!(c, '\u{7F}'..='\u{9F}') || (printable(c) == '�' && c != '�')
+    }
+}
+
+impl Write for JsonForTerminal<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut data = std::mem::take(&mut self.carry);
+        data.extend_from_slice(buf);
+        // A character cut at the end waits for the rest.
+        let lead = data.iter().rev().take(4).position(|b| b & 0xC0 != 0x80).map(|i| data.len() - 1 - i);
+        let cut = lead.filter(|&i| {
+            let want = match data[i] {
+                b if b >= 0xF0 => 4,
+                b if b >= 0xE0 => 3,
+                b if b >= 0xC0 => 2,
+                _ => 1,
+            };
+            i + want > data.len()
+        });
+        if let Some(i) = cut {
+            self.carry = data.split_off(i);
+        }
+        let mut out = Vec::with_capacity(data.len());
+        for chunk in data.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                if Self::escaped(c) {
+                    out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
+                } else {
+                    let mut at = [0; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut at).as_bytes());
+                }
+            }
+            out.extend_from_slice(chunk.invalid());
+        }
+        self.inner.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let carry = std::mem::take(&mut self.carry);
+        self.inner.write_all(&carry)?;
+        self.inner.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_for_a_terminal_escapes_what_a_terminal_would_act_on_and_means_the_same() {
+        let text = "{\"t\":\"a\u{9b}31mb\u{202e}c\u{7f}d é ⏎ 😀\"}";
+        // Written in every split, characters cut between writes included.
+        for split in 0..text.len() {
+            let mut out = Vec::new();
+            let mut w = JsonForTerminal::new(&mut out);
+            w.write_all(&text.as_bytes()[..split]).unwrap();
+            w.write_all(&text.as_bytes()[split..]).unwrap();
+            w.flush().unwrap();
+            let shown = String::from_utf8(out).unwrap();
+            assert_eq!(shown, "{\"t\":\"a\\u009b31mb\\u202ec\\u007fd é ⏎ 😀\"}", "split at {split}");
+            let read: serde_json::Value = serde_json::from_str(&shown).unwrap();
+            let written: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert_eq!(read, written);
+        }
+    }
 
     #[test]
     fn terminal_text_shows_control_characters_and_keeps_lines() {

@@ -225,3 +225,33 @@ fn quitting_the_pager_early_ends_inspect_quietly() {
     assert_eq!(screen.lines().count(), 3, "the pager's three lines: {screen}");
     assert!(!screen.contains("error"), "{screen}");
 }
+
+/// JSON on a terminal: the characters a terminal acts on (a C1 CSI, a
+/// bidirectional override) are written as their `\u` escapes, the same
+/// JSON; piped, the bytes are as logged (an outside probe).
+#[test]
+fn json_on_a_terminal_escapes_what_the_terminal_would_act_on() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("s.jsonl");
+    let text = "a\u{9b}31mRED\u{202e}evil";
+    let lines = [
+        r#"{"type":"session","version":0,"id":"s","createdAt":0}"#.to_owned(),
+        r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#.to_owned(),
+        format!(
+            r#"{{"seq":1,"time":0,"type":"user/message","data":{{"turn":1,"message":{{"id":"u1","role":"user","content":[{{"type":"text","text":"{text}"}}],"source":{{"kind":"user"}}}}}},"surfaceOp":"append"}}"#
+        ),
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write the session");
+    for args in [&["derive"][..], &["derive", "--request"], &["sessions", "--json"]] {
+        let mut command = Command::new(BIN);
+        command.args(args).arg(&file);
+        command.env("TERM", "xterm").env_remove("PALIMPSEST_LOG");
+        let mut session = Session::spawn(command).expect("spawn palimpsest on a pty");
+        session.set_expect_timeout(Some(Duration::from_secs(30)));
+        let screen = String::from_utf8_lossy(&read_to_end(&mut session)).into_owned();
+        assert!(screen.contains(r"a\u009b31mRED\u202eevil"), "{args:?}: {screen:?}");
+        assert!(!screen.contains('\u{9b}') && !screen.contains('\u{202e}'), "{args:?}: {screen:?}");
+        let piped = Command::new(BIN).args(args).arg(&file).output().expect("run");
+        assert!(String::from_utf8_lossy(&piped.stdout).contains(text), "{args:?}: {piped:?}");
+    }
+}
