@@ -152,7 +152,7 @@ impl Location {
     /// Opens (creating when missing) a store that sessions are written
     /// into through [`SessionStore`]: a directory, a database or a server,
     /// or a session file as a store of one session
-    /// ([`crate::file_store::FileStore`]; the file is made by the first
+    /// ([`palimpsest_persistence_jsonl::JsonlFileStore`]; the file is made by the first
     /// session created, never as a directory).
     pub(crate) fn open_for_writing(&self) -> Result<Option<Arc<dyn SessionStore>>, CliError> {
         let shown = self.shown();
@@ -160,7 +160,7 @@ impl Location {
             Location::Postgres(url) => Arc::new(Location::connect_postgres(url, true)?),
             Location::Sqlite(p) => Arc::new(SqliteStore::open(p).map_err(|e| from_store(&e, &shown))?),
             Location::JsonlDir(p) => Arc::new(JsonlStore::open(p).map_err(|e| from_store(&e, &shown))?),
-            Location::JsonlFile(p) => Arc::new(crate::file_store::FileStore::new(p)),
+            Location::JsonlFile(p) => Arc::new(palimpsest_persistence_jsonl::JsonlFileStore::new(p)),
         }))
     }
 }

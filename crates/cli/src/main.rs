@@ -29,7 +29,6 @@ mod describe;
 mod error;
 mod explain;
 mod export;
-mod file_store;
 mod fork;
 mod inspect;
 mod interrupts;

@@ -2,7 +2,7 @@
 //! `--store STORE` flag read by [`crate::location`] (contract §7): a SQLite
 //! database (`.db`), a PostgreSQL URL or a JSONL store directory, created
 //! when missing; or a `.jsonl` session file, a store of one session
-//! ([`crate::file_store::FileStore`]), made as a file by the first session.
+//! ([`palimpsest_persistence_jsonl::JsonlFileStore`]), made as a file by the first session.
 
 use std::path::Path;
 use std::sync::Arc;

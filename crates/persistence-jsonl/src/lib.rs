@@ -20,12 +20,14 @@ mod checkpoint;
 #[cfg(any(test, feature = "testkit"))]
 mod fault;
 mod file;
+mod file_store;
 pub mod name;
 pub mod sidecar;
 mod store;
 mod summary;
 
 pub use file::{read_session_file, read_session_file_with, SessionFile};
+pub use file_store::JsonlFileStore;
 pub use store::JsonlStore;
 pub use summary::read_session_summary;
 

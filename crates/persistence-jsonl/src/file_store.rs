@@ -1,41 +1,64 @@
-//! [`FileStore`]: one JSONL session file seen as a store of (at most) one
-//! session, so that `run --store x.jsonl` and `demo --store x.jsonl` write
-//! through the same [`SessionStore`] as every other store (contract §7: a
-//! path ending `.jsonl` is one JSONL session file, never a directory).
+//! [`JsonlFileStore`]: one JSONL session file seen as a store of (at most)
+//! one session, so that a single file can stand behind `DurableSession` or
+//! an agent loop like any other store (the `palimpsest` CLI's `run --store
+//! x.jsonl` writes through it; contract §7: a path ending `.jsonl` is one
+//! JSONL session file, never a directory).
 //!
 //! The file holds one session: `create` makes the file (`already-exists`
 //! when it is there, whatever session it holds), and every other call names
 //! the file's own session or gets `not-found`. Writing holds the file as
-//! [`palimpsest_persistence_jsonl::JsonlStore`] holds each of a directory's:
+//! [`JsonlStore`](crate::JsonlStore) holds each of a directory's:
 //! a [`SessionFile`], locked from the first write until the store is
 //! dropped, so a second writer gets `locked`. Loads before that read the
 //! file without locking it. Checkpoints are kept beside the file, as a
 //! JSONL directory keeps them beside each of its files
-//! ([`palimpsest_persistence_jsonl::sidecar`]), so a resume reads the
+//! ([`sidecar`](crate::sidecar)), so a resume reads the
 //! checkpoint and the lines after it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::{read_session_file, read_session_summary, sidecar, SessionFile};
 use palimpsest_core_session::jsonl::ReadOptions;
 use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
 use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, StoreError, StoredSession};
-use palimpsest_persistence_jsonl::{read_session_file, read_session_summary, sidecar, SessionFile};
 
-/// One JSONL session file as a store.
+/// One JSONL session file as a store of at most one session.
+///
+/// ```
+/// use palimpsest_core_session::{Event, SessionHeader};
+/// use palimpsest_persistence::SessionStore;
+/// use palimpsest_persistence_jsonl::JsonlFileStore;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = JsonlFileStore::new(&dir.path().join("chat.jsonl"));
+/// store.create(&SessionHeader::new("chat", 0))?;
+/// store.append("chat", &[Event::from_json(r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#)?])?;
+/// store.sync("chat")?;
+/// assert_eq!(store.load("chat")?.events.len(), 1);
+/// // One session per file: another id is `already-exists` to create, `not-found` to read.
+/// assert_eq!(store.create(&SessionHeader::new("other", 0)).unwrap_err().code(), "already-exists");
+/// assert_eq!(store.load("other").unwrap_err().code(), "not-found");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
-pub(crate) struct FileStore {
+pub struct JsonlFileStore {
     path: PathBuf,
     /// The file, held (and locked) once this store has written to it.
     held: Mutex<Option<SessionFile>>,
 }
 
-impl FileStore {
+impl JsonlFileStore {
     /// The store of the file at `path`, which need not exist yet. Nothing is
     /// opened or locked until it is used.
-    pub(crate) fn new(path: &Path) -> FileStore {
-        FileStore { path: path.to_owned(), held: Mutex::new(None) }
+    pub fn new(path: &Path) -> JsonlFileStore {
+        JsonlFileStore { path: path.to_owned(), held: Mutex::new(None) }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     fn read_summary(&self) -> Result<SessionSummary, StoreError> {
@@ -91,7 +114,7 @@ impl FileStore {
     }
 }
 
-impl SessionStore for FileStore {
+impl SessionStore for JsonlFileStore {
     fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
         self.create_with_events(header, &[])
     }
@@ -227,7 +250,7 @@ mod tests {
     fn one_session_per_file_created_appended_loaded_and_locked() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("s.jsonl");
-        let store = FileStore::new(&path);
+        let store = JsonlFileStore::new(&path);
         assert_eq!(store.list().map(|l| l.len()).ok(), Some(0));
         assert_eq!(store.load("a").map(|_| ()).map_err(|e| e.code()), Err("not-found"));
         store.create(&header("a")).unwrap_or_else(|e| panic!("{e}"));
@@ -244,7 +267,7 @@ mod tests {
 
         // A second store of the same file can read it, but not write it
         // while the first holds it.
-        let other = FileStore::new(&path);
+        let other = JsonlFileStore::new(&path);
         assert_eq!(other.load("a").map(|s| s.events.len()).ok(), Some(0));
         let event = Event::log(0, 2, TurnStart { turn: 1 }).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(other.append("a", std::slice::from_ref(&event)).map_err(|e| e.code()), Err("locked"));
