@@ -397,9 +397,7 @@ fn resolve(
     // and all, is then used).
     let from_log = logged_provider.clone().filter(|logged| {
         flag_base.is_none()
-            && !env_base
-                .as_ref()
-                .is_some_and(|e| OpenAiConfig::new(e.clone(), "").shown_base_url() == *logged)
+            && env_base.as_ref().is_none_or(|e| OpenAiConfig::new(e.clone(), "").shown_base_url() != *logged)
     });
     let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
     let mut config = OpenAiConfig::from_lookup_and_flags(
