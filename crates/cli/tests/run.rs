@@ -83,6 +83,22 @@ fn model_args<'a>(server: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
+/// A fresh directory whose store `s` holds one session of one turn (`run
+/// EXTRA... Hi`, after `before` prepared the directory), against a server
+/// that answers `One.`, then `Two.`, then `Three.`: the directory, the
+/// server, its base URL and the session's id.
+fn one_turn(extra: &[&str], before: impl FnOnce(&Path)) -> (tempfile::TempDir, Server, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    before(dir.path());
+    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let base = server.base_url();
+    let args = [&["--store", "s"][..], extra, &["Hi"]].concat();
+    let first = run(dir.path(), &model_args(&base, &args));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let id = first.session_id();
+    (dir, server, base, id)
+}
+
 /// `palimpsest validate STORE --session ID --json` must say valid.
 fn assert_valid(dir: &Path, store: &str, id: &str) -> Value {
     let v = run(dir, &["validate", store, "--session", id, "--json"]);
@@ -680,12 +696,7 @@ fn a_resume_carries_over_every_logged_setting_it_does_not_set_itself() {
     // Section 1.3: unknown keys are kept verbatim, and a resumed session
     // makes the same request. A writer other than `run` logged params and
     // a key `run` does not know.
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
-    let base = server.base_url();
-    let first = run(dir.path(), &model_args(&base, &["--store", "s", "Hi"]));
-    assert_eq!(first.code, Some(0), "{first:?}");
-    let id = first.session_id();
+    let (dir, server, base, id) = one_turn(&[], |_| ());
     let store = dir.path().join("s");
     let settings = json!({
         "systemPrompt": "by hand", "model": "m9", "provider": base, "tools": [], "contextBudget": 100000,
@@ -938,13 +949,8 @@ fn secrets_never_enter_a_store() {
 fn a_log_never_turns_tools_on_each_run_passes_tools_again() {
     // A store can come from anyone: its logged `toolsDir` named a
     // directory the model then read and wrote (an outside probe: `/root`).
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("work")).unwrap();
-    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
-    let base = server.base_url();
-    let first = run(dir.path(), &model_args(&base, &["--store", "s", "--tools", "work", "Hi"]));
-    assert_eq!(first.code, Some(0), "{first:?}");
-    let id = first.session_id();
+    let (dir, server, _base, id) =
+        one_turn(&["--tools", "work"], |dir| std::fs::create_dir(dir.join("work")).unwrap());
     let logged = settings_events(&dir.path().join("s"));
     let tools_dir = logged[0]["data"]["settings"]["toolsDir"].as_str().unwrap_or_default().to_owned();
     assert!(Path::new(&tools_dir).is_absolute() && tools_dir.ends_with("work"), "{tools_dir}");
@@ -976,12 +982,7 @@ fn a_log_never_turns_tools_on_each_run_passes_tools_again() {
 fn an_api_key_goes_only_to_an_endpoint_the_user_names_not_to_the_logs() {
     // A store handed over names its endpoint: resumed with a key in the
     // environment, the key went there (an outside probe).
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
-    let base = server.base_url();
-    let first = run(dir.path(), &model_args(&base, &["--store", "s", "Hi"]));
-    assert_eq!(first.code, Some(0), "{first:?}");
-    let id = first.session_id();
+    let (dir, server, base, id) = one_turn(&[], |_| ());
     let with_key = |args: &[&str], env_base: Option<&str>| {
         let mut c = command(dir.path(), args);
         c.env("OPENAI_API_KEY", "sk-victimkey");

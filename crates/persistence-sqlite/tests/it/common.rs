@@ -40,6 +40,17 @@ pub(crate) fn temp_db() -> (TempDir, PathBuf) {
     (dir, path)
 }
 
+/// A store at `path` holding session `s` of `n` ticks tagged `t`, closed.
+pub(crate) fn store_of_ticks(path: &Path, n: u64) {
+    let store = palimpsest_persistence_sqlite::SqliteStore::open(path).expect("open");
+    palimpsest_persistence::SessionStore::create(
+        &store,
+        &palimpsest_core_session::SessionHeader::new("s", 0),
+    )
+    .expect("create");
+    palimpsest_persistence::SessionStore::append(&store, "s", &ticks(0, n, "t")).expect("append");
+}
+
 /// The valid JSONL sessions of core-session's fixtures, as (name, bytes).
 pub(crate) fn fixtures() -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core-session/test_data/ok");

@@ -8,7 +8,7 @@ use palimpsest_persistence::{SessionStore, StoreError};
 use palimpsest_persistence_sqlite::{SqliteStore, APPLICATION_ID, SCHEMA_SQL, SCHEMA_VERSION};
 use rusqlite::Connection;
 
-use crate::common::{temp_db, ticks};
+use crate::common::{store_of_ticks, temp_db, ticks};
 
 /// The schema of version 1: the events table without the two surface columns.
 const SCHEMA_V1: &str = "\
@@ -490,10 +490,7 @@ fn a_table_rebuilt_with_a_collation_under_a_populated_store_is_refused() {
     // The outside tester's steps: rebuild `events` as it is but for
     // NOCASE, copy the rows, put it in the old one's place.
     let (_dir, path) = temp_db();
-    let store = SqliteStore::open(&path).expect("open");
-    store.create(&SessionHeader::new("s", 0)).expect("create");
-    store.append("s", &ticks(0, 3, "t")).expect("append");
-    drop(store);
+    store_of_ticks(&path, 3);
     let rebuilt = table("events")
         .replace("CREATE TABLE events ", "CREATE TABLE e2 ")
         .replace("session_id        TEXT    NOT NULL,", "session_id TEXT NOT NULL COLLATE NOCASE,");
@@ -510,10 +507,7 @@ fn a_table_rebuilt_with_a_collation_under_a_populated_store_is_refused() {
 #[test]
 fn every_store_this_build_writes_opens_after_vacuum_and_analyze_and_reflowed_whitespace() {
     let (_dir, path) = temp_db();
-    let store = SqliteStore::open(&path).expect("open");
-    store.create(&SessionHeader::new("s", 0)).expect("create");
-    store.append("s", &ticks(0, 50, "t")).expect("append");
-    drop(store);
+    store_of_ticks(&path, 50);
     let conn = Connection::open(&path).expect("raw open");
     conn.execute_batch("VACUUM; ANALYZE; INSERT INTO search(search) VALUES ('optimize');").expect("vacuum");
     drop(conn);
