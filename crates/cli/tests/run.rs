@@ -85,12 +85,13 @@ fn model_args<'a>(server: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
 
 /// A fresh directory whose store `s` holds one session of one turn (`run
 /// EXTRA... Hi`, after `before` prepared the directory), against a server
-/// that answers `One.`, then `Two.`, then `Three.`: the directory, the
+/// that answers `One.`, then `Two.`, `Three.`, `Four.`: the directory, the
 /// server, its base URL and the session's id.
 fn one_turn(extra: &[&str], before: impl FnOnce(&Path)) -> (tempfile::TempDir, Server, String, String) {
     let dir = tempfile::tempdir().unwrap();
     before(dir.path());
-    let server = Server::start(vec![text_reply(&["One."]), text_reply(&["Two."]), text_reply(&["Three."])]);
+    let replies = ["One.", "Two.", "Three.", "Four."].iter().map(|r| text_reply(&[r])).collect();
+    let server = Server::start(replies);
     let base = server.base_url();
     let args = [&["--store", "s"][..], extra, &["Hi"]].concat();
     let first = run(dir.path(), &model_args(&base, &args));
@@ -1003,15 +1004,39 @@ fn an_api_key_goes_only_to_an_endpoint_the_user_names_not_to_the_logs() {
     assert_eq!(elsewhere.code, Some(2), "{elsewhere:?}");
     assert_eq!(server.requests().len(), 1, "nothing was sent");
 
+    // No key, but a credential in a header (Azure's `api-key`): refused
+    // too (a second probe); a header known to carry none is not.
+    let keyless = |args: &[&str], env_base: Option<&str>| {
+        let mut c = command(dir.path(), args);
+        if let Some(b) = env_base {
+            c.env("OPENAI_BASE_URL", b);
+        }
+        Run::from(c.stdin(Stdio::null()).output().expect("run palimpsest"))
+    };
+    let header =
+        keyless(&["run", "--store", "s", "--session", &id, "--header", "api-key: AZ-SECRET-1", "Hi?"], None);
+    assert_eq!(header.code, Some(2), "{header:?}");
+    assert!(
+        header.stderr.contains("the --header api-key is sent only to an endpoint you name"),
+        "{header:?}"
+    );
+    // No credential, but the environment names another endpoint: refused.
+    let other = keyless(&["run", "--store", "s", "--session", &id, "Hi?"], Some("http://127.0.0.1:9/v1"));
+    assert_eq!(other.code, Some(2), "{other:?}");
+    assert!(other.stderr.contains("OPENAI_BASE_URL names another, http://127.0.0.1:9/v1"), "{other:?}");
+    assert_eq!(server.requests().len(), 1, "nothing was sent");
+
     // Named by the flag, or by the environment: the key goes there.
     let flagged = with_key(&["run", "--store", "s", "--session", &id, "--base-url", &base, "Two?"], None);
     assert_eq!(flagged.code, Some(0), "{flagged:?}");
     let from_env = with_key(&["run", "--store", "s", "--session", &id, "Three?"], Some(&base));
     assert_eq!(from_env.code, Some(0), "{from_env:?}");
-    assert_eq!(server.requests().len(), 3);
-    // Without a key nothing is at stake: the log's endpoint is used
-    // (issue 19: a resumed session keeps its logged settings).
-    assert_eq!(settings_events(&dir.path().join("s")).len(), 1);
+    // Without a credential or another endpoint nothing is at stake: the
+    // log's endpoint is used (issue 19: a resumed session keeps its
+    // logged settings), a public header with it.
+    let plain = keyless(&["run", "--store", "s", "--session", &id, "--header", "X-Title: t", "Four?"], None);
+    assert_eq!(plain.code, Some(0), "{plain:?}");
+    assert_eq!(server.requests().len(), 4);
     assert_valid(dir.path(), "s", &id);
 }
 

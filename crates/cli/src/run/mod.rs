@@ -172,13 +172,16 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
     };
     let resolved = resolve(&args, logged.as_ref(), |name| std::env::var(name).ok()).map_err(|e| match e {
         ResolveError::Config(e) => config_error(e),
-        ResolveError::EndpointNotConfirmed(logged) => CliError::usage(format!(
-            "the session was logged against {logged}, which neither --base-url nor {ENV_BASE_URL} \
-             names; your API key is sent only to an endpoint you name: pass --base-url {} to \
-             continue there",
-            output::shell_word(&logged)
-        ))
-        .into(),
+        ResolveError::EndpointNotConfirmed { logged, why } => {
+            // As a URL parser reads it (a look-alike host in punycode).
+            let logged = OpenAiConfig::new(logged, "").shown_base_url();
+            CliError::usage(format!(
+                "the session was logged against {logged}, which --base-url does not name; {why}: \
+                 pass --base-url {} to continue there",
+                output::shell_word(&logged)
+            ))
+            .into()
+        }
     })?;
     let provider = OpenAiProvider::new(resolved.config.clone()).map_err(config_error)?;
     let store = match store {
@@ -294,9 +297,14 @@ struct Resolved {
 /// Why a run's settings cannot be resolved.
 #[derive(Debug)]
 enum ResolveError {
-    /// The endpoint would come from the resumed session's log, and an API
-    /// key would go there: the user must name it (see [`resolve`]).
-    EndpointNotConfirmed(String),
+    /// The endpoint would come from the resumed session's log, and
+    /// credentials would go there or the environment names another: the
+    /// user must name it (see [`resolve`]).
+    EndpointNotConfirmed {
+        logged: String,
+        /// Why it must be named.
+        why: String,
+    },
     Config(ConfigError),
 }
 
@@ -377,10 +385,12 @@ const PUBLIC_HEADERS: &[&str] = &[
 /// Resolves a run's settings: flag, then the resumed session's logged
 /// settings, then `env` (the `OPENAI_*` variables). The API key is never
 /// logged, so it comes from the flag or the environment only. A log is
-/// data anyone can hand you, so it grants nothing: the API key is never
-/// sent to an endpoint only the log names (the user must name it with
-/// `--base-url` or `OPENAI_BASE_URL`), and the tools directory is never
-/// taken from it (`--tools` each run). A logged provider is the base URL
+/// data anyone can hand you, so it grants nothing: credentials (the API
+/// key, a `--header` not known to carry none) are never sent to an
+/// endpoint only the log names, nor is the log's endpoint used where
+/// `OPENAI_BASE_URL` names another (the user must name it with
+/// `--base-url`); the tools directory is never taken from it (`--tools`
+/// each run). A logged provider is the base URL
 /// without its user-info and query string: when the environment's base
 /// URL is that same endpoint, the environment's is used, so the
 /// credentials it carries still reach the server.
@@ -407,8 +417,25 @@ fn resolve(
         &env,
     )
     .map_err(ResolveError::Config)?;
-    if let (Some(logged), Some(_)) = (from_log, &config.api_key) {
-        return Err(ResolveError::EndpointNotConfirmed(logged));
+    if let Some(logged) = from_log {
+        // Credentials: the key, and every header not known to carry none
+        // (`api-key:`, `Authorization:`; an outside probe sent them to
+        // the log's endpoint as a keyless resume).
+        let secret_header = args.headers.iter().find(|(name, _)| is_secret_header(name));
+        let why = match (&config.api_key, secret_header, &env_base) {
+            (Some(_), _, _) => "your API key is sent only to an endpoint you name".to_owned(),
+            (None, Some((name, _)), _) => {
+                format!("the --header {name} is sent only to an endpoint you name")
+            }
+            (None, None, Some(env)) => format!(
+                "{ENV_BASE_URL} names another, {}",
+                OpenAiConfig::new(env.clone(), "").shown_base_url()
+            ),
+            (None, None, None) => String::new(),
+        };
+        if !why.is_empty() {
+            return Err(ResolveError::EndpointNotConfirmed { logged, why });
+        }
     }
     // The logged params carry over whole, so that a resumed session makes
     // the same request (section 1.3): each is sent as the request field of
