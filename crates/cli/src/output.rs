@@ -45,17 +45,41 @@ pub(crate) fn printable_text(text: &str) -> String {
 /// model or a user wrote cannot move the cursor, retitle the window or
 /// hide itself. The bidirectional controls (U+202A-U+202E, U+2066-U+2069,
 /// the marks U+200E, U+200F and U+061C) are `�` too: they reorder what a
-/// terminal shows, so `../x` could be shown as something else. Every
-/// human-readable view of logged text goes through it.
+/// terminal shows, so `../x` could be shown as something else. So are the
+/// characters that show as nothing ([`INVISIBLE`]), which made `proj` and
+/// `proj` + U+200B look alike. Every human-readable view of logged text
+/// goes through it.
 pub(crate) fn printable(c: char) -> char {
     match c {
         '\n' => '⏎',
         '\r' | '\t' => ' ',
         c if c.is_control() => '�',
         '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => '�',
+        c if INVISIBLE.iter().any(|range| range.contains(&c)) => '�',
         c => c,
     }
 }
+
+/// Characters a terminal shows as nothing (or as a line break it does not
+/// count): the zero-width space, the word joiner and invisible operators,
+/// the line and paragraph separators, the byte-order mark, the Mongolian
+/// vowel separator, interlinear annotation marks, the deprecated format
+/// controls, Hangul fillers, and the tag characters. Not the zero-width
+/// joiners (U+200C, U+200D), which emoji and scripts need, nor the soft
+/// hyphen.
+const INVISIBLE: &[std::ops::RangeInclusive<char>] = &[
+    '\u{115F}'..='\u{1160}',
+    '\u{180E}'..='\u{180E}',
+    '\u{200B}'..='\u{200B}',
+    '\u{2028}'..='\u{2029}',
+    '\u{2060}'..='\u{2064}',
+    '\u{206A}'..='\u{206F}',
+    '\u{3164}'..='\u{3164}',
+    '\u{FEFF}'..='\u{FEFF}',
+    '\u{FFA0}'..='\u{FFA0}',
+    '\u{FFF9}'..='\u{FFFB}',
+    '\u{E0000}'..='\u{E007F}',
+];
 
 /// `text` with every character [`printable`].
 pub(crate) fn printable_line(text: &str) -> String {
@@ -197,7 +221,10 @@ impl Write for JsonForTerminal<'_> {
         for chunk in data.utf8_chunks() {
             for c in chunk.valid().chars() {
                 if Self::escaped(c) {
-                    out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
+                    // Past U+FFFF, as JSON writes it: a surrogate pair.
+                    for unit in c.encode_utf16(&mut [0; 2]) {
+                        out.extend_from_slice(format!("\\u{unit:04x}").as_bytes());
+                    }
                 } else {
                     let mut at = [0; 4];
                     out.extend_from_slice(c.encode_utf8(&mut at).as_bytes());
@@ -222,7 +249,7 @@ mod tests {
 
     #[test]
     fn json_for_a_terminal_escapes_what_a_terminal_would_act_on_and_means_the_same() {
-        let text = "{\"t\":\"a\u{9b}31mb\u{202e}c\u{7f}d é ⏎ 😀\"}";
+        let text = "{\"t\":\"a\u{9b}31mb\u{202e}c\u{7f}d é ⏎ 😀\u{200b}\u{e0041}\u{200d}\"}";
         // Written in every split, characters cut between writes included.
         for split in 0..text.len() {
             let mut out = Vec::new();
@@ -231,7 +258,10 @@ mod tests {
             w.write_all(&text.as_bytes()[split..]).unwrap();
             w.flush().unwrap();
             let shown = String::from_utf8(out).unwrap();
-            assert_eq!(shown, "{\"t\":\"a\\u009b31mb\\u202ec\\u007fd é ⏎ 😀\"}", "split at {split}");
+            assert_eq!(
+                shown, "{\"t\":\"a\\u009b31mb\\u202ec\\u007fd é ⏎ 😀\\u200b\\udb40\\udc41\u{200d}\"}",
+                "split at {split}"
+            );
             let read: serde_json::Value = serde_json::from_str(&shown).unwrap();
             let written: serde_json::Value = serde_json::from_str(text).unwrap();
             assert_eq!(read, written);
@@ -247,6 +277,13 @@ mod tests {
         shown.finish().unwrap();
         drop(shown);
         assert_eq!(String::from_utf8(out).unwrap(), "a\u{FFFD}[2Jb\tc\n\u{FFFD}d \u{FFFD}e");
+    }
+
+    #[test]
+    fn characters_that_show_as_nothing_are_shown_but_joiners_stay() {
+        // `proj` and `proj` + U+200B looked alike in `sessions` (a probe).
+        assert_eq!(printable_line("proj\u{200b}\u{feff}\u{2028}\u{e0041}"), "proj����");
+        assert_eq!(printable_line("👩\u{200d}💻 mi\u{ad}lk"), "👩\u{200d}💻 mi\u{ad}lk");
     }
 
     fn render(items: &[&str]) -> String {
