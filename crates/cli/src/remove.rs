@@ -102,9 +102,12 @@ pub(crate) fn prune(
         return Ok(Exit::Success);
     }
     let mut exit = Exit::Success;
-    for d in &doomed {
-        match store.delete(&d.id) {
-            Ok(()) => writeln!(out, "deleted {}", crate::output::printable_line(&d.id))?,
+    // Together: a SQLite store deletes them in one transaction, with one
+    // pass over its full-text index (one pass each took 172 s for 10,000).
+    let ids: Vec<&str> = doomed.iter().map(|d| d.id.as_str()).collect();
+    for (id, outcome) in ids.iter().zip(store.delete_many(&ids)) {
+        match outcome {
+            Ok(()) => writeln!(out, "deleted {}", crate::output::printable_line(id))?,
             Err(e) => {
                 // The others still go: say which one stayed, and why.
                 output::error_line(&e.to_string());

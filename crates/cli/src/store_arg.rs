@@ -449,6 +449,21 @@ impl Store {
         }
     }
 
+    /// Deletes sessions `ids`, each as [`Store::delete`] would: one outcome
+    /// per id, in order; a store deletes them together where it can
+    /// ([`SessionStore::delete_many`]).
+    pub(crate) fn delete_many(&self, ids: &[&str]) -> Vec<Result<(), CliError>> {
+        match (self, self.backend()) {
+            (Store::File(_), _) | (_, None) => ids.iter().map(|id| self.delete(id)).collect(),
+            (_, Some(s)) => s
+                .delete_many(ids)
+                .into_iter()
+                .zip(ids)
+                .map(|(outcome, id)| outcome.map_err(|e| self.load_error(&e, id, &self.origin(id))))
+                .collect(),
+        }
+    }
+
     /// Whether a session `id` exists here, or (for a bare file) whether the
     /// file [`Store::write_new`] would write for `id` exists, or the file
     /// itself holds session `id`.

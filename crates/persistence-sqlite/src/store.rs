@@ -1003,6 +1003,77 @@ impl SessionStore for SqliteStore {
         Ok(())
     }
 
+    /// One transaction for them all, and one pass over the full-text index
+    /// per thousand sessions deleted: the index keeps `session_id`
+    /// unindexed, so each `DELETE FROM search WHERE session_id = ?` reads
+    /// every row of it (17 ms a session in a 10,000-session store, whose
+    /// prune took 172 s). All or nothing on a failure of the transaction;
+    /// a session held by another writer (`locked`) or missing
+    /// (`not-found`) is its own outcome, and the others go.
+    fn delete_many(&self, session_ids: &[&str]) -> Vec<Result<(), StoreError>> {
+        /// Ids per pass over the index: under SQLite's bound on a
+        /// statement's parameters.
+        const PER_PASS: usize = 1000;
+        let deleted = self.write("deleting sessions", |tx| {
+            let mut outcomes = Vec::with_capacity(session_ids.len());
+            let mut doomed = Vec::new();
+            for &session_id in session_ids {
+                match self.fence(tx, session_id) {
+                    Ok(()) => {}
+                    Err(WriteError::Refused(e)) => {
+                        outcomes.push(Err(e));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+                if tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute([session_id])? == 0 {
+                    outcomes.push(Err(StoreError::NotFound { session_id: session_id.to_owned() }));
+                    continue;
+                }
+                tx.prepare_cached("DELETE FROM events WHERE session_id = ?1")?.execute([session_id])?;
+                tx.prepare_cached("DELETE FROM checkpoints WHERE session_id = ?1")?.execute([session_id])?;
+                holds::delete(tx, session_id)?;
+                doomed.push(session_id);
+                outcomes.push(Ok(()));
+            }
+            for ids in doomed.chunks(PER_PASS) {
+                let marks = vec!["?"; ids.len()].join(",");
+                tx.execute(
+                    &format!("DELETE FROM search WHERE session_id IN ({marks})"),
+                    rusqlite::params_from_iter(ids),
+                )?;
+            }
+            Ok(outcomes)
+        });
+        match deleted {
+            Ok(outcomes) => {
+                let mut held = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+                for (id, outcome) in session_ids.iter().zip(&outcomes) {
+                    if outcome.is_ok() {
+                        held.remove(*id);
+                        tracing::debug!(session_id = id, "deleted session");
+                    }
+                }
+                outcomes
+            }
+            // Rolled back, or unknown: every id says so, the first with
+            // the error itself.
+            Err(e) => {
+                let said = e.to_string();
+                let mut first = Some(e);
+                session_ids
+                    .iter()
+                    .map(|_| {
+                        Err(first.take().unwrap_or_else(|| StoreError::Io {
+                            context: format!("deleting sessions at {}", self.location),
+                            source: Box::new(std::io::Error::other(said.clone())),
+                        }))
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// Asks the FTS5 index for the rows holding every term, then reads
     /// each candidate's event row and confirms it with the reference
     /// matcher, session by session in the search order, until the limit.

@@ -221,6 +221,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("summary_agrees_with_the_loaded_log", summary_agrees_with_the_loaded_log),
     ("list_returns_every_header", list_returns_every_header),
     ("delete_then_load_is_not_found", delete_then_load_is_not_found),
+    (
+        "delete_many_deletes_each_and_says_which_it_could_not",
+        delete_many_deletes_each_and_says_which_it_could_not,
+    ),
     ("reopen_after_drop_sees_everything", reopen_after_drop_sees_everything),
     ("sessions_are_independent", sessions_are_independent),
     ("unusual_ids_work_or_are_refused_cleanly", unusual_ids_work_or_are_refused_cleanly),
@@ -335,6 +339,7 @@ macro_rules! store_contract_tests {
             summary_agrees_with_the_loaded_log,
             list_returns_every_header,
             delete_then_load_is_not_found,
+            delete_many_deletes_each_and_says_which_it_could_not,
             reopen_after_drop_sees_everything,
             sessions_are_independent,
             unusual_ids_work_or_are_refused_cleanly,
@@ -1354,6 +1359,32 @@ pub fn list_returns_every_header(factory: &dyn StoreFactory) -> Outcome {
     must(store.delete("kit-list-b"), "delete");
     let rest: Vec<SessionHeader> = headers.iter().filter(|h| h.id != "kit-list-b").cloned().collect();
     assert_eq!(sorted_headers(must(store.list(), "list after delete")), rest, "list after delete");
+    Outcome::Ran
+}
+
+/// `delete_many` gives one outcome per id, in order: the sessions that
+/// exist are gone, a missing one is `not-found` without stopping the
+/// others, and sessions not named are untouched.
+pub fn delete_many_deletes_each_and_says_which_it_could_not(factory: &dyn StoreFactory) -> Outcome {
+    let store = factory.open();
+    let (a, b, kept) = (header("kit-many-a"), header("kit-many-b"), header("kit-many-kept"));
+    for h in [&a, &b, &kept] {
+        create(&*store, h);
+        append(&*store, &h.id, &ticks(0..2));
+        must(store.sync(&h.id), "sync");
+    }
+    let outcomes = store.delete_many(&[&a.id, "kit-many-missing", &b.id]);
+    let codes: Vec<Result<(), &str>> =
+        outcomes.iter().map(|o| o.as_ref().map(drop).map_err(|e| e.code())).collect();
+    assert_eq!(codes, [Ok(()), Err("not-found"), Ok(())], "delete_many's outcomes, in order");
+    must_fail(store.load(&a.id), "not-found", "load after delete_many");
+    must_fail(store.load(&b.id), "not-found", "load after delete_many");
+    assert_stored(&*store, &kept, &ticks(0..2), "a session not named");
+    assert!(store.delete_many(&[]).is_empty(), "no ids, no outcomes");
+    drop(store);
+    let store = factory.open();
+    must_fail(store.load(&a.id), "not-found", "load after reopen");
+    assert_stored(&*store, &kept, &ticks(0..2), "a session not named, after reopen");
     Outcome::Ran
 }
 

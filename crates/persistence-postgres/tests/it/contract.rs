@@ -89,6 +89,7 @@ pg_contract_tests!(
     summary_agrees_with_the_loaded_log,
     list_returns_every_header,
     delete_then_load_is_not_found,
+    delete_many_deletes_each_and_says_which_it_could_not,
     reopen_after_drop_sees_everything,
     sessions_are_independent,
     unusual_ids_work_or_are_refused_cleanly,

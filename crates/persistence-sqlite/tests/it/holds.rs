@@ -48,3 +48,40 @@ fn the_hold_of_a_process_that_ended_is_taken_over_at_once_and_its_store_fenced_o
     expected.extend(ticks(1, 1, "b"));
     assert_eq!(second.load("s").expect("load").events, expected);
 }
+
+/// `delete_many`: a session another handle holds is `locked` and stays,
+/// the others go, with their full-text rows (one pass over the index for
+/// all of them, where each `delete` made one).
+#[test]
+fn delete_many_skips_a_held_session_and_takes_the_others_search_rows() {
+    use palimpsest_core_session::Event;
+    use palimpsest_persistence::SearchQuery;
+
+    let (_dir, path) = temp_db();
+    let store = SqliteStore::open(&path).expect("open");
+    let message = |text: &str| {
+        Event::from_json(&format!(
+            r#"{{"seq":0,"time":1,"type":"user/message","data":{{"message":{{"id":"u","role":"user","content":[{{"type":"text","text":"{text}"}}],"source":{{"kind":"user"}}}}}},"surfaceOp":"append"}}"#
+        ))
+        .expect("an event")
+    };
+    for id in ["a", "b", "c"] {
+        store.create(&SessionHeader::new(id, 0)).expect("create");
+        store.append(id, &[message(&format!("apple {id}"))]).expect("append");
+    }
+    let other = SqliteStore::open(&path).expect("a second handle");
+    let held = other.hold("b", "other", Duration::from_secs(60)).expect("hold").expect("a hold");
+
+    let codes: Vec<Result<(), &str>> = store
+        .delete_many(&["a", "b", "c"])
+        .iter()
+        .map(|o| o.as_ref().map(drop).map_err(|e| e.code()))
+        .collect();
+    assert_eq!(codes, [Ok(()), Err("locked"), Ok(())]);
+    let hits = store.search(&SearchQuery::new(&["apple"]).expect("a query")).expect("search");
+    let sessions: Vec<&str> = hits.iter().map(|h| h.session_id.as_str()).collect();
+    assert_eq!(sessions, ["b"], "the deleted sessions' messages are out of the index");
+    assert_eq!(store.check_store().expect("audit"), vec![]);
+    other.release(&held).expect("release");
+    assert_eq!(store.delete_many(&["b"]).into_iter().map(|o| o.is_ok()).collect::<Vec<_>>(), [true]);
+}
