@@ -81,12 +81,15 @@ pub(crate) fn prune(
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let cutoff = now.saturating_sub(older_than.as_millis() as u64);
     let mut doomed = Vec::new();
-    for header in store.list()? {
-        let stored = store.load(&header.id)?;
-        let last_activity =
-            stored.events.last().map_or(header.created_at, |e| e.time().max(header.created_at));
+    // Summaries, not loads: a few records per session, one read for the
+    // whole store where the backend can (a load of each of 10,000
+    // sessions took 1.8 s when nothing was old enough).
+    for (header, summary) in store.summaries()? {
+        let summary = summary?;
+        let last_activity = summary.last_activity.map_or(header.created_at, |t| t.max(header.created_at));
         if last_activity < cutoff {
-            doomed.push(Doomed { id: header.id, events: stored.events.len(), last_activity });
+            let events = usize::try_from(summary.events).unwrap_or(usize::MAX);
+            doomed.push(Doomed { id: header.id, events, last_activity });
         }
     }
     if doomed.is_empty() {
