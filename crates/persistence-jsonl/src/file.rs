@@ -553,15 +553,15 @@ impl SessionFile {
     }
 
     /// Reads the file through, keeping no events: what an append needs.
+    /// In pieces where the line cap allows, so that memory stays a piece
+    /// (`repair --write` of a 3M-event file held all 742 MB of it).
     fn scan(&mut self) -> Result<Tail, StoreError> {
-        let (bytes, file_len, overlong) = if reads_in_pieces(self.read) {
-            let bytes = self.read_all()?;
-            let len = bytes.len() as u64;
-            (bytes, len, None)
-        } else {
-            let capped = self.read_all_capped()?;
-            (capped.bytes, capped.file_len, capped.overlong)
-        };
+        if reads_in_pieces(self.read) {
+            let context = || format!("read {}", shown(&self.path));
+            self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
+            return scan_in_pieces(&self.file, &self.path, self.read, |e| io_err(context(), e));
+        }
+        let capped::Capped { bytes, file_len, overlong } = self.read_all_capped()?;
         let corrupt = |e| load_error(&self.path, e);
         if let Some(o) = overlong.as_ref().filter(|o| o.line == 1) {
             return Err(corrupt(o.error(self.read)));
@@ -592,17 +592,6 @@ impl SessionFile {
             torn,
             missing_newline: reader.missing_newline(),
         })
-    }
-
-    fn read_all(&mut self) -> Result<Vec<u8>, StoreError> {
-        let context = || format!("read {}", shown(&self.path));
-        // Sized up front, as fs::read does: growing by doubling would copy
-        // a large file about twice over.
-        let len = self.file.metadata().map_or(0, |m| m.len());
-        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        self.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(context(), e))?;
-        self.file.read_to_end(&mut bytes).map_err(|e| io_err(context(), e))?;
-        Ok(bytes)
     }
 
     fn read_all_capped(&mut self) -> Result<capped::Capped, StoreError> {
@@ -853,6 +842,51 @@ pub(crate) fn read_in_pieces(
     Ok((log, len))
 }
 
+/// [`read_in_pieces`] keeping no events: the file's [`Tail`], with the
+/// same errors, in the same order, as a whole read's.
+fn scan_in_pieces(
+    mut file: impl Read,
+    path: &Path,
+    options: ReadOptions,
+    read_err: impl Fn(io::Error) -> StoreError,
+) -> Result<Tail, StoreError> {
+    let mut decoder = JsonlDecoder::new(options);
+    let (mut pending, mut len) = (Vec::with_capacity(PIECE_BYTES), 0u64);
+    let (mut index, mut next_seq) = (0u64, Ok(0));
+    // Every line after the header is an event: event `i` is on line `i + 2`.
+    let mut count = |events: Vec<palimpsest_core_session::Event>| {
+        for event in events {
+            if let Ok(n) = next_seq {
+                next_seq = if event.seq() == n {
+                    Ok(n + 1)
+                } else {
+                    Err((index + 2, AppendError::SeqNotContiguous { seq: event.seq(), expected: n }))
+                };
+            }
+            index += 1;
+        }
+    };
+    loop {
+        let read = file.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending).map_err(&read_err)?;
+        if read == 0 {
+            break;
+        }
+        len += read as u64;
+        let used = decoder.feed(&pending).map_err(|e| load_error(path, e))?;
+        pending.drain(..used);
+        count(decoder.take_events());
+        if pending.len() > decoder.next_line_cap() {
+            let len = capped::line_len(&mut file, pending.len() as u64).map_err(&read_err)?;
+            let error = decoder.overlong(len, &pending);
+            return Err(load_error(path, error));
+        }
+    }
+    let log = decoder.finish(&pending).map_err(|e| load_error(path, e))?;
+    let JsonlLog { header, events, torn_tail, missing_newline } = log;
+    count(events);
+    Ok(Tail { id: header.id, next_seq, file_len: len, torn: torn_tail, missing_newline })
+}
+
 /// Reads just the header line of a session file, for listing: at most
 /// `options.max_line_bytes` of it.
 pub(crate) fn read_header(path: &Path, options: ReadOptions) -> Result<Option<SessionHeader>, StoreError> {
@@ -877,4 +911,58 @@ pub(crate) fn read_header(path: &Path, options: ReadOptions) -> Result<Option<Se
         .map_err(|e| io_err(format!("read {}", shown(path)), e))?;
     let reader = JsonlReader::new(&line, options).map_err(|e| load_error(path, e))?;
     Ok(Some(reader.header().clone()))
+}
+
+#[cfg(test)]
+mod scan_tests {
+    use super::*;
+
+    /// What a [`Tail`] says, comparable.
+    type Said = (String, Result<u64, (u64, String)>, u64, Option<TornTail>, bool);
+
+    fn said(tail: &Tail) -> Said {
+        let next = tail.next_seq.as_ref().map(|n| *n).map_err(|(line, e)| (*line, e.code().to_owned()));
+        (tail.id.clone(), next, tail.file_len, tail.torn, tail.missing_newline)
+    }
+
+    /// The tail a scan in pieces finds is the one a whole load leaves, and
+    /// the one a capped scan (a smaller line cap, read whole) finds: for a
+    /// file that ends well, torn, without its newline, with a gap, with no
+    /// event, and longer than a piece.
+    #[test]
+    fn a_scan_in_pieces_finds_the_tail_a_whole_load_does() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let header = r#"{"type":"session","version":0,"id":"s","createdAt":0}"#;
+        let tick =
+            |i: u64| format!(r#"{{"seq":{i},"time":0,"type":"x/t","data":{{"pad":"{}"}}}}"#, "p".repeat(300));
+        let lines = |seqs: &mut dyn Iterator<Item = u64>| seqs.map(tick).collect::<Vec<_>>().join("\n");
+        let pieces = (PIECE_BYTES / 300 + 100) as u64;
+        let cases = [
+            ("whole", format!("{header}\n{}\n", lines(&mut (0..5)))),
+            ("torn", format!("{header}\n{}\n{{\"seq\":5,\"ti", lines(&mut (0..5)))),
+            ("no newline", format!("{header}\n{}", lines(&mut (0..5)))),
+            ("gap", format!("{header}\n{}\n", lines(&mut (0..3).chain(7..9)))),
+            ("header only", format!("{header}\n")),
+            ("past a piece", format!("{header}\n{}\n{{\"seq\":", lines(&mut (0..pieces)))),
+        ];
+        for (name, text) in cases {
+            let path = dir.path().join(format!("{name}.jsonl"));
+            std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+            let scanned =
+                SessionFile::open(&path).and_then(|mut f| f.scan()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let loaded = {
+                let mut file = SessionFile::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+                file.load().unwrap_or_else(|e| panic!("{name}: {e}"));
+                file.tail.as_ref().map(said)
+            };
+            let capped = ReadOptions { max_line_bytes: 1 << 20, ..ReadOptions::default() };
+            let whole = SessionFile::open(&path)
+                .map(|f| f.with_read_options(capped))
+                .and_then(|mut f| f.scan())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(Some(said(&scanned)), loaded, "{name}: a scan against a load");
+            assert_eq!(said(&scanned), said(&whole), "{name}: in pieces against read whole");
+            assert_eq!(scanned.file_len, text.len() as u64, "{name}");
+        }
+    }
 }
