@@ -695,10 +695,16 @@ impl Target {
             (Some(id), Some(store), _) => {
                 store.load_resumable(id).map_err(|e| self.store.load_error(&e, id, &self.store.origin(id)))?
             }
-            // A bare file: its sidecar, as a directory keeps one per file.
+            // A bare file: its sidecar, as a directory keeps one per file;
+            // without one, `None` at once (the caller's whole read is
+            // streamed: a whole load here held a 3M-event file, 784 MB).
             (None, None, Store::File(path)) => {
-                palimpsest_persistence_jsonl::sidecar::load_resumable(path, None)
+                match palimpsest_persistence_jsonl::sidecar::resume(path)
                     .map_err(|e| from_store(&e, &self.store.shown()))?
+                {
+                    Some(resumable) => resumable,
+                    None => return Ok(None),
+                }
             }
             _ => return Ok(None),
         };

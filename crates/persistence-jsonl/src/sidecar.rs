@@ -76,6 +76,16 @@ pub fn load_resumable(
     Ok(Resumable::whole(stored))
 }
 
+/// The resume [`load_resumable`] gives when the session file's sidecar
+/// matches it: the checkpoint and the events after it; `None` (having
+/// read only the sidecar and what it points at) when there is no sidecar
+/// or it does not match, where `load_resumable` would read the whole file.
+/// For a reader that has a cheaper way of its own to read a whole log.
+pub fn resume(session_file: &Path) -> Result<Option<Resumable>, StoreError> {
+    crate::file::check_regular(session_file)?;
+    Ok(crate::checkpoint::resume_for(session_file, ReadOptions::default(), None))
+}
+
 /// The header of the session file at `path`, from its first line alone;
 /// `None` when there is no such file.
 pub fn read_header(path: &Path) -> Result<Option<SessionHeader>, StoreError> {
