@@ -45,8 +45,10 @@ use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, Stor
 #[derive(Debug)]
 pub struct JsonlFileStore {
     path: PathBuf,
-    /// The file, held (and locked) once this store has written to it.
-    held: Mutex<Option<SessionFile>>,
+    /// The file, held (and locked) once this store has written to it, with
+    /// the id of the session it holds: every call naming another is
+    /// `not-found`, held or not.
+    held: Mutex<Option<(String, SessionFile)>>,
 }
 
 impl JsonlFileStore {
@@ -68,7 +70,7 @@ impl JsonlFileStore {
         read_session_summary(&self.path, ReadOptions::default())
     }
 
-    fn held(&self) -> MutexGuard<'_, Option<SessionFile>> {
+    fn held(&self) -> MutexGuard<'_, Option<(String, SessionFile)>> {
         // The slot is only set or read; a panic cannot leave it half-changed.
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -105,11 +107,11 @@ impl JsonlFileStore {
         let mut held = self.held();
         if held.is_none() {
             self.check(id)?;
-            *held = Some(SessionFile::open(&self.path)?);
+            *held = Some((id.to_owned(), SessionFile::open(&self.path)?));
         }
         match held.as_mut() {
-            Some(file) => f(file),
-            None => Err(StoreError::NotFound { session_id: id.to_owned() }),
+            Some((held_id, file)) if held_id == id => f(file),
+            _ => Err(StoreError::NotFound { session_id: id.to_owned() }),
         }
     }
 }
@@ -122,7 +124,7 @@ impl SessionStore for JsonlFileStore {
     fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
         let mut held = self.held();
         // `already-exists` when the file is there, whichever session it holds.
-        *held = Some(SessionFile::create_with_events(&self.path, header, events)?);
+        *held = Some((header.id.clone(), SessionFile::create_with_events(&self.path, header, events)?));
         // A sidecar left by a file removed behind our back is not this one's
         // (a resume would ignore it anyway: it matches no header here).
         if let Err(e) = sidecar::remove(&self.path) {
@@ -136,8 +138,10 @@ impl SessionStore for JsonlFileStore {
     fn save_checkpoint(&self, session_id: &str, checkpoint: &Checkpoint) -> Result<bool, StoreError> {
         // This store's own appends wait while the file is read.
         let held = self.held();
-        if held.is_none() {
-            self.check(session_id)?;
+        match held.as_ref() {
+            None => self.check(session_id)?,
+            Some((held_id, _)) if held_id == session_id => {}
+            Some(_) => return Err(StoreError::NotFound { session_id: session_id.to_owned() }),
         }
         sidecar::save(&self.path, session_id, checkpoint)?;
         drop(held);
@@ -146,10 +150,11 @@ impl SessionStore for JsonlFileStore {
 
     fn load_resumable(&self, session_id: &str) -> Result<Resumable, StoreError> {
         let mut held = self.held();
-        let resumable = sidecar::load_resumable(&self.path, held.as_mut()).map_err(|e| match e {
-            StoreError::NotFound { .. } => StoreError::NotFound { session_id: session_id.to_owned() },
-            e => e,
-        })?;
+        let resumable =
+            sidecar::load_resumable(&self.path, held.as_mut().map(|(_, f)| f)).map_err(|e| match e {
+                StoreError::NotFound { .. } => StoreError::NotFound { session_id: session_id.to_owned() },
+                e => e,
+            })?;
         match resumable.header.id == session_id {
             true => Ok(resumable),
             false => Err(StoreError::NotFound { session_id: session_id.to_owned() }),
@@ -167,13 +172,17 @@ impl SessionStore for JsonlFileStore {
         Ok(Some(Hold::new(session_id, holder, 0, None)))
     }
 
-    fn release(&self, _hold: &Hold) -> Result<(), StoreError> {
-        *self.held() = None;
+    /// Unlocks the file, if `hold` is of its session.
+    fn release(&self, hold: &Hold) -> Result<(), StoreError> {
+        let mut held = self.held();
+        if held.as_ref().is_some_and(|(id, _)| id == hold.session_id()) {
+            *held = None;
+        }
         Ok(())
     }
 
     fn load(&self, session_id: &str) -> Result<StoredSession, StoreError> {
-        if let Some(file) = self.held().as_mut() {
+        if let Some((_, file)) = self.held().as_mut() {
             let stored = file.load()?;
             return match stored.header.id == session_id {
                 true => Ok(stored),
@@ -219,7 +228,7 @@ impl SessionStore for JsonlFileStore {
         let mut held = self.held();
         // Held (locked) while removed, so no other writer is appending.
         let file = match held.take() {
-            Some(file) => file,
+            Some((_, file)) => file,
             None => SessionFile::open(&self.path)?,
         };
         sidecar::remove(&self.path)?;
@@ -231,7 +240,8 @@ impl SessionStore for JsonlFileStore {
 
     fn sync(&self, session_id: &str) -> Result<(), StoreError> {
         match self.held().as_mut() {
-            Some(file) => file.sync(),
+            Some((held_id, file)) if held_id == session_id => file.sync(),
+            Some(_) => Err(StoreError::NotFound { session_id: session_id.to_owned() }),
             None => self.check(session_id),
         }
     }
@@ -276,5 +286,34 @@ mod tests {
         drop(store);
         other.delete("a").unwrap_or_else(|e| panic!("{e}"));
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn once_held_another_id_is_still_not_found_and_another_hold_releases_nothing() {
+        // Held, the store wrote `other-id`'s events into `a`'s file and
+        // took holds and checkpoints for ids it does not hold; any hold
+        // released the lock (a downstream probe).
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("s.jsonl");
+        let store = JsonlFileStore::new(&path);
+        store.create(&header("a")).unwrap_or_else(|e| panic!("{e}"));
+        let event = Event::log(0, 2, TurnStart { turn: 1 }).unwrap_or_else(|e| panic!("{e}"));
+        let code = |r: Result<(), StoreError>| r.map_err(|e| e.code());
+        assert_eq!(code(store.append("other-id", std::slice::from_ref(&event))), Err("not-found"));
+        assert_eq!(code(store.sync("other-id")), Err("not-found"));
+        assert_eq!(code(store.hold("other-id", "w", Duration::from_secs(1)).map(drop)), Err("not-found"));
+        let session = palimpsest_core_session::Session::create(header("a"));
+        assert_eq!(
+            code(store.save_checkpoint("other-id", &session.checkpoint()).map(drop)),
+            Err("not-found")
+        );
+        assert_eq!(store.load("a").map(|s| s.events.len()).ok(), Some(0), "nothing went into the file");
+
+        store.release(&Hold::new("not-mine", "x", 0, None)).unwrap_or_else(|e| panic!("{e}"));
+        let other = JsonlFileStore::new(&path);
+        assert_eq!(code(other.append("a", std::slice::from_ref(&event))), Err("locked"), "still held");
+        store.append("a", &[event]).unwrap_or_else(|e| panic!("{e}"));
+        store.release(&Hold::new("a", "x", 0, None)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(other.load("a").map(|s| s.events.len()).ok(), Some(1));
     }
 }
