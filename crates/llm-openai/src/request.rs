@@ -66,7 +66,9 @@ use crate::config::OpenAiConfig;
 /// ```
 pub fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Value {
     let mut body = Map::new();
-    let model = request.model.as_ref().unwrap_or(&config.model);
+    // An empty model (settings `"model": ""`) is no model: the configured
+    // one, which `OpenAiProvider::new` holds to be one.
+    let model = request.model.as_ref().filter(|m| !m.trim().is_empty()).unwrap_or(&config.model);
     body.insert("model".into(), Value::String(model.clone()));
     body.insert("messages".into(), Value::Array(messages(request)));
     if !request.tools.is_empty() {
@@ -294,6 +296,12 @@ mod tests {
         assert_eq!(body["model"], "configured");
         let body = request_body(&config, &ModelRequest::new(vec![]).with_model("from-settings"));
         assert_eq!(body["model"], "from-settings");
+        // Settings stating an empty model state none (a downstream probe
+        // got `"model": ""` to the server past the provider's refusal).
+        for empty in ["", "  "] {
+            let body = request_body(&config, &ModelRequest::new(vec![]).with_model(empty));
+            assert_eq!(body["model"], "configured", "{empty:?}");
+        }
     }
 
     #[test]

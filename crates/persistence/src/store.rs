@@ -208,7 +208,9 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// is `locked`, and the others still go). The default deletes them one
     /// at a time; a store may do it in fewer steps (SQLite: one transaction
     /// and one pass over its full-text index, where each `delete` makes a
-    /// pass: pruning 10,000 sessions took minutes).
+    /// pass: pruning 10,000 sessions took minutes). Where the store fails
+    /// as a whole (a read-only store, a failed transaction), every outcome
+    /// is an error, the first being the failure itself.
     fn delete_many(&self, session_ids: &[&str]) -> Vec<Result<(), StoreError>> {
         session_ids.iter().map(|id| self.delete(id)).collect()
     }
