@@ -47,6 +47,8 @@ mod timefmt;
 mod tools;
 
 use std::io::{self, BufWriter, IsTerminal, Write};
+
+use anyhow::Context as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -374,7 +376,7 @@ fn main() -> ExitCode {
     };
     let mut out = BufWriter::new(writer);
     let result = run(cli.command, &mut out).and_then(|exit| {
-        out.flush()?;
+        out.flush().context("writing stdout")?;
         Ok(exit)
     });
     match result {

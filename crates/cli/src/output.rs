@@ -174,6 +174,61 @@ where
     out.write_all(if first { b"[]\n" } else { b"\n]\n" })
 }
 
+/// A writer whose failures stop the printing, not the work: once stdout's
+/// reader went away (`| head`, a pager quit early) or a write failed (a
+/// full disk), nothing more is written, a note says so once, and every
+/// later write "succeeds". For a command whose work must run to its end
+/// whatever becomes of its printing (`demo`: a closed pipe ended it
+/// mid-turn, exit 0, its last turn left open).
+pub(crate) struct PrintingStops<'w> {
+    inner: &'w mut dyn Write,
+    /// What goes on without the printing, for the note.
+    going_on: &'static str,
+    stopped: bool,
+}
+
+impl<'w> PrintingStops<'w> {
+    pub(crate) fn new(inner: &'w mut dyn Write, going_on: &'static str) -> PrintingStops<'w> {
+        PrintingStops { inner, going_on, stopped: false }
+    }
+
+    fn outcome(&mut self, result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.stopped = true;
+                if e.kind() == io::ErrorKind::BrokenPipe {
+                    note(&format!("stdout was closed; it is no longer written, but {}", self.going_on));
+                } else {
+                    warning(&format!(
+                        "cannot write to stdout ({e}); it is no longer written, but {}",
+                        self.going_on
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Write for PrintingStops<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !self.stopped {
+            let written = self.inner.write_all(buf);
+            self.outcome(written)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
+        let flushed = self.inner.flush();
+        self.outcome(flushed)
+    }
+}
+
 /// A writer of JSON for a terminal: every character a terminal would act
 /// on that JSON writes raw (DEL, the C1 controls U+0080-U+009F, of which
 /// U+009B is a CSI on xterm, and the bidirectional controls that

@@ -285,3 +285,23 @@ fn resuming_an_unknown_session_is_one_line_and_creates_nothing() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("error[not-found]: palimpsest-demo.db: no session \"nosuch\""), "{err}");
 }
+
+/// `palimpsest demo | head -1`: the closed pipe stops the printing, not
+/// the demo (it exited 0 with its first turn left open: a probe).
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_stops_the_printing_not_the_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new("sh")
+        .current_dir(dir.path())
+        .arg("-c")
+        .arg(format!("'{BIN}' demo --pace 0 --quiet --store d.db | head -1; exit \"${{PIPESTATUS:-0}}\""))
+        .output()
+        .expect("run sh");
+    assert!(o.status.success(), "{o:?}");
+    let sessions = stdout(&run(dir.path(), &["sessions", "d.db", "--json"]));
+    let listed: serde_json::Value = serde_json::from_str(&sessions).expect("sessions --json");
+    assert_eq!(listed[0]["outcome"], "completed", "{sessions}");
+    assert_eq!(listed[0]["turns"], 6, "{sessions}");
+    assert!(run(dir.path(), &["validate", "d.db"]).status.success());
+}

@@ -121,7 +121,10 @@ pub(crate) fn run(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(run_async(options, out));
+    // A closed stdout stops the printing, not the demo: its turns run to
+    // their end and the log is whole.
+    let mut out = crate::output::PrintingStops::new(out, "the demo runs on and its log is written whole");
+    let result = runtime.block_on(run_async(options, &mut out));
     runtime.shutdown_timeout(crate::run::ABANDONED_TOOL_GRACE);
     result
 }
