@@ -1017,13 +1017,14 @@ fn an_api_key_goes_only_to_an_endpoint_the_user_names_not_to_the_logs() {
         keyless(&["run", "--store", "s", "--session", &id, "--header", "api-key: AZ-SECRET-1", "Hi?"], None);
     assert_eq!(header.code, Some(2), "{header:?}");
     assert!(
-        header.stderr.contains("the --header api-key is sent only to an endpoint you name"),
+        header.stderr.contains("the --header api-key is sent only to an endpoint --base-url names"),
         "{header:?}"
     );
     // No credential, but the environment names another endpoint: refused.
     let other = keyless(&["run", "--store", "s", "--session", &id, "Hi?"], Some("http://127.0.0.1:9/v1"));
     assert_eq!(other.code, Some(2), "{other:?}");
-    assert!(other.stderr.contains("OPENAI_BASE_URL names another, http://127.0.0.1:9/v1"), "{other:?}");
+    assert!(other.stderr.contains("and OPENAI_BASE_URL names http://127.0.0.1:9/v1;"), "{other:?}");
+    assert!(other.stderr.contains("or --base-url http://127.0.0.1:9/v1 to move it there"), "{other:?}");
     assert_eq!(server.requests().len(), 1, "nothing was sent");
 
     // Named by the flag, or by the environment: the key goes there.

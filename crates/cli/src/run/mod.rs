@@ -93,6 +93,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
     pub(crate) store: PathBuf,
     /// Continue this stored session instead of starting a new one (a unique prefix of its id will do).
+    /// Its logged model, system prompt and params carry over; its tools and, when a key or credential
+    /// header would go there, its endpoint do not (a log grants nothing): give --tools and --base-url.
     #[arg(long, value_name = "ID")]
     pub(crate) session: Option<String>,
     /// Continue the session of the store that was started last.
@@ -107,7 +109,8 @@ pub(crate) struct RunArgs {
     /// The API key [env: OPENAI_API_KEY]; prefer the variable, flags show up in process lists.
     #[arg(long, value_name = "KEY")]
     pub(crate) api_key: Option<String>,
-    /// Give the model list_files, read_file, write_file and calculator, confined to DIR.
+    /// Give the model list_files, read_file, write_file and calculator, confined to DIR (on every run:
+    /// a continued session's log never turns tools on).
     #[arg(long, value_name = "DIR")]
     pub(crate) tools: Option<PathBuf>,
     /// The system prompt of every request; `--system ""` clears one the session logged.
@@ -172,12 +175,19 @@ pub(crate) fn run(mut args: RunArgs, out: &mut dyn Write) -> anyhow::Result<Exit
     };
     let resolved = resolve(&args, logged.as_ref(), |name| std::env::var(name).ok()).map_err(|e| match e {
         ResolveError::Config(e) => config_error(e),
-        ResolveError::EndpointNotConfirmed { logged, why } => {
+        ResolveError::EndpointNotConfirmed { logged, env, why } => {
             // As a URL parser reads it (a look-alike host in punycode).
             let logged = OpenAiConfig::new(logged, "").shown_base_url();
+            let (env_names, or_move) = match env {
+                Some(env) => (
+                    format!(", and {ENV_BASE_URL} names {env}"),
+                    format!(", or --base-url {} to move it there", output::shell_word(&env)),
+                ),
+                None => (String::new(), String::new()),
+            };
             CliError::usage(format!(
-                "the session was logged against {logged}, which --base-url does not name; {why}: \
-                 pass --base-url {} to continue there",
+                "the session was logged against {logged}{env_names}; {why}: pass --base-url {} to \
+                 continue there{or_move}",
                 output::shell_word(&logged)
             ))
             .into()
@@ -302,6 +312,8 @@ enum ResolveError {
     /// user must name it (see [`resolve`]).
     EndpointNotConfirmed {
         logged: String,
+        /// The endpoint `OPENAI_BASE_URL` names, shown.
+        env: Option<String>,
         /// Why it must be named.
         why: String,
     },
@@ -422,19 +434,17 @@ fn resolve(
         // (`api-key:`, `Authorization:`; an outside probe sent them to
         // the log's endpoint as a keyless resume).
         let secret_header = args.headers.iter().find(|(name, _)| is_secret_header(name));
-        let why = match (&config.api_key, secret_header, &env_base) {
-            (Some(_), _, _) => "your API key is sent only to an endpoint you name".to_owned(),
+        let env = env_base.as_ref().map(|e| OpenAiConfig::new(e.clone(), "").shown_base_url());
+        let why = match (&config.api_key, secret_header, &env) {
+            (Some(_), _, _) => "your API key is sent only to an endpoint --base-url names".to_owned(),
             (None, Some((name, _)), _) => {
-                format!("the --header {name} is sent only to an endpoint you name")
+                format!("the --header {name} is sent only to an endpoint --base-url names")
             }
-            (None, None, Some(env)) => format!(
-                "{ENV_BASE_URL} names another, {}",
-                OpenAiConfig::new(env.clone(), "").shown_base_url()
-            ),
+            (None, None, Some(_)) => "a log's endpoint is used only where none other is named".to_owned(),
             (None, None, None) => String::new(),
         };
         if !why.is_empty() {
-            return Err(ResolveError::EndpointNotConfirmed { logged, why });
+            return Err(ResolveError::EndpointNotConfirmed { logged, env, why });
         }
     }
     // The logged params carry over whole, so that a resumed session makes
