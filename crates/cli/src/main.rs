@@ -131,9 +131,13 @@ enum Command {
         no_pager: bool,
     },
     /// List the sessions of a store, newest first: id, creation time, last
-    /// activity, events, turns, parent.
+    /// activity, events, turns, outcome, title, parent.
     ///
-    /// Last activity is the time of the session's last event. `--tree` shows
+    /// Last activity is the time of the session's last event (`prune` goes
+    /// by the later of that and the creation: a fork keeps its parent's
+    /// event times). The outcome is how the last turn ended: `completed`,
+    /// `max-tokens`, `error`, or `interrupted` (cancelled, or still open
+    /// after a crash); the title is the first prompt. `--tree` shows
     /// the lineage instead: each fork under its parent, with the seq it was
     /// forked after.
     Sessions {
@@ -234,9 +238,11 @@ enum Command {
     /// JSON is one object, stable within its version: `{"format":
     /// "palimpsest-export", "version": 1, "view", "session": {"id",
     /// "createdAt", "cwd", "parentSession", "seedLength", "events",
-    /// "turns", "surface"}, "items": [...]}`. Each item has a "kind":
-    /// "turn-start" `{"seq", "time", "turn"}`, "turn-end" `{"seq", "time",
-    /// "turn", "reason"}`, or "message" `{"seq", "time", "type", "turn",
+    /// "turns", "surface", "settings", "settingsSeq"}, "items": [...]}`.
+    /// Each item has a "kind": "turn-start" `{"seq", "time", "turn"}`,
+    /// "turn-end" `{"seq", "time", "turn", "reason"}`, "settings"
+    /// `{"seq", "time", "changes", "settings"}` (transcript view), or
+    /// "message" `{"seq", "time", "type", "turn",
     /// "step", "surfacePosition", "surfaceOp", "sourceEventSeqs",
     /// "shadowedBy", "replaces": {"kind", "shadowed"}, "usage",
     /// "toolError", "interrupted", "message"}`. Every key is always present
@@ -255,7 +261,7 @@ enum Command {
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Copy one session or a whole store between JSONL and SQLite, checking each.
+    /// Copy one session or a whole store between JSONL, SQLite and PostgreSQL, checking each.
     ///
     /// DST is a postgres:// URL for PostgreSQL; DST ending in `.db` is a
     /// SQLite database; DST ending in `.jsonl` is a session file (when one
@@ -287,7 +293,7 @@ enum Command {
     },
     /// Delete every session whose last activity is older than DURATION, after asking.
     ///
-    /// DURATION is a number and a unit: 90m, 12h, 30d, 2w. Lists the
+    /// DURATION is a whole number and a unit: 45s, 90m, 12h, 30d, 2w. Lists the
     /// sessions and asks once; without a terminal, --yes is required.
     Prune {
         /// A JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
