@@ -815,10 +815,22 @@ const PIECE_BYTES: usize = 8 << 20;
 /// A line longer than `options.max_line_bytes` is refused as soon as a
 /// piece shows it is: it is counted to its end, never held whole.
 pub(crate) fn read_in_pieces(
+    file: impl Read,
+    path: &Path,
+    options: ReadOptions,
+    read_err: impl Fn(io::Error) -> StoreError,
+) -> Result<(JsonlLog, u64), StoreError> {
+    decode_in_pieces(file, path, options, read_err, |_| {})
+}
+
+/// The loop of [`read_in_pieces`], handing the decoder to `between` after
+/// each piece (to take the events decoded so far, or not).
+fn decode_in_pieces(
     mut file: impl Read,
     path: &Path,
     options: ReadOptions,
     read_err: impl Fn(io::Error) -> StoreError,
+    mut between: impl FnMut(&mut JsonlDecoder),
 ) -> Result<(JsonlLog, u64), StoreError> {
     let mut decoder = JsonlDecoder::new(options);
     let (mut pending, mut len) = (Vec::with_capacity(PIECE_BYTES), 0u64);
@@ -832,6 +844,7 @@ pub(crate) fn read_in_pieces(
         len += read as u64;
         let used = decoder.feed(&pending).map_err(|e| load_error(path, e))?;
         pending.drain(..used);
+        between(&mut decoder);
         if pending.len() > decoder.next_line_cap() {
             let len = capped::line_len(&mut file, pending.len() as u64).map_err(&read_err)?;
             let error = decoder.overlong(len, &pending);
@@ -845,13 +858,11 @@ pub(crate) fn read_in_pieces(
 /// [`read_in_pieces`] keeping no events: the file's [`Tail`], with the
 /// same errors, in the same order, as a whole read's.
 fn scan_in_pieces(
-    mut file: impl Read,
+    file: impl Read,
     path: &Path,
     options: ReadOptions,
     read_err: impl Fn(io::Error) -> StoreError,
 ) -> Result<Tail, StoreError> {
-    let mut decoder = JsonlDecoder::new(options);
-    let (mut pending, mut len) = (Vec::with_capacity(PIECE_BYTES), 0u64);
     let (mut index, mut next_seq) = (0u64, Ok(0));
     // Every line after the header is an event: event `i` is on line `i + 2`.
     let mut count = |events: Vec<palimpsest_core_session::Event>| {
@@ -866,22 +877,7 @@ fn scan_in_pieces(
             index += 1;
         }
     };
-    loop {
-        let read = file.by_ref().take(PIECE_BYTES as u64).read_to_end(&mut pending).map_err(&read_err)?;
-        if read == 0 {
-            break;
-        }
-        len += read as u64;
-        let used = decoder.feed(&pending).map_err(|e| load_error(path, e))?;
-        pending.drain(..used);
-        count(decoder.take_events());
-        if pending.len() > decoder.next_line_cap() {
-            let len = capped::line_len(&mut file, pending.len() as u64).map_err(&read_err)?;
-            let error = decoder.overlong(len, &pending);
-            return Err(load_error(path, error));
-        }
-    }
-    let log = decoder.finish(&pending).map_err(|e| load_error(path, e))?;
+    let (log, len) = decode_in_pieces(file, path, options, read_err, |decoder| count(decoder.take_events()))?;
     let JsonlLog { header, events, torn_tail, missing_newline } = log;
     count(events);
     Ok(Tail { id: header.id, next_seq, file_len: len, torn: torn_tail, missing_newline })
