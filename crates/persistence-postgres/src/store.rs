@@ -1178,6 +1178,7 @@ impl PgStore {
                 },
             )
         })
+        .map_err(|e| self.unreadable(what, e))
     }
 
     /// Reads the events of session `session_id`, in a transaction begun by
@@ -1281,6 +1282,12 @@ impl PgStore {
 
     /// Runs `f` in one read-only snapshot; after a lost connection it
     /// connects again and retries once.
+    ///
+    /// A read that waited past `lock_timeout` for a lock another
+    /// transaction holds (an `ALTER`, a `LOCK TABLE`) is `io`: the store
+    /// could not be read, which is not a refusal of a writer (`locked`,
+    /// "holds ... for writing", exit 1 in the CLI, where a reading
+    /// command's "cannot read" is 2).
     fn read<T>(
         &self,
         what: &str,
@@ -1288,6 +1295,22 @@ impl PgStore {
     ) -> Result<T, StoreError> {
         let mut inner = self.lock();
         self.with_retry(&mut inner, what, |store, client| store.tx(client, &store.begin_read, &mut f))
+            .map_err(|e| self.unreadable(what, e))
+    }
+
+    /// A read's error: a lock it waited for past `lock_timeout` is `io`
+    /// (see [`PgStore::read`]); any other as it is.
+    fn unreadable(&self, what: &str, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Locked { what: held } => StoreError::Io {
+                context: format!("{what} at {}", self.location),
+                source: Box::new(std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    format!("another transaction holds a lock the read needs, past lock_timeout ({held})"),
+                )),
+            },
+            e => e,
+        }
     }
 
     /// Refuses, before anything is sent, a header the store cannot hold.

@@ -296,7 +296,7 @@ fn no_error_and_no_debug_shows_the_password() {
 }
 
 /// An error's `Display` and every `source()` below it.
-fn error_chain(e: &palimpsest_persistence::StoreError) -> String {
+pub(crate) fn error_chain(e: &palimpsest_persistence::StoreError) -> String {
     let mut out = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

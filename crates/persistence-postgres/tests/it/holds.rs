@@ -127,3 +127,30 @@ fn a_hold_for_ever_is_a_long_hold_not_an_error() {
     store.renew(&hold, Duration::MAX).unwrap_or_else(|e| panic!("{e}"));
     store.release(&hold).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A read that waits past `lock_timeout` for a lock another transaction
+/// holds is `io` (the store could not be read), not `locked` ("holds ...
+/// for writing", which the CLI reports as a refusal, exit 1): an outside
+/// probe's `LOCK TABLE` made `validate` say the log was refused.
+#[test]
+fn a_read_kept_waiting_past_lock_timeout_is_io_not_a_writers_refusal() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.store();
+    store.create(&SessionHeader::new("s", 1)).unwrap_or_else(|e| panic!("{e}"));
+    store.append("s", &ticks(0, 2, "a")).unwrap_or_else(|e| panic!("{e}"));
+    drop(store);
+    let options = palimpsest_persistence_postgres::PgOptions {
+        lock_timeout: Duration::from_millis(200),
+        ..schema.options()
+    };
+    let reader = palimpsest_persistence_postgres::PgStore::connect_with(&crate::common::url(), options)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut locker = schema.client();
+    let mut tx = locker.transaction().unwrap_or_else(|e| panic!("{e}"));
+    tx.batch_execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE").unwrap_or_else(|e| panic!("{e}"));
+    let err = reader.load("s").map(drop).expect_err("the table is locked");
+    assert_eq!(err.code(), "io", "{err}");
+    assert!(crate::basics::error_chain(&err).contains("lock_timeout"), "{err}");
+    tx.rollback().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(reader.load("s").map(|s| s.events.len()).ok(), Some(2), "readable once the lock is gone");
+}
