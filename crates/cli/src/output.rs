@@ -62,13 +62,26 @@ pub(crate) fn printable(c: char) -> char {
 
 /// Characters a terminal shows as nothing (or as a line break it does not
 /// count): the zero-width space, the word joiner and invisible operators,
-/// the line and paragraph separators, the byte-order mark, the Mongolian
-/// vowel separator, interlinear annotation marks, the deprecated format
-/// controls, Hangul fillers, and the tag characters. Not the zero-width
-/// joiners (U+200C, U+200D), which emoji and scripts need, nor the soft
-/// hyphen.
+/// the line and paragraph separators, the byte-order mark, the soft
+/// hyphen, the combining grapheme joiner, the Mongolian vowel separator
+/// and free variation selectors, interlinear annotation marks, the
+/// deprecated format controls, Hangul fillers, the other format controls
+/// of Unicode's `Cf` (Arabic, Syriac, Kaithi, Egyptian, shorthand,
+/// musical), the noncharacters U+FFFE and U+FFFF, and the tag characters.
+/// Not the zero-width joiners (U+200C, U+200D) nor the variation
+/// selectors (U+FE00-U+FE0F, U+E0100-U+E01EF), which emoji and scripts
+/// need.
 const INVISIBLE: &[std::ops::RangeInclusive<char>] = &[
+    '\u{00AD}'..='\u{00AD}',
+    '\u{034F}'..='\u{034F}',
+    '\u{0600}'..='\u{0605}',
+    '\u{06DD}'..='\u{06DD}',
+    '\u{070F}'..='\u{070F}',
+    '\u{0890}'..='\u{0891}',
+    '\u{08E2}'..='\u{08E2}',
     '\u{115F}'..='\u{1160}',
+    '\u{17B4}'..='\u{17B5}',
+    '\u{180B}'..='\u{180D}',
     '\u{180E}'..='\u{180E}',
     '\u{200B}'..='\u{200B}',
     '\u{2028}'..='\u{2029}',
@@ -78,6 +91,12 @@ const INVISIBLE: &[std::ops::RangeInclusive<char>] = &[
     '\u{FEFF}'..='\u{FEFF}',
     '\u{FFA0}'..='\u{FFA0}',
     '\u{FFF9}'..='\u{FFFB}',
+    '\u{FFFE}'..='\u{FFFF}',
+    '\u{110BD}'..='\u{110BD}',
+    '\u{110CD}'..='\u{110CD}',
+    '\u{13430}'..='\u{1343F}',
+    '\u{1BCA0}'..='\u{1BCA3}',
+    '\u{1D173}'..='\u{1D17A}',
     '\u{E0000}'..='\u{E007F}',
 ];
 
@@ -338,7 +357,8 @@ mod tests {
     fn characters_that_show_as_nothing_are_shown_but_joiners_stay() {
         // `proj` and `proj` + U+200B looked alike in `sessions` (a probe).
         assert_eq!(printable_line("proj\u{200b}\u{feff}\u{2028}\u{e0041}"), "proj����");
-        assert_eq!(printable_line("👩\u{200d}💻 mi\u{ad}lk"), "👩\u{200d}💻 mi\u{ad}lk");
+        assert_eq!(printable_line("👩\u{200d}💻 ❤\u{fe0f}"), "👩\u{200d}💻 ❤\u{fe0f}");
+        assert_eq!(printable_line("a\u{ad}b\u{34f}c\u{1d173}d"), "a�b�c�d");
     }
 
     fn render(items: &[&str]) -> String {

@@ -1403,3 +1403,37 @@ fn a_hold_length_out_of_bounds_is_the_default_with_a_warning_not_a_panic() {
         assert!(out.stderr.contains("is not a number of seconds from 0.1 to 604800"), "{given}: {out:?}");
     }
 }
+
+#[test]
+fn a_logged_provider_spelled_otherwise_is_the_same_endpoint_and_a_schemeless_one_is_refused_as_unnamed() {
+    // A log written by hand: its provider in another spelling than the
+    // environment's same endpoint was refused, naming two equal URLs; a
+    // provider without a scheme got "did you mean https://..." before the
+    // credential check (a probe).
+    let (dir, server, base, id) = one_turn(&[], |_| ());
+    let store = dir.path().join("s");
+    let keyed = |env_base: &str, prompt: &str| {
+        let out = command(dir.path(), &["run", "--store", "s", "--session", &id, prompt])
+            .env("OPENAI_API_KEY", "sk-victimkey")
+            .env("OPENAI_BASE_URL", env_base)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run palimpsest");
+        Run::from(out)
+    };
+    let settings =
+        |provider: &str| json!({"model": "m", "provider": provider, "tools": [], "contextBudget": 100000});
+    log_settings_by_hand(&store, &settings(&format!("{}/", base.replacen("http://", "HTTP://", 1))));
+    let same = keyed(&base, "Two?");
+    assert_eq!(same.code, Some(0), "{same:?}");
+
+    log_settings_by_hand(&store, &settings("scripted"));
+    let unnamed = keyed("http://127.0.0.1:9/v1", "Three?");
+    assert_eq!(unnamed.code, Some(2), "{unnamed:?}");
+    assert!(
+        unnamed.stderr.contains("your API key is sent only to an endpoint --base-url names"),
+        "{unnamed:?}"
+    );
+    assert!(!unnamed.stderr.contains("did you mean"), "{unnamed:?}");
+    assert_eq!(server.requests().len(), 2);
+}

@@ -984,11 +984,11 @@ impl AgentLoop {
 
     fn unknown_tool(&self, name: &str) -> ToolError {
         let available: Vec<&str> = self.core.tools.names().collect();
-        ToolError::new(
-            "UnknownTool",
-            codes::UNKNOWN_TOOL,
-            format!("There is no tool named {name:?}. Available tools: {}.", available.join(", ")),
-        )
+        let offered = match available.is_empty() {
+            true => "No tools are offered.".to_owned(),
+            false => format!("Available tools: {}.", available.join(", ")),
+        };
+        ToolError::new("UnknownTool", codes::UNKNOWN_TOOL, format!("There is no tool named {name:?}. {offered}"))
     }
 
     /// Appends the results of the finished prefix of `slots` from `from`;

@@ -41,7 +41,7 @@ use palimpsest_core_agent_loop::{
 };
 use palimpsest_core_session::payload::{Block, SessionSettings, Settings, TurnEndReason};
 use palimpsest_core_session::{EventType, Session};
-use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider, ENV_BASE_URL};
+use palimpsest_llm_openai::{ConfigError, OpenAiConfig, OpenAiProvider, ENV_API_KEY, ENV_BASE_URL};
 use palimpsest_persistence::{SessionStore, StoreError};
 use tokio::sync::mpsc;
 
@@ -412,30 +412,30 @@ fn resolve(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Resolved, ResolveError> {
     let logged_provider = logged.and_then(|s| s.provider.clone()).filter(|p| !p.is_empty());
-    let env_base = env(ENV_BASE_URL).filter(|v| !v.is_empty());
+    let env_base = env(ENV_BASE_URL).filter(|v| !v.trim().is_empty());
     let flag_base = args.base_url.clone().filter(|v| !v.is_empty());
+    let shown = |url: &str| OpenAiConfig::new(url.to_owned(), "").shown_base_url();
     // The endpoint comes from the log only where no flag names one and the
     // environment's is not that same endpoint (whose full URL, credentials
-    // and all, is then used).
-    let from_log = logged_provider.clone().filter(|logged| {
-        flag_base.is_none()
-            && env_base.as_ref().is_none_or(|e| OpenAiConfig::new(e.clone(), "").shown_base_url() != *logged)
-    });
-    let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
-    let mut config = OpenAiConfig::from_lookup_and_flags(
-        flag_base.or(from_log.clone()),
-        model,
-        args.api_key.clone(),
-        &env,
-    )
-    .map_err(ResolveError::Config)?;
-    if let Some(logged) = from_log {
-        // Credentials: the key, and every header not known to carry none
-        // (`api-key:`, `Authorization:`; an outside probe sent them to
-        // the log's endpoint as a keyless resume).
+    // and all, is then used). Both compared as shown: a log written by
+    // hand may spell its provider otherwise.
+    let from_log = logged_provider
+        .clone()
+        .filter(|logged| flag_base.is_none() && env_base.as_ref().is_none_or(|e| shown(e) != shown(logged)));
+    if let Some(logged) = &from_log {
+        // Before the logged URL is read as one (a demo store's "scripted"
+        // was a URL without a scheme, and the hint suggested one to send
+        // the key to). Credentials: the key, and every header not known to
+        // carry none (`api-key:`, `Authorization:`; an outside probe sent
+        // them to the log's endpoint as a keyless resume).
+        let key = args
+            .api_key
+            .clone()
+            .filter(|k| !k.is_empty())
+            .or_else(|| env(ENV_API_KEY).filter(|k| !k.is_empty()));
         let secret_header = args.headers.iter().find(|(name, _)| is_secret_header(name));
-        let env = env_base.as_ref().map(|e| OpenAiConfig::new(e.clone(), "").shown_base_url());
-        let why = match (&config.api_key, secret_header, &env) {
+        let env = env_base.as_deref().map(shown);
+        let why = match (&key, secret_header, &env) {
             (Some(_), _, _) => "your API key is sent only to an endpoint --base-url names".to_owned(),
             (None, Some((name, _)), _) => {
                 format!("the --header {name} is sent only to an endpoint --base-url names")
@@ -444,9 +444,13 @@ fn resolve(
             (None, None, None) => String::new(),
         };
         if !why.is_empty() {
-            return Err(ResolveError::EndpointNotConfirmed { logged, env, why });
+            return Err(ResolveError::EndpointNotConfirmed { logged: logged.clone(), env, why });
         }
     }
+    let model = args.model.clone().filter(|v| !v.is_empty()).or_else(|| logged.and_then(|s| s.model.clone()));
+    let mut config =
+        OpenAiConfig::from_lookup_and_flags(flag_base.or(from_log), model, args.api_key.clone(), &env)
+            .map_err(ResolveError::Config)?;
     // The logged params carry over whole, so that a resumed session makes
     // the same request (section 1.3): each is sent as the request field of
     // its name, but `maxTokens` (the provider's own field) and the fields
