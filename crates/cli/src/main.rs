@@ -280,7 +280,9 @@ enum Command {
     ///
     /// Shows the session (id, events, last activity) and asks on the
     /// terminal; without a terminal, --yes is required. A session another
-    /// worker holds is refused with `locked`.
+    /// worker holds is refused with `locked`. In a SQLite database the
+    /// deleted rows' bytes stay in free pages until the file is rewritten
+    /// (`VACUUM`; see the persistence-sqlite README).
     Delete {
         /// A session file (`.jsonl`), a JSONL store directory, a SQLite database (`.db`), or a postgres:// URL.
         store: PathBuf,
