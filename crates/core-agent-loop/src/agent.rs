@@ -988,7 +988,11 @@ impl AgentLoop {
             true => "No tools are offered.".to_owned(),
             false => format!("Available tools: {}.", available.join(", ")),
         };
-        ToolError::new("UnknownTool", codes::UNKNOWN_TOOL, format!("There is no tool named {name:?}. {offered}"))
+        ToolError::new(
+            "UnknownTool",
+            codes::UNKNOWN_TOOL,
+            format!("There is no tool named {name:?}. {offered}"),
+        )
     }
 
     /// Appends the results of the finished prefix of `slots` from `from`;
