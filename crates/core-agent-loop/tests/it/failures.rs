@@ -398,3 +398,30 @@ async fn cancel_during_a_plugin_hook_leaves_its_appends_and_a_valid_log() {
     );
     assert!(provider.requests().is_empty());
 }
+
+#[tokio::test]
+async fn an_unknown_tool_with_none_offered_says_so_not_an_empty_list() {
+    // "Available tools: ." read as a broken sentence (a probe: a resumed
+    // `run` without `--tools`, its model calling the tools it had).
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedResponse::new().tool_call(0, "call-1", "write_file", &["{}"]),
+        ScriptedResponse::reply("None, then."),
+    ]));
+    let store = Backend::new(Kind::Memory).store();
+    let mut agent = builder(&provider)
+        .tools(palimpsest_core_agent_loop::ToolRegistry::new())
+        .create(store, SID)
+        .expect("create");
+    agent.run_turn(TurnInput::text("Write.")).await.expect("turn");
+    let text = agent
+        .session()
+        .events()
+        .iter()
+        .filter_map(|e| e.data_as::<ToolResult>().ok().filter(|_| *e.event_type() == EventType::ToolResult))
+        .find_map(|r| match &r.message.content[..] {
+            [Block::ToolResult { content, .. }] => Some(format!("{content:?}")),
+            _ => None,
+        })
+        .expect("a tool result");
+    assert!(text.contains("There is no tool named \\\"write_file\\\". No tools are offered."), "{text}");
+}
