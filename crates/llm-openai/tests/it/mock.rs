@@ -48,7 +48,12 @@ pub(crate) struct Reply {
 impl Reply {
     /// An event stream, in pieces of `piece` bytes (chunked encoding).
     pub(crate) fn sse(bytes: &[u8], piece: usize) -> Reply {
-        Reply::new(200, Body::Chunked(split(bytes, piece))).header("content-type", "text/event-stream")
+        Reply::event_stream(Body::Chunked(split(bytes, piece)))
+    }
+
+    /// A `200` event stream sent as `body` says (slowly, cut, stalled...).
+    pub(crate) fn event_stream(body: Body) -> Reply {
+        Reply::new(200, body).header("content-type", "text/event-stream")
     }
 
     /// A JSON body with this status.

@@ -139,9 +139,7 @@ async fn reasoning_deltas_come_before_text_with_crlf_lines() -> TestResult {
 async fn a_connection_cut_mid_stream_ends_with_a_stream_error_after_the_delivered_chunks() -> TestResult {
     let prefix = first_events(TEXT, 4);
     let server =
-        MockServer::start(vec![Reply::new(200, Body::ChunkedThenCut(split(&prefix, 9)))
-            .header("content-type", "text/event-stream")])
-        .await?;
+        MockServer::start(vec![Reply::event_stream(Body::ChunkedThenCut(split(&prefix, 9)))]).await?;
     let provider = provider(config(&server.base_url()))?;
     let items = collect(&provider, request()).await?;
     assert_eq!(items.len(), 4, "{items:?}");
@@ -158,9 +156,7 @@ async fn a_connection_cut_mid_stream_ends_with_a_stream_error_after_the_delivere
 async fn a_clean_close_before_done_is_a_stream_error() -> TestResult {
     let prefix = first_events(TEXT, 3);
     let server =
-        MockServer::start(vec![Reply::new(200, Body::CloseDelimited(split(&prefix, 64)))
-            .header("content-type", "text/event-stream")])
-        .await?;
+        MockServer::start(vec![Reply::event_stream(Body::CloseDelimited(split(&prefix, 64)))]).await?;
     let provider = provider(config(&server.base_url()))?;
     let items = collect(&provider, request()).await?;
     assert_eq!(
@@ -364,10 +360,7 @@ async fn connection_errors_are_retried_then_unavailable() -> TestResult {
 
 #[tokio::test]
 async fn a_silent_stream_times_out_as_a_stream_error() -> TestResult {
-    let server = MockServer::start(vec![
-        Reply::new(200, Body::Stall(Duration::from_secs(5))).header("content-type", "text/event-stream")
-    ])
-    .await?;
+    let server = MockServer::start(vec![Reply::event_stream(Body::Stall(Duration::from_secs(5)))]).await?;
     let mut config = config(&server.base_url());
     config.idle_timeout = Some(Duration::from_millis(200));
     let provider = provider(config)?;
@@ -388,9 +381,8 @@ async fn a_silent_stream_times_out_as_a_stream_error() -> TestResult {
 async fn an_answer_whose_stream_stays_open_after_its_finish_reason_completes() -> TestResult {
     let pieces = whole_answer();
     let server =
-        MockServer::start(vec![Reply::new(200, Body::ChunkedThenPings(pieces, Duration::from_secs(30)))
-            .header("content-type", "text/event-stream")])
-        .await?;
+        MockServer::start(vec![Reply::event_stream(Body::ChunkedThenPings(pieces, Duration::from_secs(30)))])
+            .await?;
     let mut config = config(&server.base_url());
     config.idle_timeout = Some(Duration::from_secs(60));
     let provider = provider(config)?;
@@ -413,9 +405,8 @@ async fn content_after_an_early_finish_reason_is_all_kept() -> TestResult {
     };
     let pieces = vec![piece("A ", Some("stop")), piece("B ", None), piece("C", None)];
     let server =
-        MockServer::start(vec![Reply::new(200, Body::ChunkedSlowly(pieces, Duration::from_secs(3)))
-            .header("content-type", "text/event-stream")])
-        .await?;
+        MockServer::start(vec![Reply::event_stream(Body::ChunkedSlowly(pieces, Duration::from_secs(3)))])
+            .await?;
     let provider = provider(config(&server.base_url()))?;
     let items = collect(&provider, request()).await?;
     assert_eq!(
@@ -446,10 +437,7 @@ async fn a_stream_of_empty_events_is_ended_at_its_byte_cap() -> TestResult {
 #[tokio::test]
 async fn a_connection_that_breaks_after_a_whole_answer_leaves_it_whole() -> TestResult {
     let pieces = whole_answer();
-    let server = MockServer::start(vec![
-        Reply::new(200, Body::ChunkedThenCut(pieces)).header("content-type", "text/event-stream")
-    ])
-    .await?;
+    let server = MockServer::start(vec![Reply::event_stream(Body::ChunkedThenCut(pieces))]).await?;
     let provider = provider(config(&server.base_url()))?;
     let items = collect(&provider, request()).await?;
     assert_eq!(items, [text(0, "done"), Ok(StreamItem::Finish(FinishReason::Stop))]);
