@@ -579,9 +579,7 @@ fn a_primary_key_in_another_order_is_refused() {
 #[test]
 fn a_constraint_the_schema_does_not_have_is_a_refusal_that_wrote_nothing() {
     let Some(schema) = TestSchema::new() else { return };
-    let store = schema.store();
-    store.create(&SessionHeader::new("s", 1)).unwrap_or_else(|e| panic!("{e}"));
-    store.append("s", &ticks(0, 2, "a")).unwrap_or_else(|e| panic!("{e}"));
+    let store = schema.store_of_ticks(2);
     let mut client = schema.client();
     client
         .batch_execute("CREATE UNIQUE INDEX one_per_data ON events (session_id, data)")

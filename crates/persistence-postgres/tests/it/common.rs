@@ -67,6 +67,15 @@ impl TestSchema {
         PgStore::connect_with(&url(), self.options()).unwrap_or_else(|e| panic!("connect: {e}"))
     }
 
+    /// A store in this schema holding session `s` of `n` ticks tagged `a`.
+    pub(crate) fn store_of_ticks(&self, n: u64) -> PgStore {
+        use palimpsest_persistence::SessionStore;
+        let store = self.store();
+        store.create(&palimpsest_core_session::SessionHeader::new("s", 1)).unwrap_or_else(|e| panic!("{e}"));
+        store.append("s", &ticks(0, n, "a")).unwrap_or_else(|e| panic!("{e}"));
+        store
+    }
+
     /// A plain connection whose `search_path` is this schema.
     pub(crate) fn client(&self) -> postgres::Client {
         let mut client = admin().unwrap_or_else(|| panic!("the server went away"));

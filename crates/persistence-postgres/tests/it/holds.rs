@@ -135,9 +135,7 @@ fn a_hold_for_ever_is_a_long_hold_not_an_error() {
 #[test]
 fn a_read_kept_waiting_past_lock_timeout_is_io_not_a_writers_refusal() {
     let Some(schema) = TestSchema::new() else { return };
-    let store = schema.store();
-    store.create(&SessionHeader::new("s", 1)).unwrap_or_else(|e| panic!("{e}"));
-    store.append("s", &ticks(0, 2, "a")).unwrap_or_else(|e| panic!("{e}"));
+    let store = schema.store_of_ticks(2);
     drop(store);
     let options = palimpsest_persistence_postgres::PgOptions {
         lock_timeout: Duration::from_millis(200),
