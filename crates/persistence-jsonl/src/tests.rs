@@ -172,6 +172,14 @@ fn a_temporary_file_whose_writer_is_gone_is_removed_at_the_next_write_there() {
     assert!(other.exists(), "not a temporary file of ours");
 }
 
+/// Replaces the file at `path` with a copy of it, renamed over it, as an
+/// editor's save or `sed -i` does.
+fn save_as_an_editor_does(path: &std::path::Path) {
+    let copy = path.with_extension("edited");
+    std::fs::copy(path, &copy).expect("copy");
+    std::fs::rename(&copy, path).expect("rename over");
+}
+
 #[test]
 fn a_file_renamed_over_the_held_one_refuses_the_next_append() {
     // An editor's save, `sed -i`: a new file renamed over the session's.
@@ -182,9 +190,7 @@ fn a_file_renamed_over_the_held_one_refuses_the_next_append() {
     store.create_with_events(&SessionHeader::new("s", 0), &ticks(0..3)).expect("create");
     store.sync("s").expect("sync");
     let path = store.path_of("s").expect("path");
-    let copy = dir.path().join("edited");
-    std::fs::copy(&path, &copy).expect("copy");
-    std::fs::rename(&copy, &path).expect("rename over");
+    save_as_an_editor_does(&path);
     let before = std::fs::read(&path).expect("read");
     assert_eq!(code(store.append("s", &ticks(3..4))), "locked");
     assert_eq!(std::fs::read(&path).expect("read"), before, "nothing was written to the file at the path");
@@ -205,9 +211,7 @@ fn a_file_renamed_over_the_held_one_mid_turn_fails_the_sync() {
     store.sync("s").expect("sync");
     store.append("s", &ticks(3..4)).expect("the first append after the sync is checked, and fine");
     let path = store.path_of("s").expect("path");
-    let copy = dir.path().join("edited");
-    std::fs::copy(&path, &copy).expect("copy");
-    std::fs::rename(&copy, &path).expect("rename over");
+    save_as_an_editor_does(&path);
     store.append("s", &ticks(4..5)).expect("mid-turn appends are not checked");
     assert_eq!(code(store.sync("s")), "locked");
     assert_ne!(code(store.append("s", &ticks(5..6))), "ok", "nothing more goes to the old file");
