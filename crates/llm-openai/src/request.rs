@@ -319,14 +319,18 @@ mod tests {
                 call("c4", "read", "{\"path\": \"b\"}"),
             ],
         ));
-        let body = request_body(&OpenAiConfig::new("http://h/v1", "m"), &request);
-        let sent: Vec<&str> = body["messages"][0]["tool_calls"]
+        assert_eq!(sent_calls(&request, "arguments"), ["{}", "{}", "{}", "{\"path\": \"b\"}"]);
+    }
+
+    /// Field `field` of each tool call of the first message `request` sends.
+    fn sent_calls(request: &ModelRequest, field: &str) -> Vec<String> {
+        let body = request_body(&OpenAiConfig::new("http://h/v1", "m"), request);
+        body["messages"][0]["tool_calls"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|c| c["function"]["arguments"].as_str())
-            .collect();
-        assert_eq!(sent, ["{}", "{}", "{}", "{\"path\": \"b\"}"]);
+            .filter_map(|c| c["function"][field].as_str().map(str::to_owned))
+            .collect()
     }
 
     #[test]
@@ -346,14 +350,10 @@ mod tests {
                 r
             },
         ] {
-            let body = request_body(&OpenAiConfig::new("http://h/v1", "m"), &request);
-            let sent: Vec<&str> = body["messages"][0]["tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c["function"]["name"].as_str())
-                .collect();
-            assert_eq!(sent, ["read_file", "functions_read_file", "unnamed_tool", "a_b_c"]);
+            assert_eq!(
+                sent_calls(&request, "name"),
+                ["read_file", "functions_read_file", "unnamed_tool", "a_b_c"]
+            );
         }
     }
 
