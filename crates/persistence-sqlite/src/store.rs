@@ -986,21 +986,8 @@ impl SessionStore for SqliteStore {
     }
 
     fn delete(&self, session_id: &str) -> Result<(), StoreError> {
-        self.write("deleting a session", |tx| {
-            self.fence(tx, session_id)?;
-            let removed = tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute([session_id])?;
-            if removed == 0 {
-                return Err(WriteError::Refused(StoreError::NotFound { session_id: session_id.to_owned() }));
-            }
-            tx.prepare_cached("DELETE FROM events WHERE session_id = ?1")?.execute([session_id])?;
-            tx.prepare_cached("DELETE FROM search WHERE session_id = ?1")?.execute([session_id])?;
-            tx.prepare_cached("DELETE FROM checkpoints WHERE session_id = ?1")?.execute([session_id])?;
-            holds::delete(tx, session_id)?;
-            Ok(())
-        })?;
-        self.holds.lock().unwrap_or_else(|p| p.into_inner()).remove(session_id);
-        tracing::debug!(session_id, "deleted session");
-        Ok(())
+        // One way to delete: `delete_many`'s, for one id.
+        self.delete_many(&[session_id]).pop().unwrap_or(Ok(()))
     }
 
     /// One transaction for them all, and one pass over the full-text index
@@ -1014,7 +1001,8 @@ impl SessionStore for SqliteStore {
         /// Ids per pass over the index: under SQLite's bound on a
         /// statement's parameters.
         const PER_PASS: usize = 1000;
-        let deleted = self.write("deleting sessions", |tx| {
+        let what = if session_ids.len() == 1 { "deleting a session" } else { "deleting sessions" };
+        let deleted = self.write(what, |tx| {
             let mut outcomes = Vec::with_capacity(session_ids.len());
             let mut doomed = Vec::new();
             for &session_id in session_ids {
