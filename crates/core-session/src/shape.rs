@@ -76,8 +76,8 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
         }
         EventType::ToolResult => complete(read::<ToolResult>(data).is_some_and(|r| {
             let m = &r.message;
-            match (m.content.as_slice(), &m.source) {
-                ([Block::ToolResult { tool_call_id, .. }], Source::Tool { call_id }) => {
+            match (&m.content, &m.source) {
+                (Blocks::Lone(Block::ToolResult { tool_call_id, .. }), Source::Tool { call_id }) => {
                     m.role == Role::User && tool_call_id == call_id
                 }
                 _ => false,
@@ -116,24 +116,53 @@ fn is_plain_delta(data: &str) -> bool {
     matched().is_some()
 }
 
-/// Any JSON string, read and dropped: no allocation, even when escaped
-/// (serde_json unescapes into its own scratch buffer).
+/// Any JSON string, read and dropped without unescaping it: serde_json
+/// skips it in place and hands back its raw text, so an escaped string
+/// (a text with line breaks, quotes) costs no copy and no allocation.
+///
+/// Skipping checks every escape but one thing: a `\u` escape's code point
+/// (a lone surrogate is refused by the owned types). A raw text with a
+/// `\u` in it is therefore read again as a string ([`StrictStr`]): rare,
+/// and exactly the owned types' rule.
+///
+/// Only for a value read straight from the text: inside a `flatten`
+/// (which buffers the object first) there is no raw text; use
+/// [`StrictStr`] there.
 #[derive(Debug)]
 struct AnyStr;
 
 impl<'de> Deserialize<'de> for AnyStr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AnyStr, D::Error> {
-        struct AnyStrVisitor;
-        impl Visitor<'_> for AnyStrVisitor {
-            type Value = AnyStr;
+        let raw = <&'de serde_json::value::RawValue>::deserialize(d)?.get();
+        if !raw.starts_with('"') {
+            return Err(de::Error::invalid_type(de::Unexpected::Other("a value"), &"a string"));
+        }
+        if raw.contains("\\u") {
+            serde_json::from_str::<StrictStr>(raw).map_err(de::Error::custom)?;
+        }
+        Ok(AnyStr)
+    }
+}
+
+/// Any JSON string, unescaped into serde_json's scratch buffer and
+/// dropped: for strings inside a `flatten`, and for the rare raw string
+/// [`AnyStr`] must read again.
+#[derive(Debug)]
+struct StrictStr;
+
+impl<'de> Deserialize<'de> for StrictStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StrictStr, D::Error> {
+        struct StrictStrVisitor;
+        impl Visitor<'_> for StrictStrVisitor {
+            type Value = StrictStr;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<AnyStr, E> {
-                Ok(AnyStr)
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<StrictStr, E> {
+                Ok(StrictStr)
             }
         }
-        d.deserialize_str(AnyStrVisitor)
+        d.deserialize_str(StrictStrVisitor)
     }
 }
 
@@ -147,8 +176,40 @@ struct Message {
     #[serde(rename = "id")]
     _id: AnyStr,
     role: Role,
-    content: Vec<Block>,
+    content: Blocks,
     source: Source,
+}
+
+/// A message's content, each block checked and dropped as read (no
+/// `Vec`): only a lone block is kept, since a tool result's must be its
+/// message's only block.
+#[derive(Debug)]
+enum Blocks {
+    Lone(Block),
+    NoneOrMany,
+}
+
+impl<'de> Deserialize<'de> for Blocks {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Blocks, D::Error> {
+        struct BlocksVisitor;
+        impl<'de> Visitor<'de> for BlocksVisitor {
+            type Value = Blocks;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of content blocks")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Blocks, A::Error> {
+                let Some(first) = seq.next_element::<Block>()? else {
+                    return Ok(Blocks::NoneOrMany);
+                };
+                if seq.next_element::<Block>()?.is_none() {
+                    return Ok(Blocks::Lone(first));
+                }
+                while seq.next_element::<Block>()?.is_some() {}
+                Ok(Blocks::NoneOrMany)
+            }
+        }
+        d.deserialize_seq(BlocksVisitor)
+    }
 }
 
 #[derive(Debug)]
@@ -205,7 +266,7 @@ struct ToolResultBlock {
     #[serde(rename = "isError")]
     _is_error: bool,
     #[serde(rename = "content")]
-    _content: Vec<Block>,
+    _content: Blocks,
 }
 
 #[derive(Deserialize)]
@@ -392,11 +453,11 @@ struct SessionSettings {
 #[derive(Deserialize)]
 struct Settings {
     #[serde(rename = "systemPrompt", default, deserialize_with = "present")]
-    _system_prompt: Option<AnyStr>,
+    _system_prompt: Option<StrictStr>,
     #[serde(rename = "model", default, deserialize_with = "present")]
-    _model: Option<AnyStr>,
+    _model: Option<StrictStr>,
     #[serde(rename = "provider", default, deserialize_with = "present")]
-    _provider: Option<AnyStr>,
+    _provider: Option<StrictStr>,
     #[serde(rename = "tools", default, deserialize_with = "present")]
     _tools: Option<Vec<OfferedTool>>,
     #[serde(rename = "contextBudget", default, deserialize_with = "present")]
@@ -410,9 +471,9 @@ struct Settings {
 #[derive(Deserialize)]
 struct OfferedTool {
     #[serde(rename = "name")]
-    _name: AnyStr,
+    _name: StrictStr,
     #[serde(rename = "description", default, deserialize_with = "present")]
-    _description: Option<AnyStr>,
+    _description: Option<StrictStr>,
     #[serde(rename = "parameters", default, deserialize_with = "present")]
     _parameters: Option<de::IgnoredAny>,
     #[serde(flatten)]
@@ -827,5 +888,35 @@ pub(crate) mod tests {
             }
         }
         assert!(yes >= 10 && no >= 10, "session/settings: accepted {yes}, refused {no}");
+    }
+
+    /// Strings are skipped, not unescaped; a `\u` escape is the one thing
+    /// skipping does not judge, so a lone surrogate (which the owned types
+    /// refuse) must not pass, while a pair, and every other escape, does.
+    #[test]
+    fn escaped_strings_are_judged_as_the_owned_types_judge_them() {
+        let cases = [
+            (
+                r#"{"turn":1,"step":0,"chunk":{"type":"text-delta","index":0,"text":"a\nb \"q\" \\ \/ \t"}}"#,
+                true,
+            ),
+            (
+                r#"{"turn":1,"step":0,"chunk":{"type":"text-delta","index":0,"text":"\ud83d\ude00 \u00e9"}}"#,
+                true,
+            ),
+            (r#"{"turn":1,"step":0,"chunk":{"type":"text-delta","index":0,"text":"\ud800"}}"#, false),
+            (r#"{"turn":1,"step":0,"chunk":{"type":"text-delta","index":0,"text":"x\ude00y"}}"#, false),
+            (r#"{"turn":1,"step":0,"chunk":{"type":"text-delta","index":0,"text":7}}"#, false),
+            (r#"{"turn":1,"step":0,"callId":"c\u0031","name":"n","arguments":"{\"a\":\"\ud800\"}"}"#, false),
+            (r#"{"turn":1,"step":0,"callId":"c\u0031","name":"n","arguments":"{\"a\":\"\\ud800\"}"}"#, true),
+        ];
+        for (text, valid) in cases {
+            let event_type =
+                if text.contains("callId") { EventType::ToolCall } else { EventType::AssistantChunk };
+            let owned = check_owned_payload(0, &event_type, text);
+            assert_eq!(owned.is_ok(), valid, "{text}: {owned:?}");
+            let expected = if valid { Verdict::Complete } else { Verdict::Unsure };
+            assert_eq!(check(&event_type, text), expected, "{text}");
+        }
     }
 }
