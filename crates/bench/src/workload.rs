@@ -97,6 +97,45 @@ pub(crate) fn generate_pruned(n: usize, seed: u64) -> (SessionHeader, Vec<Event>
     (SessionHeader::new(format!("bench-pruned-{seed}"), 1_767_225_600_000), g.events)
 }
 
+/// A hostile shape, as JSONL: `n / 2` context messages appended, then
+/// `n / 2` replaces, each of the surface's first entry by a new message
+/// (the first is the previous replace's). Rule-abiding, so it must
+/// validate at the workload's pace: a search for a replace's ends that
+/// scans the surface makes it quadratic (docs/performance.md).
+pub(crate) fn front_replaces_jsonl(n: usize) -> Vec<u8> {
+    let header = SessionHeader::new("bench-front-replaces", 1_767_225_600_000);
+    let mut out = palimpsest_core_session::jsonl::header_line(&header).into_bytes();
+    let message = |seq: usize| {
+        format!(
+            r#"{{"message":{{"id":"m{seq}","role":"user","content":[{{"type":"text","text":"x"}}],"source":{{"kind":"user"}}}}}}"#
+        )
+    };
+    let appends = n / 2;
+    for seq in 0..appends {
+        let data = message(seq);
+        out.extend(
+            format!(
+                r#"{{"seq":{seq},"time":0,"type":"context/message","data":{data},"surfaceOp":"append"}}"#
+            )
+            .bytes(),
+        );
+        out.push(b'\n');
+    }
+    let mut first = 0;
+    for seq in appends..n {
+        let data = message(seq);
+        out.extend(
+            format!(
+                r#"{{"seq":{seq},"time":0,"type":"context/message","data":{data},"sourceEventSeqs":[{first}],"surfaceOp":{{"op":"replace","start":{first},"end":{first}}}}}"#
+            )
+            .bytes(),
+        );
+        out.push(b'\n');
+        first = seq;
+    }
+    out
+}
+
 fn generate_with(n: usize, seed: u64, rare_words: bool) -> (SessionHeader, Vec<Event>) {
     let mut g = Gen::new(n, seed, rare_words);
     g.run(n, 2000);

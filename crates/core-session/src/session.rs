@@ -55,6 +55,9 @@ pub struct SessionView<'a> {
     pub events: &'a [Event],
     /// The current surface.
     pub surface: &'a [u64],
+    /// The manager `surface` belongs to, when there is one: it finds a seq
+    /// on the surface in O(log surface) instead of a scan.
+    manager: Option<&'a SurfaceManager>,
 }
 
 impl<'a> SessionView<'a> {
@@ -68,7 +71,29 @@ impl<'a> SessionView<'a> {
     /// assert!(view.events.is_empty());
     /// ```
     pub fn whole(header: &'a SessionHeader, events: &'a [Event], surface: &'a [u64]) -> SessionView<'a> {
-        SessionView { header, events, surface }
+        SessionView { header, events, surface, manager: None }
+    }
+
+    /// A view of `events` (sorted by seq) and the surface `manager` folded
+    /// from them: the same as [`whole`](SessionView::whole) with
+    /// `manager.seqs()`, but [`shadowed_by`](SessionView::shadowed_by)
+    /// finds a range's ends by the manager's index instead of a scan of the
+    /// surface (what a checker folding a long log should use).
+    ///
+    /// ```
+    /// use palimpsest_core_session::{SessionHeader, SessionView, SurfaceManager};
+    ///
+    /// let header = SessionHeader::new("v", 0);
+    /// let surface = SurfaceManager::new();
+    /// let view = SessionView::of(&header, &[], &surface);
+    /// assert!(view.surface.is_empty());
+    /// ```
+    pub fn of(
+        header: &'a SessionHeader,
+        events: &'a [Event],
+        manager: &'a SurfaceManager,
+    ) -> SessionView<'a> {
+        SessionView { header, events, surface: manager.seqs(), manager: Some(manager) }
     }
 
     /// The event with this seq, if committed and resident (every committed
@@ -89,6 +114,9 @@ impl<'a> SessionView<'a> {
     /// an append or an invalid range).
     pub fn shadowed_by(&self, op: SurfaceOp) -> &[u64] {
         let SurfaceOp::Replace { start, end } = op else { return &[] };
+        if let Some(manager) = self.manager {
+            return manager.shadowed_by(start, end);
+        }
         match crate::surface::range_positions(self.surface, start, end) {
             (Some(a), Some(b)) if a <= b => &self.surface[a..=b],
             _ => &[],
@@ -424,11 +452,7 @@ impl Session {
             return;
         }
         let turns = (!self.is_complete()).then(|| self.turn_state());
-        let view = SessionView {
-            header: &self.header,
-            events: self.events.resident(),
-            surface: self.surface.seqs(),
-        };
+        let view = SessionView::of(&self.header, self.events.resident(), &self.surface);
         if let Some(g) = self.guard.as_mut() {
             match &turns {
                 None => g.rebuild(view),
@@ -570,7 +594,7 @@ impl Session {
 
     /// A read-only view, as handed to guards.
     pub fn view(&self) -> SessionView<'_> {
-        SessionView { header: &self.header, events: self.events.resident(), surface: self.surface.seqs() }
+        SessionView::of(&self.header, self.events.resident(), &self.surface)
     }
 
     /// The messages of the next model request (contract section 3), parsed
@@ -763,11 +787,7 @@ impl Session {
     }
 
     fn notify_guard(&mut self) {
-        let view = SessionView {
-            header: &self.header,
-            events: self.events.resident(),
-            surface: self.surface.seqs(),
-        };
+        let view = SessionView::of(&self.header, self.events.resident(), &self.surface);
         if let (Some(guard), Some(last)) = (self.guard.as_mut(), self.events.last()) {
             guard.committed(view, last);
         }

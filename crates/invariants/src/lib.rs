@@ -125,12 +125,9 @@ pub fn check_log(events: &[Event]) -> Vec<Violation> {
                 break;
             }
         };
-        out.extend(
-            checker.check(SessionView { header: &header, events: before, surface: surface.seqs() }, event),
-        );
+        out.extend(checker.check(SessionView::of(&header, before, &surface), event));
         surface.apply(event.seq(), step);
-        checker
-            .commit(SessionView { header: &header, events: &events[..=i], surface: surface.seqs() }, event);
+        checker.commit(SessionView::of(&header, &events[..=i], &surface), event);
     }
     out.sort_by_key(|v| v.seq);
     out

@@ -53,7 +53,7 @@ pub(crate) fn check(text: &str, expected: &[(&str, u64)]) -> Vec<Violation> {
     let mut incremental = InvariantGuard::new();
     let mut surface = SurfaceManager::new();
     for (i, event) in events.iter().enumerate() {
-        let before = SessionView { header: &header, events: &events[..i], surface: surface.seqs() };
+        let before = SessionView::of(&header, &events[..i], &surface);
         let mut rebuilt = InvariantGuard::new();
         rebuilt.rebuild(before);
         let here: Vec<Violation> = all.iter().filter(|v| v.seq == event.seq()).cloned().collect();
@@ -63,7 +63,7 @@ pub(crate) fn check(text: &str, expected: &[(&str, u64)]) -> Vec<Violation> {
         assert_eq!(first, here.first().map(|v| (v.code.to_owned(), v.message.clone())), "seq {i}");
         let step = surface.plan(&events[..i], event).expect("valid log");
         surface.apply(event.seq(), step);
-        let after = SessionView { header: &header, events: &events[..=i], surface: surface.seqs() };
+        let after = SessionView::of(&header, &events[..=i], &surface);
         incremental.committed(after, event);
     }
 
