@@ -9,9 +9,11 @@
 //!
 //! - every event at or after [`ResidentLog::resident_from`] (the tail
 //!   appended since the checkpoint);
-//! - before it, only the events on the surface and the settings event in
-//!   effect. A surface event that a replace shadows leaves memory, and so
-//!   does a settings event that a newer one replaces.
+//! - before it, only the events on the surface, the settings event in
+//!   effect, and the open turn's events from its `turn/start` on when the
+//!   session was [trimmed](crate::Session::trim) inside a turn (crash
+//!   repair needs them). A surface event that a replace shadows leaves
+//!   memory, and so does a settings event that a newer one replaces.
 //!
 //! A log loaded whole has `resident_from() == 0`: every event is resident,
 //! the log is dense (`resident()[i].seq() == i`) and
@@ -49,6 +51,10 @@ pub struct ResidentLog {
     len: u64,
     /// Every event with a seq at or after this one is resident.
     from: u64,
+    /// Seq of the `turn/start` of the turn open at the last
+    /// [`Session::trim`](crate::Session::trim): every event from it on
+    /// stays, until a trim finds no turn open.
+    open_turn: Option<u64>,
 }
 
 impl ResidentLog {
@@ -67,7 +73,7 @@ impl ResidentLog {
     /// A sparse log of length `len` holding `events` (strictly ascending
     /// seqs, each below `len`); every later event joins it.
     pub(crate) fn sparse(events: Vec<Event>, len: u64) -> ResidentLog {
-        ResidentLog { events, len, from: len }
+        ResidentLog { events, len, from: len, open_turn: None }
     }
 
     /// The log's length (the number of events in the log, resident or not):
@@ -196,15 +202,13 @@ impl ResidentLog {
     }
 
     /// Drops the resident events before [`resident_from`] that are neither
-    /// on `surface` nor the settings event `settings_seq`. Nothing to do
-    /// for a complete log. O(resident + surface).
+    /// on `surface` nor the settings event `settings_seq` nor part of the
+    /// open turn kept by [`keep_open_turn`](ResidentLog::keep_open_turn).
+    /// Nothing to do for a complete log. O(resident + surface).
     ///
     /// [`resident_from`]: ResidentLog::resident_from
     pub(crate) fn trim(&mut self, surface: &[u64], settings_seq: Option<u64>) {
-        if self.from == 0 {
-            return;
-        }
-        let before = self.events.partition_point(|e| e.seq() < self.from);
+        let before = self.trimmable();
         if before == 0 {
             return;
         }
@@ -216,6 +220,17 @@ impl ResidentLog {
         });
     }
 
+    /// How many resident events, from the first, a trim may let go of:
+    /// those before [`resident_from`](ResidentLog::resident_from) and
+    /// before the open turn kept.
+    fn trimmable(&self) -> usize {
+        if self.from == 0 {
+            return 0;
+        }
+        let bound = self.open_turn.map_or(self.from, |start| start.min(self.from));
+        self.events.partition_point(|e| e.seq() < bound)
+    }
+
     /// [`trim`](ResidentLog::trim), once enough may have left the surface
     /// to be worth a pass: when the resident events before
     /// [`resident_from`](ResidentLog::resident_from) outnumber twice the
@@ -224,13 +239,16 @@ impl ResidentLog {
     /// each pass lets go of at least as many events as it keeps, and what
     /// stays resident is at most about three times what must.
     pub(crate) fn trim_when_worth(&mut self, surface: &[u64], settings_seq: Option<u64>) {
-        if self.from == 0 {
-            return;
-        }
-        let before = self.events.partition_point(|e| e.seq() < self.from);
-        if before > 2 * surface.len() + TRIM_SLACK {
+        if self.trimmable() > 2 * surface.len() + TRIM_SLACK {
             self.trim(surface, settings_seq);
         }
+    }
+
+    /// Keeps every event from seq `turn_start` on (the open turn's
+    /// `turn/start`, resident) through the trims to come; `None` lets the
+    /// next trim go back to the surface alone.
+    pub(crate) fn keep_open_turn(&mut self, turn_start: Option<u64>) {
+        self.open_turn = turn_start;
     }
 
     /// Makes every event so far part of what a checkpoint covers: from now

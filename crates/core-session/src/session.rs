@@ -378,26 +378,31 @@ impl Session {
     /// Lets go of every event an append no longer needs: the session then
     /// holds what [resuming](Session::resume) it from a checkpoint taken
     /// now would hold (the surface's events and the settings event in
-    /// effect), plus whatever is appended after. Every rule, every guard,
-    /// the surface and the derived messages stay exactly as they were; the
+    /// effect), plus the open turn's events from its `turn/start` on when a
+    /// turn is open (what [crash repair](crate::repair::repair) reads),
+    /// plus whatever is appended after. Every rule, every guard, the
+    /// surface and the derived messages stay exactly as they were; the
     /// session is no longer [complete](Session::is_complete).
     ///
     /// This is how a reader walks a log of any length in memory bounded by
-    /// its surface: append, and trim now and then (each call is O(the
-    /// events appended since the last + the surface)). A guard keeps its
-    /// state: it is the fold of the whole log either way.
+    /// its surface and its open turn: append, and trim now and then (each
+    /// call is O(the events appended since the last + the surface)). A
+    /// guard keeps its state: it is the fold of the whole log either way.
     ///
     /// ```
-    /// use palimpsest_core_session::{payload::*, Session, SessionHeader, SurfaceIntent};
+    /// use palimpsest_core_session::{payload::*, repair, Session, SessionHeader, SurfaceIntent};
     ///
     /// let mut s = Session::create(SessionHeader::new("t", 0));
     /// s.append_log(1, TurnStart { turn: 1 })?;
     /// s.append_surface(2, UserMessage { turn: Some(1), message: Message::user("u1", "hi") }, SurfaceIntent::append())?;
     /// s.trim();
     /// assert!(!s.is_complete());
-    /// assert_eq!(s.resident().len(), 1, "the turn/start is off the surface: gone");
-    /// assert_eq!((s.next_seq(), s.last_time(), s.turn_state().open_turn), (2, 2, Some(1)));
+    /// assert_eq!(s.resident().len(), 2, "the turn is open: its turn/start stays");
+    /// assert_eq!(repair::repair(s.resident()).len(), 1, "a turn/end closes it");
     /// s.append_log(3, TurnEnd { turn: 1, reason: TurnEndReason::Completed })?;
+    /// s.trim();
+    /// assert_eq!(s.resident().len(), 1, "the turn/start and turn/end are off the surface: gone");
+    /// assert_eq!((s.next_seq(), s.last_time(), s.turn_state().open_turn), (3, 3, None));
     /// assert_eq!(s.derive_messages().len(), 1);
     /// # Ok::<(), palimpsest_core_session::AppendError>(())
     /// ```
@@ -406,7 +411,14 @@ impl Session {
             return;
         }
         let tail_hash = self.tail_hash();
-        self.base = Some(Base { last_time: self.last_time(), tail_hash, turns: self.turn_state() });
+        let turns = self.turn_state();
+        // Crash repair reads the open turn from its `turn/start` (the last
+        // one resident, when a turn is open): those events stay.
+        let open_turn_start = turns.open_turn.and_then(|_| {
+            self.resident().iter().rfind(|e| *e.event_type() == EventType::TurnStart).map(Event::seq)
+        });
+        self.base = Some(Base { last_time: self.last_time(), tail_hash, turns });
+        self.events.keep_open_turn(open_turn_start);
         self.events.rebase();
         self.events.trim(self.surface.seqs(), self.settings_seq);
     }

@@ -1017,12 +1017,24 @@ mod tests {
                     prop_assert_eq!(surface(other), surface(&whole));
                     let request = |r: &Report| r.session.as_ref().map(|s| s.derive_request().to_json());
                     prop_assert_eq!(request(other), request(&whole));
+                    // Crash repair reads the open turn, which trimming keeps.
+                    let closers = |r: &Report| {
+                        r.session.as_ref().map(|s| {
+                            palimpsest_core_session::repair::repair(s.resident()).iter().map(palimpsest_core_session::Event::to_json).collect::<Vec<_>>()
+                        })
+                    };
+                    prop_assert_eq!(closers(other), closers(&whole));
                 }
-                if let Some(session) = &streamed.session {
+                if let (Some(session), Some(whole)) = (&streamed.session, &whole.session) {
                     let held = session.resident().len() as u64;
+                    // The open turn, from its turn/start on, stays too.
+                    let open_turn = match whole.turn_state().open_turn {
+                        Some(_) => whole.resident().iter().rev().position(|e| e.event_type().as_str() == "turn/start").map_or(0, |i| i as u64 + 1),
+                        None => 0,
+                    };
                     prop_assert!(
-                        held <= 3 * (session.surface().len() as u64 + 1) + 64 + 2 * super::super::TRIM_EVERY,
-                        "{} events held for a surface of {}", held, session.surface().len()
+                        held <= 3 * (session.surface().len() as u64 + 1) + 64 + 2 * super::super::TRIM_EVERY + open_turn,
+                        "{} events held for a surface of {} and an open turn of {}", held, session.surface().len(), open_turn
                     );
                 }
             }
