@@ -39,9 +39,9 @@ const TABLES: [&str; 5] = ["sessions", "events", "holds", "search", "checkpoints
 /// reorder keys and drop whitespace). To shard or partition, create these
 /// tables yourself with the same columns and keys (hash-partitioned by
 /// `session_id`, or distributed by it) and the same comment on `sessions`:
-/// the store checks columns, keys and the version, not storage. Extra
-/// *generated* columns (say `data_json jsonb GENERATED ALWAYS AS
-/// (data::jsonb) STORED`) are allowed.
+/// the store checks columns (name, type, collation, NOT NULL), keys and the
+/// version, not storage. Extra *generated* columns (say `data_json jsonb
+/// GENERATED ALWAYS AS (data::jsonb) STORED`) are allowed.
 ///
 /// `search` is the full-text index of [`SessionStore::search`]: one row per
 /// message event with text, written in the event's transaction and deleted
@@ -127,7 +127,17 @@ pub(crate) fn quote_literal(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// One expected column: name, `format_type` spelling, NOT NULL.
+/// The schema version a `sessions` comment states, read exactly as
+/// [`schema_sql`] writes it: the prefix, then the number in decimal with
+/// no sign, no leading zero and nothing around it. `None` for any other
+/// comment (`... 03`, `... 3 `), which this build did not write.
+fn read_version(comment: &str) -> Option<i64> {
+    let digits = comment.strip_prefix(VERSION_PREFIX)?;
+    digits.parse::<i64>().ok().filter(|v| v.to_string() == digits)
+}
+
+/// One expected column: name, `format_type` spelling (with no `COLLATE`:
+/// the type's default collation, as [`schema_sql`] makes it), NOT NULL.
 type Col = (&'static str, &'static str, bool);
 
 fn expected_columns(table: &str) -> (&'static [Col], &'static [&'static str]) {
@@ -223,10 +233,9 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
             expected: format!("a Palimpsest store ({}) or none of its tables", expected_version()),
         });
     };
-    let version = comment.as_deref().and_then(|c| c.strip_prefix(VERSION_PREFIX)).map(str::trim);
-    match version.map(|v| v.parse::<i64>()) {
-        Some(Ok(v)) if v == SCHEMA_VERSION => {}
-        Some(Ok(v)) => {
+    match comment.as_deref().and_then(read_version) {
+        Some(v) if v == SCHEMA_VERSION => {}
+        Some(v) => {
             return Err(StoreError::SchemaMismatch {
                 found: format!("schema version {v} (table {q}.sessions)"),
                 expected: expected_version(),
@@ -235,8 +244,8 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
         _ => {
             return Err(StoreError::SchemaMismatch {
                 found: format!(
-                    "table {q}.sessions with comment {:?}, not a Palimpsest schema version: \
-                     another program's table",
+                    "table {q}.sessions with comment {:?}, not a schema version as Palimpsest writes it: \
+                     another program's table, or an edited comment",
                     comment.as_deref().unwrap_or("")
                 ),
                 expected: format!("comment '{VERSION_PREFIX}{SCHEMA_VERSION}'"),
@@ -257,12 +266,28 @@ pub(crate) fn inspect(client: &mut Client, schema: &str, location: &str) -> Resu
     }
     // Every table's columns and primary key in two statements, not two per
     // table: opening a store is part of every resume.
+    //
+    // A column's type is spelled as `format_type` spells it, followed by
+    // ` COLLATE <schema>.<name>` when its collation is not its type's
+    // default (`typcollation`), which is the one `schema_sql` gives every
+    // column, since it names none. A key under another collation changes
+    // which ids are equal (a nondeterministic one made `case` read and
+    // delete `Case`'s rows) or how they sort, so it is refused; `COLLATE
+    // "default"` spelled out is the same column and is not.
     let columns = client
         .query_typed(
-            "SELECT attrelid, attname::text, format_type(atttypid, atttypmod), attnotnull \
-             FROM pg_catalog.pg_attribute \
-             WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
-             ORDER BY attrelid, attnum",
+            "SELECT a.attrelid, a.attname::text, \
+                    format_type(a.atttypid, a.atttypmod) || CASE \
+                      WHEN a.attcollation = t.typcollation THEN '' \
+                      ELSE ' COLLATE ' || coalesce(quote_ident(cn.nspname) || '.' || quote_ident(co.collname), \
+                                                   'oid ' || a.attcollation::text) END, \
+                    a.attnotnull \
+             FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+             LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation \
+             LEFT JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace \
+             WHERE a.attrelid = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' \
+             ORDER BY a.attrelid, a.attnum",
             &[(&oids, Type::OID_ARRAY)],
         )
         .map_err(err)?
@@ -323,28 +348,35 @@ fn check_table(
 /// Checks the store's tables in `schema` and creates them when none exist,
 /// in one transaction under an advisory lock, so that two stores opening
 /// the same new schema race safely (the loser finds the winner's tables and
-/// checks them). Returns whether it created them. Without
+/// checks them). `set_local` is the store's `SET LOCAL` of its timeouts,
+/// run first in that transaction as in every other: a waiting opener waits
+/// for the initialising one under the store's `lock_timeout`, not the
+/// role's or the server's. Returns whether it created them. Without
 /// `create_missing`, a schema without them is `io` and nothing is created.
 pub(crate) fn open_checked(
     client: &mut Client,
     schema: &str,
     location: &str,
     create_missing: bool,
+    set_local: &str,
 ) -> Result<bool, StoreError> {
     if inspect(client, schema, location)? == DbState::Current {
         return Ok(false);
     }
     if !create_missing {
+        // Worded for a library caller and a command line user alike: the
+        // command line's reading commands open this way.
         return Err(StoreError::Io {
             context: format!(
-                "opening {location}: schema {} holds no Palimpsest store (none is created without `create_missing`)",
+                "opening {location}: schema {} holds no Palimpsest store, and this open creates none: \
+                 check that it is the schema meant; writing a session there creates the store",
                 quote_ident(schema)
             ),
             source: Box::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
         });
     }
     let err = |e| pg_err(e, location, "the schema", "initialising the schema");
-    client.batch_execute("BEGIN").map_err(err)?;
+    client.batch_execute(&format!("BEGIN; {set_local}")).map_err(err)?;
     let result = (|| {
         client
             .query_typed(

@@ -439,7 +439,8 @@ impl PgStore {
                     current.or_else(|| first_in_search_path(&path)).ok_or_else(|| {
                         invalid_input(
                             format!("opening a store at {location}"),
-                            "the connection has no current schema (empty search_path): name one in PgOptions",
+                            "the connection has no current schema (its search_path is empty): name the \
+                             store's schema, in the URL as `options=-csearch_path%3D<schema>`",
                         )
                     })?
                 }
@@ -450,14 +451,18 @@ impl PgStore {
                     format!("schema name {schema:?} is not a PostgreSQL identifier (1 to 63 bytes, no NUL)"),
                 ));
             }
-            let created = schema::open_checked(&mut client, &schema, &location, options.create_missing)?;
-            tracing::debug!(location = %location, schema = %schema, created, backend_pid = pid, "opened PostgreSQL store");
+            if let Some(why) = temporary_schema(&schema) {
+                return Err(invalid_input(format!("opening a store at {location}"), why));
+            }
             let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
             let timeouts = format!(
                 "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",
                 ms(options.lock_timeout),
                 ms(options.idle_in_transaction_timeout)
             );
+            let created =
+                schema::open_checked(&mut client, &schema, &location, options.create_missing, &timeouts)?;
+            tracing::debug!(location = %location, schema = %schema, created, backend_pid = pid, "opened PostgreSQL store");
             Ok(PgStore {
                 inner: Mutex::new(Inner {
                     client: Some(client),
@@ -1873,6 +1878,29 @@ impl SessionStore for PgStore {
     }
 }
 
+/// Why `schema` cannot hold a store: `Some` for a temporary schema, which
+/// PostgreSQL drops with everything in it when the connection closes (the
+/// store would report every write a success and lose them all). That is
+/// `pg_temp`, however the schema was named: `pg_temp` itself (in
+/// [`PgOptions::schema`] or first in a `search_path` whose temporary schema
+/// does not exist yet), or the connection's own `pg_temp_N` (which
+/// `current_schema()` returns for such a path once it exists), or another
+/// connection's `pg_temp_N` / `pg_toast_temp_N`. The prefix `pg_` is
+/// reserved, so no permanent schema a user made is named so.
+fn temporary_schema(schema: &str) -> Option<String> {
+    let numbered = |prefix: &str| {
+        schema.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    (schema == "pg_temp" || numbered("pg_temp_") || numbered("pg_toast_temp_")).then(|| {
+        format!(
+            "schema {} is the connection's temporary schema (pg_temp) or another's: \
+             PostgreSQL drops it, with every table and event in it, when the connection closes; \
+             name a permanent schema, in the URL as `options=-csearch_path%3D<schema>`",
+            quote_ident(schema)
+        )
+    })
+}
+
 /// The first schema a `search_path` setting names, as PostgreSQL reads it:
 /// unquoted names fold to lower case, `"..."` keeps its case (a doubled
 /// `""` is one quote), and `"$user"` (the role's own schema) is skipped.
@@ -1888,7 +1916,19 @@ fn first_in_search_path(path: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::first_in_search_path;
+    use super::{first_in_search_path, temporary_schema};
+
+    #[test]
+    fn temporary_schemas_are_told_by_name() {
+        for name in ["pg_temp", "pg_temp_3", "pg_temp_12", "pg_toast_temp_3"] {
+            assert!(temporary_schema(name).is_some(), "{name}");
+        }
+        for name in
+            ["public", "PG_TEMP", "pg_temp_", "pg_temporary", "pg_temp_x", "app_pg_temp_1", "pg_toast"]
+        {
+            assert_eq!(temporary_schema(name), None, "{name}");
+        }
+    }
 
     #[test]
     fn the_first_schema_of_a_search_path_is_read_as_postgresql_reads_it() {

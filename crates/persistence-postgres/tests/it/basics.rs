@@ -601,3 +601,173 @@ fn a_constraint_the_schema_does_not_have_is_a_refusal_that_wrote_nothing() {
     assert_eq!((err.code(), err.wrote_nothing()), ("schema-mismatch", true), "{err}");
     assert_eq!(store.load("s").map(|s| s.events.len()).unwrap_or_default(), 3, "none of the batch");
 }
+
+/// `url()` with `options=-c<setting>` added (`%3D` for its `=`).
+fn url_with_setting(setting: &str) -> String {
+    let url = url();
+    format!("{url}{}options=-c{setting}", if url.contains('?') { "&" } else { "?" })
+}
+
+/// A key column under a nondeterministic collation (the twin of SQLite's
+/// `COLLATE NOCASE`) opened as the store's: session `case` read `Case`'s
+/// rows and `delete("case")` removed them. A column whose collation is not
+/// the one the store's DDL gives it is `schema-mismatch`, nothing written;
+/// every text column of every table is checked.
+#[test]
+fn a_column_of_another_collation_is_refused_and_nothing_is_written() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.store();
+    store.create(&SessionHeader::new("Case", 1)).unwrap_or_else(|e| panic!("{e}"));
+    store.append("Case", &ticks(0, 2, "c")).unwrap_or_else(|e| panic!("{e}"));
+    drop(store);
+    let mut client = schema.client();
+    client
+        .batch_execute(
+            "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false); \
+             ALTER TABLE events ALTER session_id TYPE text COLLATE ci",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = PgStore::connect_with(&url(), schema.options()).map(drop).err();
+    let err = err.unwrap_or_else(|| panic!("a nondeterministic key column was accepted"));
+    assert_eq!(err.code(), "schema-mismatch");
+    let text = err.to_string();
+    assert!(text.contains(&format!("session_id text COLLATE {}.ci NOT NULL", schema.name)), "{text}");
+    assert!(text.contains("session_id text NOT NULL"), "{text}");
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM events WHERE session_id::bytea = 'Case'::bytea", &[])
+        .and_then(|r| r.try_get(0))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rows, 2, "the refused open changed the rows");
+
+    // Spelling out the default collation is the column the DDL makes.
+    client
+        .batch_execute("ALTER TABLE events ALTER session_id TYPE text COLLATE \"default\"")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = schema.store();
+    assert_eq!(code(store.load("case")), Err("not-found"));
+    assert_eq!(store.load("Case").map(|s| s.events).unwrap_or_else(|e| panic!("{e}")), ticks(0, 2, "c"));
+    drop(store);
+
+    // Every text column, under a deterministic collation too.
+    let text_columns = [
+        ("sessions", "id"),
+        ("sessions", "cwd"),
+        ("sessions", "parent_session"),
+        ("events", "session_id"),
+        ("events", "type"),
+        ("events", "data"),
+        ("events", "source_event_seqs"),
+        ("events", "surface_op"),
+        ("holds", "session_id"),
+        ("holds", "holder"),
+        ("search", "session_id"),
+        ("checkpoints", "session_id"),
+        ("checkpoints", "checkpoint"),
+    ];
+    for (table, column) in text_columns {
+        client
+            .batch_execute(&format!("ALTER TABLE {table} ALTER {column} TYPE text COLLATE \"C\""))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = PgStore::connect_with(&url(), schema.options()).map(drop).err();
+        let err = err.unwrap_or_else(|| panic!("{table}.{column} COLLATE \"C\" was accepted"));
+        assert_eq!(err.code(), "schema-mismatch", "{table}.{column}: {err}");
+        assert!(err.to_string().contains(&format!("{column} text COLLATE pg_catalog.\"C\"")), "{err}");
+        client
+            .batch_execute(&format!("ALTER TABLE {table} ALTER {column} TYPE text COLLATE \"default\""))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    PgStore::connect_with(&url(), schema.options()).unwrap_or_else(|e| panic!("restored: {e}"));
+}
+
+/// A `search_path` naming `pg_temp` gave a store in the session's
+/// temporary schema, dropped with every event when the connection closed,
+/// while every write reported success. A temporary schema, however it is
+/// named, is refused on open, saying why.
+#[test]
+fn a_temporary_schema_is_refused_on_open() {
+    if crate::common::admin().is_none() {
+        return;
+    }
+    for path in ["pg_temp", "PG_TEMP%2Cpublic", "%22pg_temp%22"] {
+        let err =
+            PgStore::connect_with(&url_with_setting(&format!("search_path%3D{path}")), PgOptions::default())
+                .map(|s| s.schema().to_owned())
+                .err();
+        let err = err.unwrap_or_else(|| panic!("search_path={path} opened a store"));
+        assert_eq!(err.code(), "io", "{err}");
+        let chain = error_chain(&err);
+        assert!(
+            chain.contains("temporary schema") && chain.contains("when the connection closes"),
+            "{chain}"
+        );
+    }
+    for name in ["pg_temp", "pg_temp_1", "pg_toast_temp_1"] {
+        let options = PgOptions { schema: Some(name.to_owned()), ..PgOptions::default() };
+        let err = PgStore::connect_with(&url(), options).map(drop).err();
+        let err = err.unwrap_or_else(|| panic!("schema {name} opened a store"));
+        assert_eq!(err.code(), "io", "{err}");
+        assert!(error_chain(&err).contains("temporary schema"), "{err}");
+    }
+}
+
+/// The schema version comment is read as the store writes it: a number
+/// spelled otherwise, or space around it, is not this build's version.
+#[test]
+fn the_version_comment_is_read_exactly() {
+    let Some(schema) = TestSchema::new() else { return };
+    drop(schema.store());
+    let mut client = schema.client();
+    for comment in ["03", "3 ", " 3", "+3", "3\n", "3.0"] {
+        client
+            .execute(&format!("COMMENT ON TABLE sessions IS 'palimpsest schema_version {comment}'"), &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = PgStore::connect_with(&url(), schema.options()).map(drop).err();
+        let err = err.unwrap_or_else(|| panic!("version comment {comment:?} was accepted"));
+        assert_eq!(err.code(), "schema-mismatch", "{comment:?}: {err}");
+    }
+    client
+        .batch_execute(&format!("COMMENT ON TABLE sessions IS 'palimpsest schema_version {SCHEMA_VERSION}'"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    PgStore::connect_with(&url(), schema.options()).unwrap_or_else(|e| panic!("as written: {e}"));
+}
+
+/// With a `lock_timeout` of 1 ms set for the session (as a role setting
+/// does), 19 of 20 first users of a new schema failed `locked` waiting for
+/// the one initialising it: the initialising transaction waits under the
+/// store's own `lock_timeout`, as its other transactions do.
+#[test]
+fn initialising_waits_under_the_stores_own_lock_timeout() {
+    let Some(schema) = TestSchema::new() else { return };
+    let url = url_with_setting("lock_timeout%3D1");
+    let barrier = Arc::new(Barrier::new(20));
+    let handles: Vec<_> = (0..20)
+        .map(|_| {
+            let (barrier, options, url) = (barrier.clone(), schema.options(), url.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                PgStore::connect_with(&url, options).map(drop).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let results: Vec<_> =
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| panic!("thread panicked"))).collect();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
+/// The messages for a connection without a schema and for a reader that
+/// found no store name no library option: the command line shows them too.
+#[test]
+fn schema_messages_name_no_library_option() {
+    let Some(schema) = TestSchema::new() else { return };
+    let err =
+        PgStore::connect_with(&url_with_setting("search_path%3D"), PgOptions::default()).map(drop).err();
+    let err = err.unwrap_or_else(|| panic!("an empty search_path opened a store"));
+    let chain = error_chain(&err);
+    assert!(chain.contains("search_path") && !chain.contains("PgOptions"), "{chain}");
+    assert!(chain.contains("options=-csearch_path"), "{chain}");
+    let reader = PgOptions { create_missing: false, ..schema.options() };
+    let err = PgStore::connect_with(&url(), reader).map(drop).err();
+    let err = err.unwrap_or_else(|| panic!("a reader opened an empty schema"));
+    let chain = error_chain(&err);
+    assert!(chain.contains("holds no Palimpsest store") && !chain.contains("create_missing"), "{chain}");
+}
