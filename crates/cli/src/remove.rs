@@ -13,6 +13,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use palimpsest_persistence::Hold;
+
 use crate::error::{CliError, Exit};
 use crate::output;
 use crate::store_arg::{self, Access, Store, StoreArgs};
@@ -23,6 +25,9 @@ struct Doomed {
     id: String,
     events: usize,
     last_activity: u64,
+    /// When the session was created: a fork's events keep its parent's
+    /// times, so its activity is at least its creation.
+    created_at: u64,
 }
 
 impl Doomed {
@@ -57,7 +62,7 @@ pub(crate) fn delete(args: &StoreArgs, yes: bool, out: &mut dyn Write) -> anyhow
         checked.report.session.as_ref().map(|s| (s.id().to_owned(), s.events().len(), s.last_time()));
     let (id, events, last_activity) =
         session.unwrap_or_else(|| (args.session.clone().unwrap_or_default(), 0, 0));
-    let doomed = [Doomed { id, events, last_activity }];
+    let doomed = [Doomed { id, events, last_activity, created_at: 0 }];
     if !confirm(&doomed, yes)? {
         output::note("nothing was deleted");
         return Ok(Exit::Success);
@@ -89,7 +94,7 @@ pub(crate) fn prune(
         let last_activity = summary.last_activity.map_or(header.created_at, |t| t.max(header.created_at));
         if last_activity < cutoff {
             let events = usize::try_from(summary.events).unwrap_or(usize::MAX);
-            doomed.push(Doomed { id: header.id, events, last_activity });
+            doomed.push(Doomed { id: header.id, events, last_activity, created_at: header.created_at });
         }
     }
     if doomed.is_empty() {
@@ -105,20 +110,92 @@ pub(crate) fn prune(
         return Ok(Exit::Success);
     }
     let mut exit = Exit::Success;
+    // The list may be old by now (a question left open, a long listing):
+    // a session a worker wrote to since must not go with it.
+    let (doomed, holds) = hold_still_old(&store, doomed, cutoff, &mut exit);
     // Together: a SQLite store deletes them in one transaction, with one
     // pass over its full-text index (one pass each took 172 s for 10,000).
     let ids: Vec<&str> = doomed.iter().map(|d| d.id.as_str()).collect();
-    for (id, outcome) in ids.iter().zip(store.delete_many(&ids)) {
+    for ((id, outcome), hold) in ids.iter().zip(store.delete_many(&ids)).zip(holds) {
         match outcome {
             Ok(()) => writeln!(out, "deleted {}", crate::output::printable_line(id))?,
             Err(e) => {
                 // The others still go: say which one stayed, and why.
                 output::error_line(&e.to_string());
                 exit = Exit::Invalid;
+                release(&store, hold);
             }
         }
     }
     Ok(exit)
+}
+
+/// Holds each of `doomed` (where the store has holds), then reads its
+/// last activity again: what is still older than `cutoff` is returned
+/// with its hold, to be deleted before any writer can start on it. A
+/// session a worker wrote to since it was listed is kept and said so; one
+/// a worker holds now is kept as `locked`, as its deletion would be (and
+/// `exit` says a session was not deleted).
+///
+/// Without the holds, a turn acknowledged between the listing and the
+/// deletion was deleted with its session (an outside probe: six of six
+/// workers on PostgreSQL).
+fn hold_still_old(
+    store: &Store,
+    doomed: Vec<Doomed>,
+    cutoff: u64,
+    exit: &mut Exit,
+) -> (Vec<Doomed>, Vec<Option<Hold>>) {
+    let Some(backend) = store.backend() else {
+        // A bare file is deleted under its writer lock, and read by no one
+        // else's worker: nothing to hold.
+        let holds = doomed.iter().map(|_| None).collect();
+        return (doomed, holds);
+    };
+    let (holder, ttl) = (crate::open_store::holder_name(), crate::open_store::hold_ttl());
+    let mut still = Vec::with_capacity(doomed.len());
+    let mut holds = Vec::with_capacity(doomed.len());
+    for d in doomed {
+        let origin = store.origin(&d.id);
+        let hold = match backend.hold(&d.id, &holder, ttl) {
+            Ok(hold) => hold,
+            Err(e) => {
+                output::error_line(&store.load_error(&e, &d.id, &origin).to_string());
+                *exit = Exit::Invalid;
+                continue;
+            }
+        };
+        let now_last = backend.summary(&d.id).map(|s| s.last_activity.map_or(0, |t| t.max(d.created_at)));
+        match now_last {
+            Ok(last) if last < cutoff => {
+                still.push(d);
+                holds.push(hold);
+            }
+            Ok(last) => {
+                output::note(&format!(
+                    "{origin}: kept: written to since it was listed (last activity {})",
+                    timefmt::utc(last)
+                ));
+                release(store, hold);
+            }
+            Err(e) => {
+                output::error_line(&store.load_error(&e, &d.id, &origin).to_string());
+                *exit = Exit::Invalid;
+                release(store, hold);
+            }
+        }
+    }
+    (still, holds)
+}
+
+/// Gives up a hold prune took on a session it keeps; one that cannot be
+/// released expires.
+fn release(store: &Store, hold: Option<Hold>) {
+    if let (Some(backend), Some(hold)) = (store.backend(), hold) {
+        if let Err(e) = backend.release(&hold) {
+            tracing::debug!(session_id = hold.session_id(), error = %e, "could not release the hold; it expires");
+        }
+    }
 }
 
 /// Asks on the terminal whether to remove `doomed`; `yes` answers for it.
