@@ -11,6 +11,7 @@
 mod audit;
 mod codec;
 mod file;
+mod fts;
 mod holds;
 mod options;
 mod read_only;

@@ -18,6 +18,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, Tr
 use crate::audit::{self, StoreViolation};
 use crate::codec;
 use crate::file::{self, Purpose};
+use crate::fts::{self, QueryTokenizer};
 use crate::holds;
 use crate::options::{SqliteOptions, Synchronous};
 use crate::read_only::{self, FileStamp, ReadMode, Reader};
@@ -44,8 +45,11 @@ const UPSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (session_id, log_len, c
 const SELECT_CHECKPOINT: &str = "SELECT log_len, checkpoint FROM checkpoints WHERE session_id = ?1";
 const INSERT_SEARCH: &str = "INSERT INTO search (session_id, seq, text) VALUES (?1, ?2, ?3)";
 /// The candidates of a search: the rows of the full-text index holding
-/// every term.
-const SEARCH_CANDIDATES: &str = "SELECT session_id, seq FROM search WHERE search MATCH ?1";
+/// the index tokens of every term that has some (see [`fts`]).
+const SEARCH_CANDIDATES: &str = "SELECT session_id, seq, text FROM search WHERE search MATCH ?1";
+/// The candidates of a search none of whose terms the index can narrow to:
+/// every row of the full-text index.
+const SEARCH_EVERY_ROW: &str = "SELECT session_id, seq, text FROM search";
 /// A session's last activity (the time of its last event), or no row when
 /// the session does not exist.
 const LAST_ACTIVITY: &str =
@@ -111,6 +115,8 @@ pub struct SqliteStore {
     path: Option<PathBuf>,
     location: String,
     options: SqliteOptions,
+    /// What cuts a search's terms into the index's tokens.
+    tokenizer: QueryTokenizer,
     #[cfg(feature = "testkit")]
     write_fault: Option<palimpsest_persistence::testkit::WriteFault>,
 }
@@ -223,6 +229,7 @@ impl SqliteStore {
             path,
             location,
             options,
+            tokenizer: QueryTokenizer::default(),
             #[cfg(feature = "testkit")]
             write_fault: None,
         })
@@ -267,6 +274,7 @@ impl SqliteStore {
             path: Some(path.to_owned()),
             location,
             options,
+            tokenizer: QueryTokenizer::default(),
             #[cfg(feature = "testkit")]
             write_fault: None,
         })
@@ -508,6 +516,25 @@ impl SqliteStore {
             inner.reader = Some(Box::new(ReadOnly { mode, stamp }));
         }
         Err(read_only::changing(&self.location))
+    }
+
+    /// A failure of a search's full-text query. The query is always
+    /// well-formed, so an index that refuses it (`SQLITE_ERROR`: "no such
+    /// table", an FTS5 error) is not the index this build makes:
+    /// `schema-mismatch`, a refusal (a search writes nothing). Any other
+    /// failure is a read's.
+    fn index_refused(&self, e: rusqlite::Error, expr: Option<&str>) -> ReadError {
+        if e.sqlite_error().is_some_and(|s| s.extended_code & 0xff == rusqlite::ffi::SQLITE_ERROR) {
+            let query = expr.map_or_else(|| "reading every row".to_owned(), |x| format!("the query {x:?}"));
+            return ReadError::Store(StoreError::SchemaMismatch {
+                found: format!("{}, whose full-text index `search` refused {query} ({e})", self.location),
+                expected: format!(
+                    "{}, whose `search` index takes every query a search makes",
+                    schema::expected_store(Purpose::Read)
+                ),
+            });
+        }
+        ReadError::Sql(e)
     }
 
     fn corrupt(&self, session_id: &str, index: Option<u64>, cause: LoadError) -> StoreError {
@@ -771,12 +798,6 @@ fn switch_to_wal(conn: &Connection, location: &str, timeout: Duration) -> Result
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// The FTS5 query for `query`'s terms: each quoted (so no term is read as
-/// an operator), which FTS5 ANDs.
-fn fts_query(query: &SearchQuery) -> String {
-    query.terms().iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(unix)]
@@ -1062,18 +1083,29 @@ impl SessionStore for SqliteStore {
         }
     }
 
-    /// Asks the FTS5 index for the rows holding every term, then reads
-    /// each candidate's event row and confirms it with the reference
-    /// matcher, session by session in the search order, until the limit.
-    /// One read transaction: one snapshot, as a `load` is.
+    /// Asks the FTS5 index for the rows holding the index tokens of every
+    /// term, as FTS5's tokenizer cuts it (every row when no term has any),
+    /// keeps those whose indexed tokens hold every term, then reads each
+    /// one's event row and confirms it with the reference matcher, session
+    /// by session in the search order, until the limit. One read
+    /// transaction: one snapshot, as a `load` is.
     fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
-        let expr = fts_query(query);
+        let expr = self.tokenizer.match_expr(query);
         self.read("searching", |tx| {
             let mut by_session: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
             {
-                let mut stmt = tx.prepare_cached(SEARCH_CANDIDATES)?;
-                let mut rows = stmt.query([&expr])?;
-                while let Some(row) = rows.next()? {
+                let refused = |e| self.index_refused(e, expr.as_deref());
+                let sql = if expr.is_some() { SEARCH_CANDIDATES } else { SEARCH_EVERY_ROW };
+                let mut stmt = tx.prepare_cached(sql).map_err(refused)?;
+                let mut rows = match &expr {
+                    Some(expr) => stmt.query([expr]),
+                    None => stmt.query([]),
+                }
+                .map_err(refused)?;
+                while let Some(row) = rows.next().map_err(refused)? {
+                    if !fts::may_hold(row.get_ref(2)?, query.terms()) {
+                        continue;
+                    }
                     let id: String = row.get(0)?;
                     by_session.entry(id).or_default().push(row.get(1)?);
                 }

@@ -10,4 +10,5 @@ mod io_errors;
 mod processes;
 mod read_only;
 mod refusals;
+mod search;
 mod tamper;
