@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
 use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, StoreError, StoredSession};
@@ -21,6 +22,43 @@ const SUMMARIES_PER_THREAD: usize = 64;
 
 type Handle = Arc<Mutex<SessionFile>>;
 
+/// A session the store keeps open: its file (and so its lock), and the
+/// hold granted on it, if one was: the holder and token a
+/// [`release`](SessionStore::release) or [`renew`](SessionStore::renew)
+/// must name. Dropped together, so a closed or deleted session forgets
+/// its hold.
+#[derive(Debug)]
+struct Open {
+    file: Handle,
+    hold: Option<(String, u64)>,
+}
+
+impl Open {
+    fn new(file: SessionFile) -> Open {
+        Open { file: Arc::new(Mutex::new(file)), hold: None }
+    }
+
+    /// Whether `hold` is the hold this store granted and still keeps.
+    fn granted(&self, hold: &Hold) -> bool {
+        self.hold.as_ref().is_some_and(|(holder, token)| holder == hold.holder() && *token == hold.token())
+    }
+}
+
+/// The token of a new grant of a hold: the time in microseconds since the
+/// epoch, and larger than every token granted before in this process, so
+/// a hold given up and taken again is another hold, and a stale one never
+/// names the current one.
+pub(crate) fn new_token() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let next = |last: u64| now.max(last.saturating_add(1));
+    match LAST.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(next(last))) {
+        Ok(last) | Err(last) => next(last),
+    }
+}
+
 /// A [`SessionStore`] keeping each session in its own JSONL file
 /// (`<dir>/<encoded id>.jsonl`, see the crate docs for the encoding).
 ///
@@ -31,7 +69,7 @@ type Handle = Arc<Mutex<SessionFile>>;
 #[derive(Debug)]
 pub struct JsonlStore {
     dir: PathBuf,
-    open: Mutex<BTreeMap<String, Handle>>,
+    open: Mutex<BTreeMap<String, Open>>,
     read: ReadOptions,
     #[cfg(feature = "testkit")]
     write_fault: Option<palimpsest_persistence::testkit::WriteFault>,
@@ -111,8 +149,9 @@ impl JsonlStore {
         path.is_dir()
     }
 
-    /// Releases this store's hold on a session (its file handle and lock),
-    /// without syncing. A no-op for a session the store does not hold.
+    /// Releases this store's hold on a session (its file handle and lock,
+    /// and the [`Hold`] granted on it, if any), without syncing. A no-op
+    /// for a session the store does not hold.
     pub fn close(&self, session_id: &str) {
         self.handles().remove(session_id);
     }
@@ -200,14 +239,14 @@ impl JsonlStore {
         Ok(all)
     }
 
-    fn handles(&self) -> MutexGuard<'_, BTreeMap<String, Handle>> {
+    fn handles(&self) -> MutexGuard<'_, BTreeMap<String, Open>> {
         // The map is only inserted into and removed from; a panic cannot
         // leave it half-changed.
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn cached(&self, session_id: &str) -> Option<Handle> {
-        self.handles().get(session_id).cloned()
+        self.handles().get(session_id).map(|open| open.file.clone())
     }
 
     /// The held file of a session, opening (and locking) it if needed.
@@ -215,16 +254,25 @@ impl JsonlStore {
         // Opening holds the map's lock: two threads opening the same session
         // at once would otherwise see each other's file lock as `locked`.
         let mut handles = self.handles();
-        if let Some(handle) = handles.get(session_id) {
-            return Ok(handle.clone());
+        Ok(self.open_in(&mut handles, session_id)?.file.clone())
+    }
+
+    /// The entry of a session in `handles` (the map, locked), opening (and
+    /// locking) its file if needed.
+    fn open_in<'m>(
+        &self,
+        handles: &'m mut BTreeMap<String, Open>,
+        session_id: &str,
+    ) -> Result<&'m mut Open, StoreError> {
+        if !handles.contains_key(session_id) {
+            let path = self.path_of(session_id)?;
+            let mut file =
+                SessionFile::open(&path).map_err(|e| with_id(e, session_id))?.with_read_options(self.read);
+            check_id(&path, &file.header_id()?, session_id)?;
+            handles.insert(session_id.to_owned(), Open::new(file));
         }
-        let path = self.path_of(session_id)?;
-        let mut file =
-            SessionFile::open(&path).map_err(|e| with_id(e, session_id))?.with_read_options(self.read);
-        check_id(&path, &file.header_id()?, session_id)?;
-        let handle = Arc::new(Mutex::new(file));
-        handles.insert(session_id.to_owned(), handle.clone());
-        Ok(handle)
+        // Just inserted if it was missing, under the map's lock.
+        handles.get_mut(session_id).ok_or_else(|| StoreError::NotFound { session_id: session_id.to_owned() })
     }
 }
 
@@ -264,7 +312,7 @@ impl SessionStore for JsonlStore {
         let path = self.path_of(&header.id)?;
         let mut handles = self.handles();
         let file = SessionFile::create(&path, header)?.with_read_options(self.read);
-        handles.insert(header.id.clone(), Arc::new(Mutex::new(file)));
+        handles.insert(header.id.clone(), Open::new(file));
         forget_checkpoint(&path);
         Ok(())
     }
@@ -273,7 +321,7 @@ impl SessionStore for JsonlStore {
         let path = self.path_of(&header.id)?;
         let mut handles = self.handles();
         let file = SessionFile::create_with_events(&path, header, events)?.with_read_options(self.read);
-        handles.insert(header.id.clone(), Arc::new(Mutex::new(file)));
+        handles.insert(header.id.clone(), Open::new(file));
         forget_checkpoint(&path);
         Ok(())
     }
@@ -289,20 +337,60 @@ impl SessionStore for JsonlStore {
     }
 
     /// Locks the session file now (as the first append would), for as long
-    /// as this store keeps it: until [`release`](SessionStore::release),
-    /// [`close`](JsonlStore::close), a delete, or the store's drop; the
-    /// operating system drops the lock when the process ends. So the hold
-    /// never expires (`expires_at` is `None`, `ttl` is unused) and its
-    /// token is 0: a writer without the lock cannot write the file at all.
-    /// `locked` while another store, in this process or another, holds it.
+    /// as this store keeps it: until the hold's
+    /// [`release`](SessionStore::release), [`close`](JsonlStore::close), a
+    /// delete, or the store's drop; the operating system drops the lock
+    /// when the process ends. So the hold never expires (`expires_at` is
+    /// `None`, `ttl` is unused). Its token only tells this grant from
+    /// others (a writer without the lock cannot write the file at all): a
+    /// new grant's is larger than every earlier one of this process (see
+    /// [`new_token`]); this store's own hold keeps its token. `locked`
+    /// while another store, in this process or another, holds the session.
     fn hold(&self, session_id: &str, holder: &str, _ttl: Duration) -> Result<Option<Hold>, StoreError> {
-        self.handle(session_id)?;
-        Ok(Some(Hold::new(session_id, holder, 0, None)))
+        let mut handles = self.handles();
+        let open = self.open_in(&mut handles, session_id)?;
+        let token = match &open.hold {
+            Some((_, token)) => *token,
+            None => new_token(),
+        };
+        open.hold = Some((holder.to_owned(), token));
+        drop(handles);
+        tracing::debug!(session_id, holder, token, "took hold");
+        Ok(Some(Hold::new(session_id, holder, token, None)))
     }
 
-    /// Unlocks the session file (as [`close`](JsonlStore::close)).
+    /// The hold as it is (it does not expire) while it is this store's
+    /// current hold of the session; `not-found` once the session's file is
+    /// gone; `locked` once this store gave the hold up (released, closed)
+    /// or never granted it: its lock is gone, a hold must be taken again.
+    fn renew(&self, hold: &Hold, _ttl: Duration) -> Result<Hold, StoreError> {
+        let session_id = hold.session_id();
+        check_regular(&self.path_of(session_id)?).map_err(|e| with_id(e, session_id))?;
+        if self.handles().get(session_id).is_some_and(|open| open.granted(hold)) {
+            return Ok(hold.clone());
+        }
+        Err(StoreError::Locked {
+            what: format!(
+                "session {session_id:?} (the hold of {:?} with token {} was released, or this store never held it; take a hold again)",
+                hold.holder(),
+                hold.token()
+            ),
+        })
+    }
+
+    /// Unlocks the session file (as [`close`](JsonlStore::close)) when
+    /// `hold` is this store's current hold of it: the holder and token it
+    /// granted. Any other hold (released before, of an earlier grant, of
+    /// another holder or store, of a deleted session) changes nothing and
+    /// is not an error; nor does it unlock a file this store holds with no
+    /// hold granted (after an append).
     fn release(&self, hold: &Hold) -> Result<(), StoreError> {
-        self.close(hold.session_id());
+        let session_id = hold.session_id();
+        let mut handles = self.handles();
+        if handles.get(session_id).is_some_and(|open| open.granted(hold)) {
+            handles.remove(session_id);
+            tracing::debug!(session_id, token = hold.token(), "released hold");
+        }
         Ok(())
     }
 
@@ -445,8 +533,8 @@ impl SessionStore for JsonlStore {
         let mut handles = self.handles();
         // Hold the file's lock while removing it, so no writer is appending.
         match handles.remove(session_id) {
-            Some(handle) => {
-                let mut file = lock_handle(&handle);
+            Some(open) => {
+                let mut file = lock_handle(&open.file);
                 remove()?;
                 // A thread that fetched this handle before the delete must
                 // not append to the removed file.

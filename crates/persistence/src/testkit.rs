@@ -29,12 +29,15 @@
 //! of sessions, unusual session ids (`invalid-id` or a working session, never
 //! a mix-up), a second handle on the same location, holds (one writer per
 //! session: a second holder and its appends refused, takeover of an expired
-//! lease and the fence against its first holder), torn tails (for backends
+//! lease and the fence against its first holder, a release of another
+//! holder's or an earlier grant's hold freeing nothing, a renewal after a
+//! delete `not-found`), torn tails (for backends
 //! that have them) and [`DurableSession`] over the store. Search
 //! ([`SessionStore::search`]): message words found, chunks not, any case,
 //! every term, shadowed messages too, the order and the limit, the empty
-//! query refused, appends and deletes followed, and hits identical to the
-//! reference scan on a random-ish corpus. Checkpoints
+//! query refused, appends and deletes followed, words of every script
+//! (vowel signs, harakat, circled letters) as the reference cuts them, and
+//! hits identical to the reference scan on a random-ish corpus. Checkpoints
 //! ([`SessionStore::save_checkpoint`], [`SessionStore::load_resumable`]): a
 //! saved one is used, with only the events after it, and a session opened
 //! from it is the whole log's; a stale one gives the right tail; one of
@@ -60,7 +63,10 @@ pub use checkpoints::{
     a_saved_checkpoint_is_used_and_opens_the_same_session, a_stale_checkpoint_gives_the_events_after_it,
     checkpoints_that_do_not_match_are_ignored,
 };
-pub use holds::{an_expired_hold_is_taken_over_and_its_holder_fenced_out, holds_keep_a_second_writer_out};
+pub use holds::{
+    an_expired_hold_is_taken_over_and_its_holder_fenced_out, holds_keep_a_second_writer_out,
+    only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed,
+};
 pub use rng::SplitMix64;
 pub use search::{
     search_agrees_with_the_reference_scan, search_finds_message_words_not_chunks,
@@ -235,6 +241,10 @@ pub const CHECKS: &[(&str, Check)] = &[
         an_expired_hold_is_taken_over_and_its_holder_fenced_out,
     ),
     (
+        "only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed",
+        only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed,
+    ),
+    (
         "torn_tail_is_dropped_reported_and_cut_off_if_supported",
         torn_tail_is_dropped_reported_and_cut_off_if_supported,
     ),
@@ -276,6 +286,7 @@ pub const CHECKS: &[(&str, Check)] = &[
 ///     "io_errors_never_store_a_batch_in_part_or_twice",
 ///     "holds_keep_a_second_writer_out",
 ///     "an_expired_hold_is_taken_over_and_its_holder_fenced_out",
+///     "only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed",
 ///     "torn_tail_is_dropped_reported_and_cut_off_if_supported",
 ///     "unterminated_whole_last_record_is_kept_if_supported",
 ///     "a_saved_checkpoint_is_used_and_opens_the_same_session",
@@ -346,6 +357,7 @@ macro_rules! store_contract_tests {
             second_handle_never_breaks_the_log,
             holds_keep_a_second_writer_out,
             an_expired_hold_is_taken_over_and_its_holder_fenced_out,
+            only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed,
             torn_tail_is_dropped_reported_and_cut_off_if_supported,
             unterminated_whole_last_record_is_kept_if_supported,
             durable_open_revalidates_the_stored_log,

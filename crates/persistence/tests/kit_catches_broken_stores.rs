@@ -348,6 +348,9 @@ impl SessionStore for BytesStore {
     fn renew(&self, hold: &Hold, ttl: Duration) -> Result<Hold, StoreError> {
         let key = self.key(hold.session_id());
         let mut files = self.files();
+        if !files.live.contains_key(&key) {
+            return Err(StoreError::NotFound { session_id: hold.session_id().to_owned() });
+        }
         let current = files.holds.get(&key).map(record);
         match self.fault {
             Fault::RenewsAReleasedHold => {
@@ -373,7 +376,10 @@ impl SessionStore for BytesStore {
         if let Some(held) = files.holds.get_mut(&key).filter(|h| h.1 == hold.token()) {
             held.2 = SystemTime::now();
         }
-        self.ours.lock().unwrap_or_else(|p| p.into_inner()).remove(hold.session_id());
+        let mut ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
+        if ours.get(hold.session_id()) == Some(&hold.token()) {
+            ours.remove(hold.session_id());
+        }
         Ok(())
     }
 

@@ -96,6 +96,7 @@ pg_contract_tests!(
     second_handle_never_breaks_the_log,
     holds_keep_a_second_writer_out,
     an_expired_hold_is_taken_over_and_its_holder_fenced_out,
+    only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed,
     torn_tail_is_dropped_reported_and_cut_off_if_supported,
     unterminated_whole_last_record_is_kept_if_supported,
     durable_open_revalidates_the_stored_log,

@@ -104,3 +104,66 @@ pub fn an_expired_hold_is_taken_over_and_its_holder_fenced_out(factory: &dyn Sto
     must(b.release(&taken), "releasing the new hold");
     Outcome::Ran
 }
+
+/// Only the current hold is given up: a release naming another holder, or
+/// the token of an earlier grant of the session (a stale hold, kept by a
+/// worker that gave it up and took it again, or a forged one), changes
+/// nothing and is not an error. The holder keeps the session (another
+/// store's hold and append are still `locked`), appends and renews; its
+/// own release then frees it. A new grant's token is larger than the last,
+/// so an earlier grant's hold never names the current one. Once the
+/// session is deleted, a renewal is `not-found` and a release changes
+/// nothing.
+pub fn only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed(
+    factory: &dyn StoreFactory,
+) -> Outcome {
+    let h = header("kit-hold-release");
+    let a = factory.open();
+    let b = factory.open();
+    create(&*a, &h);
+    let Some(first) = must(a.hold(&h.id, "worker-a", LONG), "the first hold") else {
+        return Outcome::Skipped(GRANTS_NO_HOLDS);
+    };
+    must(a.release(&first), "releasing the first hold");
+    let held = must(a.hold(&h.id, "worker-a", LONG), "the hold taken again after its release")
+        .unwrap_or_else(|| panic!("a store that granted one hold granted none the second time"));
+    assert!(held.token() > first.token(), "a new grant's token must be larger: {held:?} after {first:?}");
+
+    let others = [
+        (crate::Hold::new(&h.id, "worker-b", held.token().saturating_add(1), None), "of another holder"),
+        (first.clone(), "of the same holder, with the token of its earlier grant"),
+        (
+            crate::Hold::new(&h.id, "worker-b", first.token(), held.expires_at()),
+            "of another holder, with an earlier token",
+        ),
+    ];
+    for (n, (other, what)) in others.iter().enumerate() {
+        must(a.release(other), &format!("a release of a hold {what} (not an error)"));
+        must_fail(
+            b.hold(&h.id, "worker-b", LONG),
+            "locked",
+            &format!("another store's hold, after a release of a hold {what}"),
+        );
+        let next = n as u64;
+        must_fail(
+            b.append(&h.id, &ticks(next..next + 1)),
+            "locked",
+            &format!("another store's append, after a release of a hold {what}"),
+        );
+        append(&*a, &h.id, &ticks(next..next + 1));
+    }
+    let renewed = must(a.renew(&held, LONG), "renewing the current hold after the other releases");
+    assert_eq!(renewed.token(), held.token(), "a renewal keeps the token");
+    assert_stored(&*b, &h, &ticks(0..3), "after the holder's appends");
+
+    must(a.release(&held), "releasing the current hold");
+    let taken = must(b.hold(&h.id, "worker-b", LONG), "another store's hold after the holder's release")
+        .unwrap_or_else(|| panic!("a store that granted one hold granted none the second time"));
+    append(&*b, &h.id, &ticks(3..4));
+    must(b.delete(&h.id), "the holder deleting the session");
+    must_fail(b.renew(&taken, LONG), "not-found", "renewing a hold once its session is deleted");
+    must_fail(a.renew(&held, LONG), "not-found", "renewing a released hold once its session is deleted");
+    must(b.release(&taken), "releasing a hold whose session is gone (changes nothing)");
+    must_fail(b.load(&h.id), "not-found", "loading the deleted session");
+    Outcome::Ran
+}
