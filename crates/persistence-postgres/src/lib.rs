@@ -22,6 +22,7 @@ mod options;
 mod schema;
 mod search;
 mod store;
+mod tls;
 mod url;
 
 pub use hold::Hold;

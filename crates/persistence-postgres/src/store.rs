@@ -11,6 +11,7 @@ use palimpsest_persistence::{
     check_continues, check_header, CollectSink, LoadReport, LoadSink, Resumable, SearchHit, SearchQuery,
     SessionStore, SessionSummary, StoreError, StoredSession, SummaryPart,
 };
+#[cfg(not(feature = "tls"))]
 use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -24,6 +25,7 @@ use crate::hold::{self, Hold};
 use crate::options::PgOptions;
 use crate::schema::{self, quote_ident, quote_literal};
 use crate::search;
+use crate::tls::TlsParams;
 use crate::url::redact_url;
 use palimpsest_persistence::hold::{check_fence, check_renewal, grant, HoldRecord};
 
@@ -249,6 +251,8 @@ impl Sql {
 pub struct PgStore {
     inner: Mutex<Inner>,
     config: Config,
+    /// What the connection string asks of TLS beyond what `config` holds.
+    tls: TlsParams,
     /// The connection string, password redacted: what errors name.
     location: String,
     schema: String,
@@ -415,6 +419,8 @@ impl PgStore {
         off_the_runtime(|| {
             let location = redact_url(url);
             let url = crate::url::lowercase_scheme(url);
+            let (url, tls) = TlsParams::take(&url)
+                .map_err(|why| invalid_input(format!("reading the connection string {location}"), why))?;
             let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
                 invalid_input(format!("reading the connection string {location}"), e.to_string())
             })?;
@@ -424,7 +430,7 @@ impl PgStore {
             if config.get_application_name().is_none() {
                 config.application_name("palimpsest");
             }
-            let (mut client, pid) = connect(&config, &location)?;
+            let (mut client, pid) = connect(&config, &tls, &location)?;
             let schema = match &options.schema {
                 Some(s) => s.clone(),
                 None => {
@@ -471,6 +477,7 @@ impl PgStore {
                     holds: HashMap::new(),
                 }),
                 config,
+                tls,
                 sql: Sql::new(&schema),
                 begin_write: format!("BEGIN ISOLATION LEVEL READ COMMITTED; {timeouts}"),
                 begin_read: format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {timeouts}"),
@@ -654,7 +661,7 @@ impl PgStore {
             PgStore::drop_client(inner);
         }
         if inner.client.is_none() {
-            let (client, pid) = connect(&self.config, &self.location)?;
+            let (client, pid) = connect(&self.config, &self.tls, &self.location)?;
             tracing::info!(location = %self.location, backend_pid = pid, "reconnected");
             inner.client = Some(client);
             inner.backend_pid = Some(pid);
@@ -1404,10 +1411,10 @@ fn describe_target(write: Write<'_>) -> String {
     }
 }
 
-/// Connects and reads the server process id.
-fn connect(config: &Config, location: &str) -> Result<(Client, i32), StoreError> {
-    let mut client = connect_client(config)
-        .map_err(|source| StoreError::Io { context: format!("connecting to {location}"), source })?;
+/// Connects (through TLS as `tls` and the `sslmode` say, see [`crate::tls`])
+/// and reads the server process id.
+fn connect(config: &Config, tls: &TlsParams, location: &str) -> Result<(Client, i32), StoreError> {
+    let mut client = connect_client(config, tls, location)?;
     let pid: i32 = client
         .query_typed_one("SELECT pg_backend_pid()", &[])
         .and_then(|r| r.try_get(0))
@@ -1415,32 +1422,33 @@ fn connect(config: &Config, location: &str) -> Result<(Client, i32), StoreError>
     Ok((client, pid))
 }
 
+fn connecting(location: &str) -> impl FnOnce(ConnectError) -> StoreError + '_ {
+    move |source| StoreError::Io { context: format!("connecting to {location}"), source }
+}
+
 #[cfg(feature = "tls")]
-fn connect_client(config: &Config) -> Result<Client, ConnectError> {
-    if config.get_ssl_mode() == SslMode::Disable {
-        return Client::connect(config, tokio_postgres::NoTls);
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    match tls {
-        Ok(tls) => Client::connect(config, tokio_postgres_rustls::MakeRustlsConnect::new(tls)),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot set up TLS; connecting without it");
-            Client::connect(config, tokio_postgres::NoTls)
-        }
-    }
+fn connect_client(config: &Config, tls: &TlsParams, location: &str) -> Result<Client, StoreError> {
+    let Some(verify) = tls.verify(config.get_ssl_mode()) else {
+        return Client::connect(config, tokio_postgres::NoTls).map_err(connecting(location));
+    };
+    let connector = crate::tls::connector(tls, verify)
+        .map_err(|why| invalid_input(format!("connecting to {location}"), why))?;
+    Client::connect(config, connector).map_err(connecting(location))
 }
 
 #[cfg(not(feature = "tls"))]
-fn connect_client(config: &Config) -> Result<Client, ConnectError> {
+fn connect_client(config: &Config, tls: &TlsParams, location: &str) -> Result<Client, StoreError> {
+    if matches!(tls.verify(config.get_ssl_mode()), Some(Some(_))) {
+        return Err(invalid_input(
+            format!("connecting to {location}"),
+            "the connection string asks to check the server's certificate (`sslmode=verify-ca`, \
+             `verify-full` or `sslrootcert`), but this build has no TLS (the crate's `tls` feature is off)",
+        ));
+    }
     if config.get_ssl_mode() == SslMode::Require {
         tracing::warn!("sslmode=require, but this build has no TLS (the crate's `tls` feature is off)");
     }
-    Client::connect(config, tokio_postgres::NoTls)
+    Client::connect(config, tokio_postgres::NoTls).map_err(connecting(location))
 }
 
 /// Refuses ids the store cannot hold: NUL (PostgreSQL text cannot store

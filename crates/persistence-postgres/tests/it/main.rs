@@ -13,3 +13,5 @@ mod failover;
 mod faults;
 mod holds;
 mod processes;
+#[cfg(feature = "tls")]
+mod tls;
