@@ -4,6 +4,10 @@
 //! are used in two directions: to build events through the typed append API,
 //! and to check the shape of events read from a file. The log itself keeps
 //! every `data` verbatim, so keys these types do not know survive untouched.
+//!
+//! An optional key is omitted when absent: present as `null`, it is read as
+//! its type (`deserialize_with = "present"`) and so refused, as for the
+//! envelope's optional keys (contract sections 1.1 and 1.2).
 
 use serde::{Deserialize, Serialize};
 
@@ -247,10 +251,10 @@ pub struct Usage {
     /// Completion tokens.
     pub output_tokens: u64,
     /// Prompt tokens served from a cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub cached_input_tokens: Option<u64>,
     /// Reasoning tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub reasoning_tokens: Option<u64>,
 }
 
@@ -332,7 +336,7 @@ pub struct StepEnd {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserMessage {
     /// The turn it opened, when it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub turn: Option<u64>,
     /// The message (role `user`).
     pub message: Message,
@@ -373,10 +377,10 @@ pub struct AssistantMessage {
     /// The message (role `assistant`).
     pub message: Message,
     /// Token usage of the response.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub usage: Option<Usage>,
     /// `Some(true)` when the stream was cut off by cancellation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub interrupted: Option<bool>,
 }
 
@@ -406,7 +410,7 @@ pub struct ToolResult {
     /// The message: role `user`, exactly one `tool-result` block, source `tool`.
     pub message: Message,
     /// Set when the tool failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub error: Option<ToolError>,
 }
 
@@ -585,7 +589,7 @@ tagged_enum! {
         "tool-call-delta" => ToolCallDelta {
             index: u32,
             id: String,
-            #[serde(default)] name: Option<String>,
+            #[serde(default, deserialize_with = "present")] name: Option<String>,
             #[serde(rename = "argumentsDelta")] arguments_delta: String,
         },
         "usage" => |usage: Usage| StreamChunk::Usage(usage),
@@ -595,7 +599,7 @@ tagged_enum! {
 tagged_enum! {
     Block, tag "type", "a content block" {
         "text" => Text { text: String },
-        "reasoning" => Reasoning { text: String, #[serde(default)] signature: Option<String> },
+        "reasoning" => Reasoning { text: String, #[serde(default, deserialize_with = "present")] signature: Option<String> },
         "tool-call" => ToolCall { id: String, name: String, arguments: String },
         "tool-result" => ToolResult {
             #[serde(rename = "toolCallId")] tool_call_id: String,

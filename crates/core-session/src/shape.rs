@@ -243,7 +243,7 @@ struct TextBlock {
 struct ReasoningBlock {
     #[serde(rename = "text")]
     _text: AnyStr,
-    #[serde(rename = "signature", default)]
+    #[serde(rename = "signature", default, deserialize_with = "present")]
     _signature: Option<AnyStr>,
 }
 
@@ -339,7 +339,7 @@ struct ToolCallDeltaChunk {
     _index: u32,
     #[serde(rename = "id")]
     _id: AnyStr,
-    #[serde(rename = "name", default)]
+    #[serde(rename = "name", default, deserialize_with = "present")]
     _name: Option<AnyStr>,
     #[serde(rename = "argumentsDelta")]
     _arguments_delta: AnyStr,
@@ -361,9 +361,9 @@ struct Usage {
     _input_tokens: u64,
     #[serde(rename = "outputTokens")]
     _output_tokens: u64,
-    #[serde(rename = "cachedInputTokens", default)]
+    #[serde(rename = "cachedInputTokens", default, deserialize_with = "present")]
     _cached_input_tokens: Option<u64>,
-    #[serde(rename = "reasoningTokens", default)]
+    #[serde(rename = "reasoningTokens", default, deserialize_with = "present")]
     _reasoning_tokens: Option<u64>,
 }
 
@@ -379,7 +379,7 @@ struct ToolError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WithMessage {
-    #[serde(rename = "turn", default)]
+    #[serde(rename = "turn", default, deserialize_with = "present")]
     _turn: Option<u64>,
     message: Message,
 }
@@ -409,9 +409,9 @@ struct AssistantMessage {
     #[serde(rename = "step")]
     _step: u64,
     message: Message,
-    #[serde(rename = "usage", default)]
+    #[serde(rename = "usage", default, deserialize_with = "present")]
     _usage: Option<Usage>,
-    #[serde(rename = "interrupted", default)]
+    #[serde(rename = "interrupted", default, deserialize_with = "present")]
     _interrupted: Option<bool>,
 }
 
@@ -438,7 +438,7 @@ struct ToolResult {
     #[serde(rename = "step")]
     _step: u64,
     message: Message,
-    #[serde(rename = "error", default)]
+    #[serde(rename = "error", default, deserialize_with = "present")]
     _error: Option<ToolError>,
 }
 
@@ -918,5 +918,63 @@ pub(crate) mod tests {
             let expected = if valid { Verdict::Complete } else { Verdict::Unsure };
             assert_eq!(check(&event_type, text), expected, "{text}");
         }
+    }
+
+    /// An optional key of a core payload present as `null` is not "absent"
+    /// (contract sections 1.1 and 1.2): the owned types refuse it with
+    /// `event-malformed`, and the fast check does not accept it (it sends
+    /// it to them). Without the key, both accept it, the fast check whole.
+    #[test]
+    fn a_null_optional_payload_key_is_refused_by_both_paths() {
+        for (event_type, text, member) in null_optional_cases() {
+            let (null, absent) = null_and_absent(text, member);
+            let owned = check_owned_payload(0, &event_type, &null);
+            assert_eq!(owned.as_ref().map_err(|e| e.code()), Err("event-malformed"), "{event_type} {null}");
+            assert_eq!(check(&event_type, &null), Verdict::Unsure, "{event_type} {null}");
+            for text in [text.to_owned(), absent] {
+                assert!(check_owned_payload(0, &event_type, &text).is_ok(), "{event_type} {text}");
+                assert_eq!(check(&event_type, &text), Verdict::Complete, "{event_type} {text}");
+            }
+        }
+    }
+
+    /// Core payloads, each with one optional member (`"key":value`, as it
+    /// stands in the text) to write as `null` or leave out.
+    fn null_optional_cases() -> Vec<(EventType, &'static str, &'static str)> {
+        const USER: &str = r#"{"turn":1,"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}}"#;
+        const ASSISTANT: &str = r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[{"type":"reasoning","text":"hm","signature":"sig"},{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}},"usage":{"inputTokens":3,"outputTokens":2,"cachedInputTokens":1,"reasoningTokens":4},"interrupted":true}"#;
+        const RESULT: &str = r#"{"turn":1,"step":1,"message":{"id":"r","role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":true,"content":[{"type":"reasoning","text":"x","signature":"sig"}]}],"source":{"kind":"tool","callId":"c1"}},"error":{"name":"E","code":"C"}}"#;
+        const DELTA: &str = r#"{"turn":1,"step":1,"chunk":{"type":"tool-call-delta","index":0,"id":"c1","name":"read","argumentsDelta":"{"}}"#;
+        const USAGE_CHUNK: &str = r#"{"turn":1,"step":1,"chunk":{"type":"usage","inputTokens":3,"outputTokens":2,"cachedInputTokens":1,"reasoningTokens":4}}"#;
+        vec![
+            (EventType::UserMessage, USER, r#""turn":1"#),
+            (EventType::AssistantMessage, ASSISTANT, r#""signature":"sig""#),
+            (
+                EventType::AssistantMessage,
+                ASSISTANT,
+                r#""usage":{"inputTokens":3,"outputTokens":2,"cachedInputTokens":1,"reasoningTokens":4}"#,
+            ),
+            (EventType::AssistantMessage, ASSISTANT, r#""cachedInputTokens":1"#),
+            (EventType::AssistantMessage, ASSISTANT, r#""reasoningTokens":4"#),
+            (EventType::AssistantMessage, ASSISTANT, r#""interrupted":true"#),
+            (EventType::ToolResult, RESULT, r#""signature":"sig""#),
+            (EventType::ToolResult, RESULT, r#""error":{"name":"E","code":"C"}"#),
+            (EventType::AssistantChunk, DELTA, r#""name":"read""#),
+            (EventType::AssistantChunk, USAGE_CHUNK, r#""cachedInputTokens":1"#),
+            (EventType::AssistantChunk, USAGE_CHUNK, r#""reasoningTokens":4"#),
+        ]
+    }
+
+    /// `text` with `member` (found once in it) written as `null`, and left out.
+    fn null_and_absent(text: &str, member: &str) -> (String, String) {
+        assert_eq!(text.matches(member).count(), 1, "{member} in {text}");
+        let key = &member[..member.find(':').unwrap()];
+        let null = text.replace(member, &format!("{key}:null"));
+        let absent = if text.contains(&format!(",{member}")) {
+            text.replace(&format!(",{member}"), "")
+        } else {
+            text.replace(&format!("{member},"), "")
+        };
+        (null, absent)
     }
 }

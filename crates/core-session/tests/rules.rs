@@ -3,6 +3,7 @@
 //! appends the valid prefix, then offers the bad event and asserts the code,
 //! the seq, and that the refusal changed nothing.
 
+use palimpsest_core_session::jsonl::JsonlLog;
 use palimpsest_core_session::{Event, Session, SessionHeader};
 use serde_json::{json, Value};
 
@@ -154,6 +155,105 @@ fn core_payload_shapes_are_enforced() {
     ];
     for bad in cases {
         check(&[], bad, "event-malformed", Some(0));
+    }
+}
+
+/// Core payloads, each with one optional member (`"key":value`, as it
+/// stands in the text) that a conformance probe wrote as `null`.
+const NULL_OPTIONAL_CASES: &[(&str, &str, &str)] = &[
+    (
+        "user/message",
+        r#"{"turn":1,"message":{"id":"u","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}}"#,
+        r#""turn":1"#,
+    ),
+    (
+        "assistant/message",
+        r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}},"usage":{"inputTokens":3,"outputTokens":2}}"#,
+        r#""usage":{"inputTokens":3,"outputTokens":2}"#,
+    ),
+    (
+        "assistant/message",
+        r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}},"interrupted":true}"#,
+        r#""interrupted":true"#,
+    ),
+    (
+        "assistant/message",
+        r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}},"usage":{"inputTokens":3,"outputTokens":2,"cachedInputTokens":1}}"#,
+        r#""cachedInputTokens":1"#,
+    ),
+    (
+        "assistant/message",
+        r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}},"usage":{"inputTokens":3,"outputTokens":2,"reasoningTokens":1}}"#,
+        r#""reasoningTokens":1"#,
+    ),
+    (
+        "assistant/message",
+        r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[{"type":"reasoning","text":"hm","signature":"sig"},{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}}}"#,
+        r#""signature":"sig""#,
+    ),
+    (
+        "tool/result",
+        r#"{"turn":1,"step":1,"message":{"id":"r","role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":true,"content":[{"type":"text","text":"no"}]}],"source":{"kind":"tool","callId":"c1"}},"error":{"name":"UnknownTool","code":"TOOL_UNKNOWN"}}"#,
+        r#""error":{"name":"UnknownTool","code":"TOOL_UNKNOWN"}"#,
+    ),
+    (
+        "assistant/chunk",
+        r#"{"turn":1,"step":1,"chunk":{"type":"tool-call-delta","index":0,"id":"c1","name":"read","argumentsDelta":"{"}}"#,
+        r#""name":"read""#,
+    ),
+    (
+        "assistant/chunk",
+        r#"{"turn":1,"step":1,"chunk":{"type":"usage","inputTokens":3,"outputTokens":2,"cachedInputTokens":1,"reasoningTokens":4}}"#,
+        r#""cachedInputTokens":1"#,
+    ),
+    (
+        "assistant/chunk",
+        r#"{"turn":1,"step":1,"chunk":{"type":"usage","inputTokens":3,"outputTokens":2,"cachedInputTokens":1,"reasoningTokens":4}}"#,
+        r#""reasoningTokens":4"#,
+    ),
+];
+
+/// An optional key inside a core payload, present as `null`, is not
+/// "absent": like an envelope key (section 1.1), it is `event-malformed`
+/// on every entry point (an outside conformance probe found it read as
+/// absent). Each payload is offered as written (which the fast shape check
+/// reads whole) and with an unknown key beside it (which sends it to the
+/// owned types); without the key, it loads.
+#[test]
+fn a_null_optional_payload_key_is_event_malformed() {
+    const HEADER: &str = r#"{"type":"session","version":0,"id":"s","createdAt":0}"#;
+    for &(ty, data, member) in NULL_OPTIONAL_CASES {
+        assert_eq!(data.matches(member).count(), 1, "{member} in {data}");
+        let key = &member[..member.find(':').unwrap()];
+        let null = data.replace(member, &format!("{key}:null"));
+        let absent = data.replace(&format!(",{member}"), "").replace(&format!("{member},"), "");
+        let op = if ty == "assistant/chunk" { None } else { Some(r#""append""#) };
+        let line = |data: &str| {
+            let op = op.map(|op| format!(r#","surfaceOp":{op}"#)).unwrap_or_default();
+            format!(r#"{{"seq":0,"time":0,"type":"{ty}","data":{data}{op}}}"#)
+        };
+        let with_unknown = |data: &str| data.replacen('{', r#"{"future":1,"#, 1);
+        for data in [null.clone(), with_unknown(&null)] {
+            let err = Event::from_json(&line(&data)).expect_err(&data);
+            assert_eq!((err.code(), err.seq()), ("event-malformed", Some(0)), "{data}: {err}");
+            let err = Event::from_parts(0, 0, ty, data.as_str(), None, op).expect_err(&data);
+            assert_eq!((err.code(), err.seq()), ("event-malformed", Some(0)), "{data}: {err}");
+            let file = format!("{HEADER}\n{}\n", line(&data));
+            let err = JsonlLog::parse(file.as_bytes()).expect_err(&data);
+            assert_eq!((err.code(), err.line()), ("event-malformed", Some(2)), "{data}: {err}");
+            check(&[], serde_json::from_str(&line(&data)).unwrap(), "event-malformed", Some(0));
+        }
+        for data in [data.to_owned(), absent.clone(), with_unknown(&absent)] {
+            assert!(!data.contains("null"), "{data}");
+            let event = Event::from_json(&line(&data)).unwrap_or_else(|e| panic!("{data}: {e}"));
+            assert_eq!(event.data(), data);
+            Event::from_parts(0, 0, ty, data.as_str(), None, op).unwrap_or_else(|e| panic!("{data}: {e}"));
+            let file = format!("{HEADER}\n{}\n", line(&data));
+            let log = JsonlLog::parse(file.as_bytes()).unwrap_or_else(|e| panic!("{data}: {e}"));
+            assert_eq!(log.events, std::slice::from_ref(&event));
+            let mut s = Session::create(SessionHeader::new("t", 0));
+            s.append(event).unwrap_or_else(|e| panic!("{data}: {e}"));
+        }
     }
 }
 

@@ -22,7 +22,7 @@ enum RefChunk {
     ToolCallDelta {
         index: u32,
         id: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "present")]
         name: Option<String>,
         #[serde(rename = "argumentsDelta")]
         arguments_delta: String,
@@ -38,7 +38,7 @@ enum RefBlock {
     },
     Reasoning {
         text: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "present")]
         signature: Option<String>,
     },
     ToolCall {
@@ -75,6 +75,12 @@ enum RefSource {
     Plugin {
         plugin: String,
     },
+}
+
+/// An optional field that, when present, must hold a `T`: `null` is not
+/// "absent" (as `payload.rs` reads it).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// A value for a field: usually of a plausible type, sometimes not.
@@ -137,6 +143,7 @@ const CHUNK_KEYS: &[&str] = &[
     "inputTokens",
     "outputTokens",
     "cachedInputTokens",
+    "reasoningTokens",
     "extra",
 ];
 const BLOCK_TAGS: &[&str] = &["text", "reasoning", "tool-call", "tool-result", "image"];
