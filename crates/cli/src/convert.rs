@@ -20,7 +20,10 @@
 //! each session is loaded again, seeded through `Session::from_log`, and
 //! written whole, all or nothing ([`SessionStore::create_with_events`]: one
 //! transaction per session in SQLite and PostgreSQL, a file that appears
-//! whole in JSONL), synced before the next one.
+//! whole in JSONL), synced before the next one. A session the destination
+//! refuses only then (an id or a value PostgreSQL cannot hold) ends the
+//! conversion, and the sessions it wrote before are deleted again: nothing
+//! is converted.
 //!
 //! Events are written in their canonical form, so JSONL → SQLite → JSONL
 //! gives back a canonical file byte for byte. A torn last line of a JSONL
@@ -96,6 +99,34 @@ impl Dest {
                 Ok((!existing.is_empty())
                     .then(|| format!("the {} already holds {}", self.kind(), quoted(&existing))))
             }
+        }
+    }
+
+    /// Deletes `written`, the sessions this conversion wrote before one
+    /// failed (new ids: `taken` found none of them there), and says what
+    /// is left.
+    fn take_back(&self, written: &[String]) -> String {
+        let Dest::Store(s, _) = self else { return "nothing was converted".to_owned() };
+        if written.is_empty() {
+            return "nothing was converted".to_owned();
+        }
+        let ids: Vec<&str> = written.iter().map(String::as_str).collect();
+        let kept: Vec<String> = ids
+            .iter()
+            .zip(s.delete_many(&ids))
+            .filter_map(|(id, outcome)| outcome.err().map(|e| format!("{id:?} ({e})")))
+            .collect();
+        match kept.len() {
+            0 => format!(
+                "nothing was converted (the {} sessions written before were deleted again)",
+                ids.len()
+            ),
+            _ => format!(
+                "{} of the {} sessions written before could not be deleted again: {}",
+                kept.len(),
+                ids.len(),
+                kept.join(", ")
+            ),
         }
     }
 
@@ -247,12 +278,14 @@ pub(crate) fn convert(
         let (session, checkpoint) =
             seed_with_checkpoint(stored.header, stored.events).map_err(|e| check::refused(&e, &origin))?;
         let (header, events) = session.into_parts();
-        dest.write(&header, &events).map_err(|e| {
-            let written = if done == 0 { String::new() } else { format!(" ({done} sessions were written)") };
+        if let Err(e) = dest.write(&header, &events) {
             let mut err = from_store(&e, &dst_shown);
-            err.message = format!("writing session {id:?}: {}{written}", err.message);
-            err
-        })?;
+            err.message = format!("writing session {id:?}: {}", err.message);
+            // All or nothing, as for a refusal found in pass 1: the
+            // sessions this conversion wrote are taken back.
+            output::note(&format!("{dst_shown}: {}", dest.take_back(&ids[..done])));
+            return Err(err.into());
+        }
         if let Some(checkpoint) = &checkpoint {
             // A writer leaves a checkpoint, so the next open reads the
             // surface, not the log; the copy stands without it.

@@ -310,3 +310,32 @@ fn a_url_naming_a_new_schema_gets_it_on_the_first_write() {
         .expect("query");
     assert!(!exists, "reading created nothing: {}", listed.stderr);
 }
+
+/// A whole store converted into PostgreSQL is all or nothing: a session
+/// the server refuses only when it is written (an id longer than it takes)
+/// ends the conversion, and the sessions written before it are deleted
+/// again.
+#[test]
+fn a_session_the_server_refuses_leaves_nothing_of_a_whole_store_conversion() {
+    let Some(schema) = Schema::new() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dir.path();
+    let url = schema.url();
+    let fixture = fs::read_to_string(test_data("ok/crash-open.jsonl")).expect("the fixture");
+    let long_id = "z".repeat(1100);
+    fs::write(d.join("long.jsonl"), fixture.replacen("\"crash-1\"", &format!("{long_id:?}"), 1))
+        .expect("write");
+    for f in ["ok/compaction-and-prune.jsonl", "ok/crash-open.jsonl"] {
+        ok(palimpsest(d, &["convert", test_data(f).to_str().expect("utf-8"), "s.db"]));
+    }
+    ok(palimpsest(d, &["convert", "long.jsonl", "s.db"]));
+    assert_eq!(ok(palimpsest(d, &["sessions", "s.db", "--json"])).json().as_array().map(Vec::len), Some(3));
+
+    let run = palimpsest(d, &["convert", "s.db", &url]);
+    no_secret(&run);
+    assert_eq!(run.code, 2, "invalid-id is exit 2, as everywhere: {run:?}");
+    assert!(run.stderr.contains("invalid-id"), "{}", run.stderr);
+    assert!(run.stderr.contains("nothing was converted (the 2 sessions written before"), "{}", run.stderr);
+    let left = ok(palimpsest(d, &["sessions", &url, "--json"])).json();
+    assert_eq!(left.as_array().map(Vec::len), Some(0), "sessions left behind: {left}");
+}
