@@ -60,14 +60,30 @@ impl OpenedStore {
     }
 }
 
-/// Who holds a session: `<host>:<pid>`, so `locked` names the worker.
+/// Who holds a session: `<host>:<pid>:<process tag>`, so `locked` names the
+/// worker. The tag tells apart processes of the same host name and pid,
+/// as two containers' (each its own pid 1): a hold of the same holder name
+/// is taken again, so with `<host>:<pid>` alone the second took over the
+/// first's live hold (an outside probe, on PostgreSQL).
 pub(crate) fn holder_name() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
         .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
+    format!("{host}:{}:{}", std::process::id(), process_tag())
+}
+
+/// Eight hex digits drawn once per process from the operating system's
+/// randomness (std's `RandomState` is seeded from it): what tells this
+/// process from another of the same pid, in another container.
+pub(crate) fn process_tag() -> &'static str {
+    use std::hash::BuildHasher;
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        format!("{:08x}", random as u32)
+    })
 }
 
 /// Reads `--store STORE` (every form can be written to).

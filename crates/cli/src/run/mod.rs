@@ -745,16 +745,17 @@ async fn run_async(
     Ok(exit)
 }
 
-/// A new session id, `run-YYYYMMDD-HHMMSS-<pid in hex>` (UTC): sortable,
+/// A new session id, `run-YYYYMMDD-HHMMSS-<process tag>` (UTC): sortable,
 /// lower-case (a JSONL store encodes capitals in file names), and distinct
-/// for runs started in the same second.
+/// for runs started in the same second, in containers too (where every
+/// worker may be pid 1: the pid made `already-exists` there).
 fn new_session_id() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let digits: String = crate::timefmt::utc(now).chars().take(19).filter(char::is_ascii_digit).collect();
     let (date, time) = digits.split_at(digits.len().min(8));
-    format!("run-{date}-{time}-{:x}", std::process::id())
+    format!("run-{date}-{time}-{}", crate::open_store::process_tag())
 }
 
 /// A loop failure as the CLI reports it: a store failure keeps the store's
@@ -1340,7 +1341,10 @@ mod tests {
             parts[1].starts_with("20") && parts[1..3].concat().bytes().all(|b| b.is_ascii_digit()),
             "{id}"
         );
-        assert_eq!(parts[3], format!("{:x}", std::process::id()));
+        assert_eq!(parts[3], crate::open_store::process_tag());
+        assert!(
+            parts[3].len() == 8 && parts[3].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
     }
 
     /// A writer that fails every write, as `/dev/full` does.
