@@ -34,12 +34,25 @@ use crate::Workload;
 /// The server the section uses when `PALIMPSEST_TEST_PG_URL` is not set.
 pub(crate) const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// The server's URL: `PALIMPSEST_TEST_PG_URL`, or [`DEFAULT_URL`].
+/// The server's URL: `PALIMPSEST_TEST_PG_URL`, or [`DEFAULT_URL`], with
+/// `sslmode=disable` unless it names an `sslmode`: the baselines speak
+/// plain text (`NoTls`), and a store built with the `tls` feature (as it
+/// is when the CLI is built alongside) would encrypt under the default
+/// `prefer` on a server offering TLS, measuring TLS against no TLS.
 pub(crate) fn url() -> String {
-    std::env::var("PALIMPSEST_TEST_PG_URL")
+    let url = std::env::var("PALIMPSEST_TEST_PG_URL")
         .ok()
         .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| DEFAULT_URL.into())
+        .unwrap_or_else(|| DEFAULT_URL.into());
+    if url.contains("sslmode=") {
+        return url;
+    }
+    let sep = match (url.contains("://"), url.contains('?')) {
+        (false, _) => ' ',
+        (true, true) => '&',
+        (true, false) => '?',
+    };
+    format!("{url}{sep}sslmode=disable")
 }
 
 fn options(schema: &str) -> PgOptions {
