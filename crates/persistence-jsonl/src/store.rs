@@ -343,8 +343,9 @@ impl SessionStore for JsonlStore {
     /// when the process ends. So the hold never expires (`expires_at` is
     /// `None`, `ttl` is unused). Its token only tells this grant from
     /// others (a writer without the lock cannot write the file at all): a
-    /// new grant's is larger than every earlier one of this process (see
-    /// [`new_token`]); this store's own hold keeps its token. `locked`
+    /// new grant's is larger than every earlier one of this process (the
+    /// time in microseconds, or one more than the last); this store's own
+    /// hold keeps its token. `locked`
     /// while another store, in this process or another, holds the session.
     fn hold(&self, session_id: &str, holder: &str, _ttl: Duration) -> Result<Option<Hold>, StoreError> {
         let mut handles = self.handles();
