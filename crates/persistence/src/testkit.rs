@@ -27,7 +27,8 @@
 //! (`conflict`, nothing written); unknown ids are `not-found`; a second
 //! create is `already-exists`; list, delete, reopen after drop, independence
 //! of sessions, unusual session ids (`invalid-id` or a working session, never
-//! a mix-up), a second handle on the same location, holds (one writer per
+//! a mix-up), a second handle on the same location, threads appending at
+//! once through one handle (nothing lost, nothing twice), holds (one writer per
 //! session: a second holder and its appends refused, takeover of an expired
 //! lease and the fence against its first holder, a release of another
 //! holder's or an earlier grant's hold freeing nothing, a renewal after a
@@ -235,6 +236,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("sessions_are_independent", sessions_are_independent),
     ("unusual_ids_work_or_are_refused_cleanly", unusual_ids_work_or_are_refused_cleanly),
     ("second_handle_never_breaks_the_log", second_handle_never_breaks_the_log),
+    ("threads_sharing_one_handle_lose_nothing", threads_sharing_one_handle_lose_nothing),
     ("holds_keep_a_second_writer_out", holds_keep_a_second_writer_out),
     (
         "an_expired_hold_is_taken_over_and_its_holder_fenced_out",
@@ -355,6 +357,7 @@ macro_rules! store_contract_tests {
             sessions_are_independent,
             unusual_ids_work_or_are_refused_cleanly,
             second_handle_never_breaks_the_log,
+            threads_sharing_one_handle_lose_nothing,
             holds_keep_a_second_writer_out,
             an_expired_hold_is_taken_over_and_its_holder_fenced_out,
             only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed,
@@ -1625,6 +1628,79 @@ pub fn second_handle_never_breaks_the_log(factory: &dyn StoreFactory) -> Outcome
     drop(first);
     drop(second);
     assert_stored(&*factory.open(), &h, &acknowledged, "after two handles");
+    Outcome::Ran
+}
+
+/// One handle shared by threads, as an agent loop and its tool runners
+/// share one `Arc<dyn SessionStore>`: eight threads append to one session
+/// at once, one event at a time, each at the seq it last heard of and, on
+/// `conflict`, again at the seq the store expects; and each to a session of
+/// its own in between. Every acknowledged event is stored once, at the seq
+/// it was acknowledged at, in one contiguous log; each thread's session
+/// holds exactly its own appends.
+pub fn threads_sharing_one_handle_lose_nothing(factory: &dyn StoreFactory) -> Outcome {
+    const THREADS: u64 = 8;
+    const EACH: u64 = 25;
+    let store = factory.open();
+    let shared = header("kit-threads");
+    create(&*store, &shared);
+    let own: Vec<SessionHeader> = (0..THREADS).map(|t| header(&format!("kit-thread-{t}"))).collect();
+    for h in &own {
+        create(&*store, h);
+    }
+    let event = |seq: u64, thread: u64, i: u64| {
+        at(seq, "kit/racer", &format!(r#"{{"thread":{thread},"i":{i}}}"#), "")
+    };
+    let acknowledged: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (store, own, shared) = (&*store, &own[t as usize], &shared);
+                scope.spawn(move || {
+                    let (mut at_seqs, mut next) = (Vec::new(), 0);
+                    for i in 0..EACH {
+                        append(store, &own.id, &ticks(i..i + 1));
+                        loop {
+                            match store.append(&shared.id, &[event(next, t, i)]) {
+                                Ok(()) => break,
+                                Err(StoreError::Conflict { expected, .. }) => next = expected,
+                                Err(e) => panic!(
+                                    "thread {t}: append: expected Ok or `conflict`, got [{}] {e}",
+                                    e.code()
+                                ),
+                            }
+                        }
+                        at_seqs.push(next);
+                        next += 1;
+                    }
+                    at_seqs
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| panic!("a writer thread panicked"))).collect()
+    });
+    let mut expected: Vec<Option<Event>> = vec![None; (THREADS * EACH) as usize];
+    for (t, seqs) in (0..).zip(&acknowledged) {
+        for (i, &seq) in (0..).zip(seqs) {
+            let slot = expected.get_mut(seq as usize).unwrap_or_else(|| {
+                panic!(
+                    "thread {t}'s event {i} was acknowledged at seq {seq}, past the {} appended",
+                    THREADS * EACH
+                )
+            });
+            assert!(
+                slot.is_none(),
+                "seq {seq} was acknowledged twice (to thread {t}, event {i}, and another)"
+            );
+            *slot = Some(event(seq, t, i));
+        }
+    }
+    let expected: Vec<Event> = expected.into_iter().flatten().collect();
+    drop(store);
+    let store = factory.open();
+    assert_stored(&*store, &shared, &expected, "the session eight threads appended to at once");
+    for h in &own {
+        assert_stored(&*store, h, &ticks(0..EACH), "a thread's own session");
+    }
     Outcome::Ran
 }
 

@@ -514,6 +514,7 @@ fn each_fault_is_caught_by_its_check() {
         (Fault::NoContiguityCheck, "non_contiguous_appends_conflict"),
         (Fault::NoContiguityCheck, "batch_is_all_or_nothing"),
         (Fault::NoContiguityCheck, "second_handle_never_breaks_the_log"),
+        (Fault::NoContiguityCheck, "threads_sharing_one_handle_lose_nothing"),
         (Fault::NoContiguityCheck, "durable_refused_append_writes_nothing"),
         (Fault::DropsEmptySources, "source_event_seqs_absent_empty_and_listed_stay_distinct"),
         (Fault::DropsEmptySources, "round_trips_every_core_event_kind"),

@@ -94,6 +94,7 @@ pg_contract_tests!(
     sessions_are_independent,
     unusual_ids_work_or_are_refused_cleanly,
     second_handle_never_breaks_the_log,
+    threads_sharing_one_handle_lose_nothing,
     holds_keep_a_second_writer_out,
     an_expired_hold_is_taken_over_and_its_holder_fenced_out,
     only_the_current_hold_is_released_and_a_deleted_session_is_not_renewed,
