@@ -205,21 +205,19 @@ mod with_rustls {
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("setting up TLS: {e}"))?;
+        let lenient = |chain| Arc::new(Lenient { provider: provider.clone(), chain });
         let config = match verify {
-            None => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-                .with_no_client_auth(),
+            None => builder.dangerous().with_custom_certificate_verifier(lenient(None)).with_no_client_auth(),
             Some(verify) => {
                 let roots = Arc::new(roots(params)?);
-                let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
+                let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                     .build()
                     .map_err(|e| format!("setting up TLS: {e}"))?;
                 match verify {
                     Verify::Full => builder.with_webpki_verifier(webpki).with_no_client_auth(),
                     Verify::Chain => builder
                         .dangerous()
-                        .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
+                        .with_custom_certificate_verifier(lenient(Some(webpki)))
                         .with_no_client_auth(),
                 }
             }
@@ -247,53 +245,18 @@ mod with_rustls {
         Ok(roots)
     }
 
-    /// `prefer` and `require`: the connection is encrypted, its
-    /// certificate taken as it comes (the handshake's signatures are still
-    /// checked against it).
+    /// The check of `prefer`, `require` (no `chain`: the certificate is
+    /// taken as it comes) and `verify-ca` (the webpki check but for the
+    /// host name, which webpki checks last, once the chain is good). The
+    /// handshake's signatures are checked against the certificate either
+    /// way.
     #[derive(Debug)]
-    struct Unchecked(Arc<CryptoProvider>);
-
-    impl ServerCertVerifier for Unchecked {
-        fn verify_server_cert(
-            &self,
-            _end_entity: &CertificateDer<'_>,
-            _intermediates: &[CertificateDer<'_>],
-            _server_name: &ServerName<'_>,
-            _ocsp_response: &[u8],
-            _now: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
+    struct Lenient {
+        provider: Arc<CryptoProvider>,
+        chain: Option<Arc<WebPkiServerVerifier>>,
     }
 
-    /// `verify-ca`: the webpki check, except for the host name (which
-    /// webpki checks last, once the chain is good).
-    #[derive(Debug)]
-    struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-    impl ServerCertVerifier for ChainOnly {
+    impl ServerCertVerifier for Lenient {
         fn verify_server_cert(
             &self,
             end_entity: &CertificateDer<'_>,
@@ -302,7 +265,8 @@ mod with_rustls {
             ocsp_response: &[u8],
             now: UnixTime,
         ) -> Result<ServerCertVerified, rustls::Error> {
-            match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+            match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
                 Err(rustls::Error::InvalidCertificate(
                     CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
                 )) => Ok(ServerCertVerified::assertion()),
@@ -316,7 +280,7 @@ mod with_rustls {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.0.verify_tls12_signature(message, cert, dss)
+            verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
         }
 
         fn verify_tls13_signature(
@@ -325,11 +289,11 @@ mod with_rustls {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.0.verify_tls13_signature(message, cert, dss)
+            verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.supported_verify_schemes()
+            self.provider.signature_verification_algorithms.supported_schemes()
         }
     }
 }
