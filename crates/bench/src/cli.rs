@@ -215,39 +215,35 @@ pub(crate) fn cli(w: &Workload) -> Result<Vec<Row>, String> {
         "library check_jsonl_read, streamed",
         per_sec(w.n, streamed),
     ));
+    // Sessions of other shapes, each beside the workload's own rate.
+    let mut beside_the_workload = |name: &str, bytes: &[u8], n: usize, what: &str| -> Result<(), String> {
+        std::fs::write(d.join(name), bytes).map_err(|e| e.to_string())?;
+        let run = measure(d, runs, &["validate", name])?;
+        rows.push(with_baseline(
+            row("cli", what, w, per_sec(n, secs(run)), "ev/s"),
+            "palimpsest validate FILE, the workload",
+            per_sec(w.n, secs(file)),
+        ));
+        Ok(())
+    };
     // A session that prunes (a replace every ~35 events on a surface of
-    // thousands of entries) against the workload's own rate: each replace
-    // must cost what it shadows, not the whole surface (docs/performance.md).
+    // thousands of entries): each replace must cost what it shadows, not
+    // the whole surface (docs/performance.md).
     let pruned = crate::Workload::pruned(w.n);
-    std::fs::write(d.join("pruned.jsonl"), &pruned.bytes).map_err(|e| e.to_string())?;
-    let pruned_file = measure(d, runs, &["validate", "pruned.jsonl"])?;
-    rows.push(with_baseline(
-        row(
-            "cli",
-            "palimpsest validate FILE, a session that prunes its tool results",
-            w,
-            per_sec(pruned.n, secs(pruned_file)),
-            "ev/s",
-        ),
-        "palimpsest validate FILE, the workload",
-        per_sec(w.n, secs(file)),
-    ));
+    beside_the_workload(
+        "pruned.jsonl",
+        &pruned.bytes,
+        pruned.n,
+        "palimpsest validate FILE, a session that prunes its tool results",
+    )?;
     // Every replace of the surface's first entry: a search for its ends
     // from either end of the surface would make this quadratic.
-    std::fs::write(d.join("front.jsonl"), crate::workload::front_replaces_jsonl(w.n))
-        .map_err(|e| e.to_string())?;
-    let front_file = measure(d, runs, &["validate", "front.jsonl"])?;
-    rows.push(with_baseline(
-        row(
-            "cli",
-            "palimpsest validate FILE, a log replacing the surface's first entry, n/2 times",
-            w,
-            per_sec(w.n, secs(front_file)),
-            "ev/s",
-        ),
-        "palimpsest validate FILE, the workload",
-        per_sec(w.n, secs(file)),
-    ));
+    beside_the_workload(
+        "front.jsonl",
+        &crate::workload::front_replaces_jsonl(w.n),
+        w.n,
+        "palimpsest validate FILE, a log replacing the surface's first entry, n/2 times",
+    )?;
     let db = measure(d, runs, &["validate", "w.db"])?;
     rows.push(with_baseline(
         row("cli", "palimpsest validate STORE.db (SQLite), whole process", w, per_sec(w.n, secs(db)), "ev/s"),
