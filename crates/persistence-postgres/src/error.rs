@@ -48,7 +48,19 @@ pub(crate) fn pg_err(
         let reason = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
         return StoreError::Locked { what: format!("{what} at {location} (while {context}: {reason})") };
     }
-    StoreError::Io { context: format!("{context} ({location})"), source: Box::new(e) }
+    let hint = match e.code() {
+        // A role's or database's `statement_timeout` ends a long read (a
+        // session of a million events) as surely as a stuck one.
+        Some(code)
+            if *code == SqlState::QUERY_CANCELED
+                && e.as_db_error().is_some_and(|d| d.message().contains("statement timeout")) =>
+        {
+            "; the server's statement_timeout ended it: raise it for this role, or add \
+             options=-cstatement_timeout%3D0 to the URL"
+        }
+        _ => "",
+    };
+    StoreError::Io { context: format!("{context} ({location}){hint}"), source: Box::new(e) }
 }
 
 /// Whether the server refused a row for a constraint (SQLSTATE class 23:

@@ -771,3 +771,21 @@ fn schema_messages_name_no_library_option() {
     let chain = error_chain(&err);
     assert!(chain.contains("holds no Palimpsest store") && !chain.contains("create_missing"), "{chain}");
 }
+
+/// A role's or database's `statement_timeout` ending a long read is said
+/// as such, with what to do: the error names the setting and the URL
+/// option that lifts it for the store's connection.
+#[test]
+fn a_statement_timeout_that_ends_a_read_says_how_to_lift_it() {
+    let Some(schema) = TestSchema::new() else { return };
+    drop(schema.store_of_ticks(100_000));
+    let sep = if url().contains('?') { '&' } else { '?' };
+    let short = format!("{}{sep}options=-cstatement_timeout%3D1", url());
+    let err = PgStore::connect_with(&short, schema.options())
+        .and_then(|store| store.load("s"))
+        .map(|s| s.events.len())
+        .expect_err("an open and a 100,000-event load within 1 ms each");
+    assert_eq!(err.code(), "io", "{err}");
+    assert!(err.to_string().contains("statement_timeout ended it"), "{err}");
+    assert!(err.to_string().contains("options=-cstatement_timeout%3D0"), "{err}");
+}
