@@ -91,9 +91,12 @@ fn shown(path: &Path) -> String {
 /// Maps a format error to a store error, with `path:line` as the location.
 pub(crate) fn load_error(path: &Path, e: LoadError) -> StoreError {
     match e {
-        LoadError::HeaderVersionUnsupported { found } => {
-            StoreError::VersionUnsupported { found, expected: SESSION_FORMAT_VERSION.to_string() }
-        }
+        // Which file: a store directory's `list` reads every header, and
+        // one file of another version must be findable among thousands.
+        LoadError::HeaderVersionUnsupported { found } => StoreError::VersionUnsupported {
+            found: format!("{found} ({})", path.display()),
+            expected: SESSION_FORMAT_VERSION.to_string(),
+        },
         e => StoreError::Corrupt {
             location: format!("{}:{}", path.display(), e.line().unwrap_or(1)),
             detail: e.to_string(),

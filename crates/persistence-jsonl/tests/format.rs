@@ -213,7 +213,9 @@ fn another_format_version_is_version_unsupported() {
             "{e}"
         );
         assert!(
-            matches!(&e, StoreError::VersionUnsupported { found, expected } if found == "1" && expected == "0")
+            matches!(&e, StoreError::VersionUnsupported { found, expected }
+                if *found == format!("1 ({})", path.display()) && expected == "0"),
+            "the version and the file: {e:?}"
         );
     }
 }
