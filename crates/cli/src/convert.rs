@@ -102,29 +102,60 @@ impl Dest {
         }
     }
 
-    /// Deletes `written`, the sessions this conversion wrote before one
-    /// failed (new ids: `taken` found none of them there), and says what
-    /// is left.
-    fn take_back(&self, written: &[String]) -> String {
+    /// Deletes `written` (each session's id and the events this conversion
+    /// wrote to it), the sessions written before one failed (new ids:
+    /// `taken` found none of them there), and says what is left. Each is
+    /// held first and its length read again: one a worker wrote to since
+    /// (or holds now) is kept and named, as `prune` keeps it, so a turn
+    /// acknowledged meanwhile is never deleted with it.
+    fn take_back(&self, written: &[(String, u64)]) -> String {
         let Dest::Store(s, _) = self else { return "nothing was converted".to_owned() };
         if written.is_empty() {
             return "nothing was converted".to_owned();
         }
-        let ids: Vec<&str> = written.iter().map(String::as_str).collect();
-        let kept: Vec<String> = ids
-            .iter()
-            .zip(s.delete_many(&ids))
-            .filter_map(|(id, outcome)| outcome.err().map(|e| format!("{id:?} ({e})")))
-            .collect();
+        let (holder, ttl) = (crate::open_store::holder_name(), crate::open_store::hold_ttl());
+        let mut kept = Vec::new();
+        let mut doomed = Vec::new();
+        for (id, events) in written {
+            let hold = match s.hold(id, &holder, ttl) {
+                Ok(hold) => hold,
+                Err(e) => {
+                    kept.push(format!("{id:?} ({e})"));
+                    continue;
+                }
+            };
+            match s.summary(id) {
+                Ok(now) if now.events == *events => doomed.push(id.as_str()),
+                outcome => {
+                    kept.push(match outcome {
+                        Ok(now) => {
+                            format!("{id:?} (written to since: {} events, {events} converted)", now.events)
+                        }
+                        Err(e) => format!("{id:?} ({e})"),
+                    });
+                    if let Some(hold) = hold {
+                        if let Err(e) = s.release(&hold) {
+                            tracing::debug!(session_id = id.as_str(), error = %e, "could not release the hold; it expires");
+                        }
+                    }
+                }
+            }
+        }
+        kept.extend(
+            doomed
+                .iter()
+                .zip(s.delete_many(&doomed))
+                .filter_map(|(id, outcome)| outcome.err().map(|e| format!("{id:?} ({e})"))),
+        );
         match kept.len() {
             0 => format!(
                 "nothing was converted (the {} sessions written before were deleted again)",
-                ids.len()
+                written.len()
             ),
             _ => format!(
-                "{} of the {} sessions written before could not be deleted again: {}",
+                "{} of the {} sessions written before were not deleted again: {}",
                 kept.len(),
-                ids.len(),
+                written.len(),
                 kept.join(", ")
             ),
         }
@@ -272,7 +303,8 @@ pub(crate) fn convert(
 
     // Pass 2: copy.
     let progress = Progress::new(total_events, "copying");
-    for (done, id) in ids.iter().enumerate() {
+    let mut written: Vec<(String, u64)> = Vec::with_capacity(ids.len());
+    for id in &ids {
         let origin = source.origin(id);
         let stored = source.load(id)?;
         let (session, checkpoint) =
@@ -283,9 +315,10 @@ pub(crate) fn convert(
             err.message = format!("writing session {id:?}: {}", err.message);
             // All or nothing, as for a refusal found in pass 1: the
             // sessions this conversion wrote are taken back.
-            output::note(&format!("{dst_shown}: {}", dest.take_back(&ids[..done])));
+            output::note(&format!("{dst_shown}: {}", dest.take_back(&written)));
             return Err(err.into());
         }
+        written.push((id.clone(), events.len() as u64));
         if let Some(checkpoint) = &checkpoint {
             // A writer leaves a checkpoint, so the next open reads the
             // surface, not the log; the copy stands without it.
@@ -342,4 +375,47 @@ fn seed_with_checkpoint(
         session.append(event)?;
     }
     Ok((session, checkpoint))
+}
+
+#[cfg(test)]
+mod tests {
+    use palimpsest_persistence_sqlite::SqliteStore;
+
+    use super::*;
+
+    fn ticks(range: std::ops::Range<u64>) -> Vec<Event> {
+        range
+            .map(|seq| {
+                Event::from_json(&format!(r#"{{"seq":{seq},"time":1,"type":"x/tick","data":{{}}}}"#))
+                    .unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect()
+    }
+
+    /// A session a worker wrote to, or holds, after the conversion wrote it
+    /// is kept when the conversion takes its sessions back; the others go.
+    #[test]
+    fn taking_back_keeps_what_a_worker_wrote_to_or_holds_since() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("x.db");
+        let store: Arc<dyn SessionStore> =
+            Arc::new(SqliteStore::open(&path).unwrap_or_else(|e| panic!("{e}")));
+        for id in ["a", "b", "c"] {
+            store
+                .create_with_events(&SessionHeader::new(id, 0), &ticks(0..2))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        // A worker's turn on "b", and a worker holding "c" (its own store).
+        let worker = SqliteStore::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        worker.append("b", &ticks(2..3)).unwrap_or_else(|e| panic!("{e}"));
+        worker.hold("c", "worker-7", Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+        let dest = Dest::Store(Arc::clone(&store), Location::Sqlite(path.clone()));
+        let said = dest.take_back(&[("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]);
+        assert!(said.starts_with("2 of the 3 sessions written before were not deleted again"), "{said}");
+        assert!(said.contains(r#""b" (written to since: 3 events, 2 converted)"#), "{said}");
+        assert!(said.contains(r#""c" (locked"#) && said.contains("worker-7"), "{said}");
+        let left: Vec<String> =
+            store.list().unwrap_or_else(|e| panic!("{e}")).into_iter().map(|h| h.id).collect();
+        assert_eq!(left, ["b", "c"]);
+    }
 }
