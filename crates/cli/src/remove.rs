@@ -86,11 +86,26 @@ pub(crate) fn prune(
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let cutoff = now.saturating_sub(older_than.as_millis() as u64);
     let mut doomed = Vec::new();
+    let mut exit = Exit::Success;
     // Summaries, not loads: a few records per session, one read for the
     // whole store where the backend can (a load of each of 10,000
     // sessions took 1.8 s when nothing was old enough).
     for (header, summary) in store.summaries()? {
-        let summary = summary?;
+        let summary = match summary {
+            Ok(summary) => summary,
+            Err(e) => {
+                // One damaged session does not keep the others: it is
+                // kept, said so, and the exit says a session was not
+                // looked at.
+                output::error_line(&e.to_string());
+                output::note(&format!(
+                    "{}: kept: it cannot be read, so its age is unknown",
+                    store.origin(&header.id)
+                ));
+                exit = Exit::Invalid;
+                continue;
+            }
+        };
         let last_activity = summary.last_activity.map_or(header.created_at, |t| t.max(header.created_at));
         if last_activity < cutoff {
             let events = usize::try_from(summary.events).unwrap_or(usize::MAX);
@@ -103,13 +118,12 @@ pub(crate) fn prune(
             store.path().display(),
             timefmt::utc(cutoff)
         ));
-        return Ok(Exit::Success);
+        return Ok(exit);
     }
     if !confirm(&doomed, yes)? {
         output::note("nothing was deleted");
-        return Ok(Exit::Success);
+        return Ok(exit);
     }
-    let mut exit = Exit::Success;
     // The list may be old by now (a question left open, a long listing):
     // a session a worker wrote to since must not go with it.
     let (doomed, holds) = hold_still_old(&store, doomed, cutoff, &mut exit);

@@ -146,6 +146,30 @@ fn prune_keeps_a_fork_made_today_of_an_old_session() {
     assert_eq!(ids(d), ["branch"]);
 }
 
+/// One damaged session does not keep `prune` from the others: it is kept
+/// and named, the others old enough go, and the exit is 1.
+#[test]
+fn prune_keeps_a_session_it_cannot_read_and_deletes_the_others() {
+    let dir = scratch(&["ok/compaction-and-prune.jsonl", "ok/crash-open.jsonl"]);
+    let d = dir.path();
+    for f in ["compaction-and-prune.jsonl", "crash-open.jsonl"] {
+        ok(palimpsest(d, &["convert", f, "store"]));
+    }
+    let damaged = d.join("store").join("crash-1.jsonl");
+    let mut text = fs::read_to_string(&damaged).expect("the session file");
+    text.push_str("{\"seq\":99,\"time\":1,\"type\":\"x\"\n");
+    fs::write(&damaged, text).expect("damage it");
+    let run = palimpsest(d, &["prune", "store", "--older-than", "30d", "--yes"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.stdout, "deleted example-1\n", "{run:?}");
+    assert!(
+        run.stderr.contains("crash-1") && run.stderr.contains("kept: it cannot be read"),
+        "{}",
+        run.stderr
+    );
+    assert!(damaged.exists() && !d.join("store").join("example-1.jsonl").exists());
+}
+
 #[test]
 fn export_takes_its_format_from_the_output_file_and_accepts_md() {
     let dir = scratch(&["ok/compaction-and-prune.jsonl"]);
