@@ -63,7 +63,11 @@ pub fn redact_url(url: &str) -> String {
                 let params: Vec<String> = query
                     .split('&')
                     .map(|kv| match kv.split_once('=') {
-                        Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                        // The driver decodes `%XX` in a key: `pass%77ord` is
+                        // the password too.
+                        Some((k, _)) if percent_decoded(k).eq_ignore_ascii_case("password") => {
+                            format!("{k}=***")
+                        }
                         _ => kv.to_owned(),
                     })
                     .collect();
@@ -99,6 +103,32 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// `text` with its `%XX` escapes decoded (an escape that is not one is
+/// kept as it is; bytes that are not UTF-8 are replaced).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match escaped {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Where a `password` key (followed by optional spaces and `=`) starts in a
 /// key=value string, at the start or after whitespace.
 fn find_password_key(s: &str) -> Option<usize> {
@@ -132,6 +162,12 @@ mod tests {
             ("postgres://h/db", "postgres://h/db"),
             ("postgres://u:p@h", "postgres://u:***@h"),
             ("postgres://u:a@b@h/db", "postgres://u:***@h/db"),
+            // A key the driver decodes to `password`.
+            ("postgres://h/db?pass%77ord=s3cret&x=1", "postgres://h/db?pass%77ord=***&x=1"),
+            (
+                "postgres://h/db?%70%61%73%73%77%6F%72%64=s3cret",
+                "postgres://h/db?%70%61%73%73%77%6F%72%64=***",
+            ),
             // Unencoded delimiters in a password, which the driver accepts.
             ("postgres://u:TOP/SECRET@h:5999/test", "postgres://u:***@h:5999/test"),
             ("postgres://u:TOP?SECRET@h/test?x=1", "postgres://u:***@h/test?x=1"),
