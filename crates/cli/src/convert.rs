@@ -62,6 +62,15 @@ impl Dest {
     /// Opens (creating if missing) the destination `path`.
     fn open(path: &Path, one_session: bool, sessions: usize) -> Result<Dest, CliError> {
         let location = Location::parse(path)?;
+        // A missing file's directories are made, as a missing JSONL
+        // directory's are: "missing destinations are created".
+        if let Location::JsonlFile(p) | Location::Sqlite(p) = &location {
+            if let Some(parent) = p.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    CliError::io(location.shown(), format!("making the directory {}: {e}", parent.display()))
+                })?;
+            }
+        }
         if let Location::JsonlFile(p) = &location {
             if !one_session {
                 return Err(CliError::usage(format!(

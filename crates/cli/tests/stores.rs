@@ -124,6 +124,19 @@ fn convert_never_overwrites_a_session() {
     assert!(!d.join("dir/copy.jsonl").exists());
 }
 
+/// A destination file in directories that do not exist yet gets them, as
+/// a destination directory does.
+#[test]
+fn convert_makes_the_directories_of_a_new_destination_file() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    for dst in ["new/a/s.db", "new/b/c/x.jsonl", "new/d/store"] {
+        ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", dst]));
+        let listed = ok(palimpsest(d, &["sessions", dst, "--json"])).json();
+        assert_eq!(listed.as_array().map(Vec::len), Some(1), "{dst}: {listed}");
+    }
+}
+
 #[test]
 fn convert_checks_every_session_before_writing_any() {
     let dir = scratch(&[EXAMPLE, "err/replace-reversed.jsonl"]);
