@@ -95,18 +95,31 @@ impl Dest {
     }
 
     /// Why the destination cannot take `ids`: what it already holds of
-    /// them (a session file is taken whatever it holds), said as it is.
+    /// them (a session file is taken whatever it holds), said as it is:
+    /// the first few, and how many in all.
     fn taken(&self, ids: &[String], shown: &str) -> Result<Option<String>, CliError> {
-        let quoted = |ids: &[String]| ids.iter().map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ");
+        const NAMED: usize = 5;
         match self {
             Dest::File(p) if p.exists() => Ok(Some(crate::store_arg::taken_file(p))),
             Dest::File(_) => Ok(None),
             Dest::Store(s, _) => {
-                let there: Vec<String> =
+                let there: std::collections::HashSet<String> =
                     s.list().map_err(|e| from_store(&e, shown))?.into_iter().map(|h| h.id).collect();
-                let existing: Vec<String> = ids.iter().filter(|id| there.contains(id)).cloned().collect();
-                Ok((!existing.is_empty())
-                    .then(|| format!("the {} already holds {}", self.kind(), quoted(&existing))))
+                let existing: Vec<&String> = ids.iter().filter(|id| there.contains(*id)).collect();
+                if existing.is_empty() {
+                    return Ok(None);
+                }
+                let mut named: Vec<String> =
+                    existing.iter().take(NAMED).map(|id| format!("{id:?}")).collect();
+                if existing.len() > NAMED {
+                    named.push(format!("and {} more", existing.len() - NAMED));
+                }
+                let of = match existing.len() {
+                    n if n == ids.len() && n > 1 => format!(" (all {n} sessions of the source)"),
+                    1 => String::new(),
+                    n => format!(" ({n} of the {} sessions of the source)", ids.len()),
+                };
+                Ok(Some(format!("the {} already holds {}{of}", self.kind(), named.join(", "))))
             }
         }
     }

@@ -124,6 +124,28 @@ fn convert_never_overwrites_a_session() {
     assert!(!d.join("dir/copy.jsonl").exists());
 }
 
+/// A second conversion of a whole store (after one stopped midway, say)
+/// names the first few sessions already there and how many, not all.
+#[test]
+fn convert_into_a_store_holding_many_of_the_sessions_names_a_few() {
+    let dir = scratch(&[EXAMPLE]);
+    let d = dir.path();
+    ok(palimpsest(d, &["convert", "compaction-and-prune.jsonl", "src"]));
+    for i in 0..6 {
+        ok(palimpsest(d, &["fork", "src", "--session", "example-1", "--at", "5", "--id", &format!("b{i}")]));
+    }
+    ok(palimpsest(d, &["convert", "src", "s.db"]));
+    let run = palimpsest(d, &["convert", "src", "s.db"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            r#"already holds "b0", "b1", "b2", "b3", "b4", and 2 more (all 7 sessions of the source)"#
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
 /// A destination file in directories that do not exist yet gets them, as
 /// a destination directory does.
 #[test]
