@@ -276,7 +276,9 @@ pub(crate) fn clip_values(text: &str) -> String {
             if let Some(q) = quote {
                 out.push(q);
             }
-            out.push_str(&format!(" ({} bytes)", value.len()));
+            // The value's own size, not its quotes'.
+            let quotes = if quote.is_some() && value.len() >= 2 { 2 } else { 0 };
+            out.push_str(&format!(" ({} bytes)", value.len() - quotes));
         } else {
             out.push_str(value);
         }
@@ -435,7 +437,7 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                "bad `data`: invalid type: string \"{}…\" (50002 bytes), expected u64",
+                "bad `data`: invalid type: string \"{}…\" (50000 bytes), expected u64",
                 "x".repeat(CLIP_CHARS - 1)
             )
         );
