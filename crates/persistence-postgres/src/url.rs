@@ -75,7 +75,7 @@ pub fn redact_url(url: &str) -> String {
             }
             None => tail.to_owned(),
         };
-        format!("{scheme}://{authority}{tail}")
+        mask_stray_passwords(&format!("{scheme}://{authority}{tail}"))
     } else {
         // key=value form; a quoted value may hold spaces.
         let mut out = String::with_capacity(url.len());
@@ -101,6 +101,32 @@ pub fn redact_url(url: &str) -> String {
         out.push_str(rest);
         out
     }
+}
+
+/// `url` with the value of every `password=` after a delimiter hidden:
+/// one the driver does not read as a query parameter (a query value before
+/// it held an '@', which the driver takes for the end of the user-info:
+/// `postgres://h:5432/db?application_name=w@n1&password=x`) was still
+/// meant as the password, and is hidden too.
+fn mask_stray_passwords(url: &str) -> String {
+    const KEY: &str = "password=";
+    let lower = url.to_ascii_lowercase();
+    let mut out = String::with_capacity(url.len());
+    let (mut copied, mut from) = (0, 0);
+    while let Some(i) = lower[from..].find(KEY) {
+        let at = from + i;
+        let value = at + KEY.len();
+        let end = url[value..].find(['&', '#']).map_or(url.len(), |e| value + e);
+        let after_delimiter = at == 0 || matches!(lower.as_bytes()[at - 1], b'?' | b'&' | b'@' | b'/');
+        if after_delimiter && &url[value..end] != "***" {
+            out.push_str(&url[copied..value]);
+            out.push_str("***");
+            copied = end;
+        }
+        from = end.max(value);
+    }
+    out.push_str(&url[copied..]);
+    out
 }
 
 /// `text` with its `%XX` escapes decoded (an escape that is not one is
@@ -162,6 +188,16 @@ mod tests {
             ("postgres://h/db", "postgres://h/db"),
             ("postgres://u:p@h", "postgres://u:***@h"),
             ("postgres://u:a@b@h/db", "postgres://u:***@h/db"),
+            // A `password=` the driver reads as part of the host, after an
+            // '@' in a query value: still the user's password.
+            (
+                "postgres://127.0.0.1:5432/test?application_name=w@n1&password=Zq9secret",
+                "postgres://127.0.0.1:***@n1&password=***",
+            ),
+            (
+                "postgres://h/db?options=-c%20a%3Db@c&password=x#y",
+                "postgres://h/db?options=-c%20a%3Db@c&password=***",
+            ),
             // A key the driver decodes to `password`.
             ("postgres://h/db?pass%77ord=s3cret&x=1", "postgres://h/db?pass%77ord=***&x=1"),
             (
