@@ -174,10 +174,10 @@ impl Dest {
                 "nothing was converted (the {} sessions written before were deleted again)",
                 written.len()
             ),
-            _ => format!(
-                "{} of the {} sessions written before were not deleted again: {}",
-                kept.len(),
+            n => format!(
+                "{n} of the {} sessions written before {} not deleted again: {}",
                 written.len(),
+                if n == 1 { "was" } else { "were" },
                 kept.join(", ")
             ),
         }

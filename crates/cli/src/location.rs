@@ -70,7 +70,10 @@ impl Location {
 
     /// Reads a STORE argument.
     pub(crate) fn parse(arg: &Path) -> Result<Location, CliError> {
-        if let Some(url) = arg.to_str().filter(|s| is_postgres_url(s)) {
+        // A URL pasted with a space around it is still the URL (the driver
+        // trims it); as a path it was a new directory named after it, the
+        // password in its name.
+        if let Some(url) = arg.to_str().map(str::trim).filter(|s| is_postgres_url(s)) {
             // Past the user-info (which the driver takes up to the first
             // '@', so a password may hold a '#'), a '#' would be glued onto
             // the last query value: `...search_path%3Dapp#run-1`, the way
@@ -90,6 +93,15 @@ impl Location {
         // never sniffed, which would take them from the read.
         if fs::metadata(arg).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
             return Ok(Location::JsonlFile(arg.to_owned()));
+        }
+        // Nor is another scheme's URL (`mysql://`, `sqlite:///x.db`) a
+        // new store to make under that name.
+        if let Some(url) = arg.to_str().filter(|s| s.contains("://") && !arg.exists()) {
+            return Err(CliError::usage(format!(
+                "{}: a URL, but this tool's URLs are postgres:// and postgresql:// ones; \
+                 a SQLite store is a path ending in .db, a JSONL store a directory or a .jsonl file",
+                redact_url(url.trim())
+            )));
         }
         let ext = arg.extension().and_then(|e| e.to_str()).unwrap_or_default();
         if ext == "db" || SqliteStore::is_sqlite_file(arg) {
@@ -201,6 +213,16 @@ mod tests {
         // password is the password's.
         assert_eq!(parse("postgres://h/db?options=-csearch_path%3Dapp#run-1"), Err("usage".to_owned()));
         assert_eq!(parse("postgres://u:a#b@h/db"), Ok(Location::Postgres("postgres://u:a#b@h/db".into())));
+        // A URL pasted with spaces around it is the URL, not a new
+        // directory named after it (its password in the name).
+        assert_eq!(parse(" postgres://u:pw@h/db\n"), Ok(Location::Postgres("postgres://u:pw@h/db".into())));
+        // Another scheme's URL is refused, not made a store of that name.
+        let refused = Location::parse(Path::new("mysql://u:pw@h/db")).map_err(|e| (e.code, e.message));
+        assert!(
+            refused.as_ref().is_err_and(|(code, message)| code == "usage" && !message.contains("pw")),
+            "{refused:?}"
+        );
+        assert_eq!(parse("sqlite:///x.db"), Err("usage".to_owned()));
         let new_db = at("new.db");
         assert_eq!(Location::parse(&new_db).ok(), Some(Location::Sqlite(new_db.clone())));
         let new_file = at("new.jsonl");
