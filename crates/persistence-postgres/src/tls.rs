@@ -21,6 +21,8 @@
 
 use tokio_postgres::config::SslMode;
 
+use crate::url::percent_decoded;
+
 /// What a connection string asks of TLS beyond what the driver reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TlsParams {
@@ -121,27 +123,6 @@ impl TlsParams {
     pub(crate) fn root_file(&self) -> Option<std::path::PathBuf> {
         self.root_cert.as_deref().filter(|r| *r != "system").map(std::path::PathBuf::from)
     }
-}
-
-/// `%XX` escapes of a URL query value decoded.
-fn percent_decoded(value: &str) -> Result<String, String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                Some(b) => out.push(b),
-                None => return Err(format!("`{value}` holds a `%` that is not a `%XX` escape")),
-            }
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("`{value}` is not UTF-8 once decoded"))
 }
 
 /// The `key=value` pairs of a libpq keyword string, each with its text as

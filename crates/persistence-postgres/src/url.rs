@@ -65,7 +65,9 @@ pub fn redact_url(url: &str) -> String {
                     .map(|kv| match kv.split_once('=') {
                         // The driver decodes `%XX` in a key: `pass%77ord` is
                         // the password too.
-                        Some((k, _)) if percent_decoded(k).eq_ignore_ascii_case("password") => {
+                        Some((k, _))
+                            if percent_decoded(k).is_ok_and(|k| k.eq_ignore_ascii_case("password")) =>
+                        {
                             format!("{k}=***")
                         }
                         _ => kv.to_owned(),
@@ -129,30 +131,26 @@ fn mask_stray_passwords(url: &str) -> String {
     out
 }
 
-/// `text` with its `%XX` escapes decoded (an escape that is not one is
-/// kept as it is; bytes that are not UTF-8 are replaced).
-fn percent_decoded(text: &str) -> String {
+/// `text` with its `%XX` escapes decoded, as the driver decodes a URL's
+/// query keys and values; `Err` says why it cannot be.
+pub(crate) fn percent_decoded(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| bytes.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match escaped {
-            Some(b) => {
-                out.push(b);
-                i += 3;
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(b) => out.push(b),
+                None => return Err(format!("`{text}` holds a `%` that is not a `%XX` escape")),
             }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).map_err(|_| format!("`{text}` is not UTF-8 once decoded"))
 }
 
 /// Where a `password` key (followed by optional spaces and `=`) starts in a
