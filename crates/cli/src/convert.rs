@@ -135,32 +135,19 @@ impl Dest {
         if written.is_empty() {
             return "nothing was converted".to_owned();
         }
-        let (holder, ttl) = (crate::open_store::holder_name(), crate::open_store::hold_ttl());
         let mut kept = Vec::new();
         let mut doomed = Vec::new();
         for (id, events) in written {
-            let hold = match s.hold(id, &holder, ttl) {
-                Ok(hold) => hold,
-                Err(e) => {
-                    kept.push(format!("{id:?} ({e})"));
-                    continue;
+            match crate::open_store::hold_and_reread(&**s, id) {
+                Ok((_, now)) if now.events == *events => doomed.push(id.as_str()),
+                Ok((hold, now)) => {
+                    kept.push(format!(
+                        "{id:?} (written to since: {} events, {events} converted)",
+                        now.events
+                    ));
+                    crate::open_store::release_quietly(&**s, hold);
                 }
-            };
-            match s.summary(id) {
-                Ok(now) if now.events == *events => doomed.push(id.as_str()),
-                outcome => {
-                    kept.push(match outcome {
-                        Ok(now) => {
-                            format!("{id:?} (written to since: {} events, {events} converted)", now.events)
-                        }
-                        Err(e) => format!("{id:?} ({e})"),
-                    });
-                    if let Some(hold) = hold {
-                        if let Err(e) = s.release(&hold) {
-                            tracing::debug!(session_id = id.as_str(), error = %e, "could not release the hold; it expires");
-                        }
-                    }
-                }
+                Err(e) => kept.push(format!("{id:?} ({e})")),
             }
         }
         kept.extend(

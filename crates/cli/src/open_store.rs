@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palimpsest_core_agent_loop::DEFAULT_HOLD_TTL;
-use palimpsest_persistence::SessionStore;
+use palimpsest_persistence::{Hold, SessionStore, SessionSummary, StoreError};
 
 use crate::error::CliError;
 use crate::location::Location;
@@ -84,6 +84,35 @@ pub(crate) fn process_tag() -> &'static str {
         let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
         format!("{:08x}", random as u32)
     })
+}
+
+/// Takes this process's hold on `session_id` in `store`, then reads its
+/// summary again: what a command about to delete a session it listed
+/// earlier (`prune`, a `convert` taking its sessions back) decides on,
+/// with no writer able to start meanwhile. The hold is released again when
+/// the summary cannot be read; `locked` while a worker holds the session.
+pub(crate) fn hold_and_reread(
+    store: &dyn SessionStore,
+    session_id: &str,
+) -> Result<(Option<Hold>, SessionSummary), StoreError> {
+    let hold = store.hold(session_id, &holder_name(), hold_ttl())?;
+    match store.summary(session_id) {
+        Ok(summary) => Ok((hold, summary)),
+        Err(e) => {
+            release_quietly(store, hold);
+            Err(e)
+        }
+    }
+}
+
+/// Gives up a hold taken on a session that is kept after all; one that
+/// cannot be released expires.
+pub(crate) fn release_quietly(store: &dyn SessionStore, hold: Option<Hold>) {
+    if let Some(hold) = hold {
+        if let Err(e) = store.release(&hold) {
+            tracing::debug!(session_id = hold.session_id(), error = %e, "could not release the hold; it expires");
+        }
+    }
 }
 
 /// Reads `--store STORE` (every form can be written to).

@@ -137,7 +137,9 @@ pub(crate) fn prune(
                 // The others still go: say which one stayed, and why.
                 output::error_line(&e.to_string());
                 exit = Exit::Invalid;
-                release(&store, hold);
+                if let Some(backend) = store.backend() {
+                    crate::open_store::release_quietly(backend, hold);
+                }
             }
         }
     }
@@ -166,50 +168,31 @@ fn hold_still_old(
         let holds = doomed.iter().map(|_| None).collect();
         return (doomed, holds);
     };
-    let (holder, ttl) = (crate::open_store::holder_name(), crate::open_store::hold_ttl());
     let mut still = Vec::with_capacity(doomed.len());
     let mut holds = Vec::with_capacity(doomed.len());
     for d in doomed {
         let origin = store.origin(&d.id);
-        let hold = match backend.hold(&d.id, &holder, ttl) {
-            Ok(hold) => hold,
-            Err(e) => {
-                output::error_line(&store.load_error(&e, &d.id, &origin).to_string());
-                *exit = Exit::Invalid;
-                continue;
-            }
-        };
-        let now_last = backend.summary(&d.id).map(|s| s.last_activity.map_or(0, |t| t.max(d.created_at)));
-        match now_last {
-            Ok(last) if last < cutoff => {
-                still.push(d);
-                holds.push(hold);
-            }
-            Ok(last) => {
-                output::note(&format!(
-                    "{origin}: kept: written to since it was listed (last activity {})",
-                    timefmt::utc(last)
-                ));
-                release(store, hold);
+        match crate::open_store::hold_and_reread(backend, &d.id) {
+            Ok((hold, now)) => {
+                let last = now.last_activity.map_or(0, |t| t.max(d.created_at));
+                if last < cutoff {
+                    still.push(d);
+                    holds.push(hold);
+                } else {
+                    output::note(&format!(
+                        "{origin}: kept: written to since it was listed (last activity {})",
+                        timefmt::utc(last)
+                    ));
+                    crate::open_store::release_quietly(backend, hold);
+                }
             }
             Err(e) => {
                 output::error_line(&store.load_error(&e, &d.id, &origin).to_string());
                 *exit = Exit::Invalid;
-                release(store, hold);
             }
         }
     }
     (still, holds)
-}
-
-/// Gives up a hold prune took on a session it keeps; one that cannot be
-/// released expires.
-fn release(store: &Store, hold: Option<Hold>) {
-    if let (Some(backend), Some(hold)) = (store.backend(), hold) {
-        if let Err(e) = backend.release(&hold) {
-            tracing::debug!(session_id = hold.session_id(), error = %e, "could not release the hold; it expires");
-        }
-    }
 }
 
 /// Asks on the terminal whether to remove `doomed`; `yes` answers for it.
