@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::grant::{self, Grant};
 use crate::{read_session_file, read_session_summary, sidecar, SessionFile};
 use palimpsest_core_session::jsonl::ReadOptions;
 use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
@@ -49,13 +50,16 @@ pub struct JsonlFileStore {
     /// the id of the session it holds: every call naming another is
     /// `not-found`, held or not.
     held: Mutex<Option<(String, SessionFile)>>,
+    /// The hold granted on the held file, if one was (see
+    /// [`crate::grant`]); gone with the held file.
+    grant: Mutex<Option<Grant>>,
 }
 
 impl JsonlFileStore {
     /// The store of the file at `path`, which need not exist yet. Nothing is
     /// opened or locked until it is used.
     pub fn new(path: &Path) -> JsonlFileStore {
-        JsonlFileStore { path: path.to_owned(), held: Mutex::new(None) }
+        JsonlFileStore { path: path.to_owned(), held: Mutex::new(None), grant: Mutex::new(None) }
     }
 
     /// The file.
@@ -73,6 +77,17 @@ impl JsonlFileStore {
     fn held(&self) -> MutexGuard<'_, Option<(String, SessionFile)>> {
         // The slot is only set or read; a panic cannot leave it half-changed.
         self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Taken after [`held`](JsonlFileStore::held) when both are.
+    fn grant(&self) -> MutexGuard<'_, Option<Grant>> {
+        self.grant.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lets go of the held file (its lock) and of the hold granted on it.
+    fn let_go(&self, held: &mut Option<(String, SessionFile)>) -> Option<(String, SessionFile)> {
+        *self.grant() = None;
+        held.take()
     }
 
     /// The id of the session the file holds, when it exists: from its
@@ -124,7 +139,9 @@ impl SessionStore for JsonlFileStore {
     fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
         let mut held = self.held();
         // `already-exists` when the file is there, whichever session it holds.
-        *held = Some((header.id.clone(), SessionFile::create_with_events(&self.path, header, events)?));
+        let file = SessionFile::create_with_events(&self.path, header, events)?;
+        self.let_go(&mut held);
+        *held = Some((header.id.clone(), file));
         // A sidecar left by a file removed behind our back is not this one's
         // (a resume would ignore it anyway: it matches no header here).
         if let Err(e) = sidecar::remove(&self.path) {
@@ -166,17 +183,39 @@ impl SessionStore for JsonlFileStore {
     }
 
     /// Locks the file now, as a JSONL store's hold does: until released or
-    /// the process ends, with no expiry.
+    /// the process ends, with no expiry. The hold's token tells this grant
+    /// from others, as [`JsonlStore`](crate::JsonlStore)'s does.
     fn hold(&self, session_id: &str, holder: &str, _ttl: Duration) -> Result<Option<Hold>, StoreError> {
         self.with_file(session_id, |_| Ok(()))?;
-        Ok(Some(Hold::new(session_id, holder, 0, None)))
+        let mut grant = self.grant();
+        let next = Grant::to(holder, grant.as_ref());
+        let granted = grant.insert(next);
+        Ok(Some(granted.hold(session_id)))
     }
 
-    /// Unlocks the file, if `hold` is of its session.
+    /// The hold as it is while it is this store's current hold of the
+    /// file; `not-found` once the file no longer holds its session;
+    /// `locked` once this store gave it up or never granted it.
+    fn renew(&self, hold: &Hold, _ttl: Duration) -> Result<Hold, StoreError> {
+        self.check(hold.session_id())?;
+        let held = self.held();
+        let kept = held.as_ref().is_some_and(|(id, _)| id == hold.session_id())
+            && self.grant().as_ref().is_some_and(|g| g.is(hold));
+        match kept {
+            true => Ok(hold.clone()),
+            false => Err(grant::not_kept(hold)),
+        }
+    }
+
+    /// Unlocks the file when `hold` is this store's current hold of it: the
+    /// holder and token it granted. Any other hold (of another session, an
+    /// earlier grant, another holder) changes nothing and is not an error.
     fn release(&self, hold: &Hold) -> Result<(), StoreError> {
         let mut held = self.held();
-        if held.as_ref().is_some_and(|(id, _)| id == hold.session_id()) {
-            *held = None;
+        let current = held.as_ref().is_some_and(|(id, _)| id == hold.session_id())
+            && self.grant().as_ref().is_some_and(|g| g.is(hold));
+        if current {
+            self.let_go(&mut held);
         }
         Ok(())
     }
@@ -227,7 +266,7 @@ impl SessionStore for JsonlFileStore {
         self.check(session_id)?;
         let mut held = self.held();
         // Held (locked) while removed, so no other writer is appending.
-        let file = match held.take() {
+        let file = match self.let_go(&mut held) {
             Some((_, file)) => file,
             None => SessionFile::open(&self.path)?,
         };
@@ -315,5 +354,43 @@ mod tests {
         store.append("a", &[event]).unwrap_or_else(|e| panic!("{e}"));
         store.release(&Hold::new("a", "x", 0, None)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(other.load("a").map(|s| s.events.len()).ok(), Some(1));
+    }
+
+    /// Only the current hold is given up, as in a JSONL directory: a
+    /// release naming another holder or an earlier grant's token leaves
+    /// the file locked; a renewal once the file is deleted is `not-found`.
+    #[test]
+    fn only_the_current_hold_is_released_and_a_deleted_file_is_not_renewed() {
+        let must = |e: StoreError| -> ! { panic!("{e}") };
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("s.jsonl");
+        let store = JsonlFileStore::new(&path);
+        let other = JsonlFileStore::new(&path);
+        store.create(&header("a")).unwrap_or_else(|e| must(e));
+        let first = store.hold("a", "w", Duration::from_secs(60)).unwrap_or_else(|e| must(e));
+        let first = first.unwrap_or_else(|| panic!("a hold"));
+        store.release(&first).unwrap_or_else(|e| must(e));
+        let held = store.hold("a", "w", Duration::from_secs(60)).unwrap_or_else(|e| must(e));
+        let held = held.unwrap_or_else(|| panic!("a hold"));
+        assert!(held.token() > first.token(), "{held:?} after {first:?}");
+        let event = |seq| Event::log(seq, 2, TurnStart { turn: 1 }).unwrap_or_else(|e| panic!("{e}"));
+        for stale in [first.clone(), Hold::new("a", "someone", held.token(), None)] {
+            store.release(&stale).unwrap_or_else(|e| must(e));
+            assert_eq!(
+                other.append("a", &[event(0)]).map_err(|e| e.code()),
+                Err("locked"),
+                "after {stale:?}"
+            );
+        }
+        assert_eq!(store.renew(&held, Duration::from_secs(60)).map(|h| h.token()).ok(), Some(held.token()));
+        assert_eq!(store.renew(&first, Duration::from_secs(60)).map_err(|e| e.code()).err(), Some("locked"));
+        store.release(&held).unwrap_or_else(|e| must(e));
+        other.append("a", &[event(0)]).unwrap_or_else(|e| must(e));
+        drop(other);
+        store.delete("a").unwrap_or_else(|e| must(e));
+        assert_eq!(
+            store.renew(&held, Duration::from_secs(60)).map_err(|e| e.code()).err(),
+            Some("not-found")
+        );
     }
 }

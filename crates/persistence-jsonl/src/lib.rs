@@ -21,6 +21,7 @@ mod checkpoint;
 mod fault;
 mod file;
 mod file_store;
+mod grant;
 pub mod name;
 pub mod sidecar;
 mod store;

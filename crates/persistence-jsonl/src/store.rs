@@ -4,9 +4,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use palimpsest_core_session::{Checkpoint, Event, SessionHeader};
 use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, StoreError, StoredSession};
@@ -14,6 +13,7 @@ use palimpsest_persistence::{Hold, Resumable, SessionStore, SessionSummary, Stor
 use palimpsest_core_session::jsonl::ReadOptions;
 
 use crate::file::{check_regular, read_header, read_session_file_with, sync_dir, SessionFile};
+use crate::grant::{self, Grant};
 use crate::name::{file_name, session_id, SUFFIX};
 
 /// Sessions a thread of [`JsonlStore::summaries`] takes at least: below
@@ -23,39 +23,22 @@ const SUMMARIES_PER_THREAD: usize = 64;
 type Handle = Arc<Mutex<SessionFile>>;
 
 /// A session the store keeps open: its file (and so its lock), and the
-/// hold granted on it, if one was: the holder and token a
-/// [`release`](SessionStore::release) or [`renew`](SessionStore::renew)
-/// must name. Dropped together, so a closed or deleted session forgets
-/// its hold.
+/// hold granted on it, if one was (see [`crate::grant`]). Dropped
+/// together, so a closed or deleted session forgets its hold.
 #[derive(Debug)]
 struct Open {
     file: Handle,
-    hold: Option<(String, u64)>,
+    grant: Option<Grant>,
 }
 
 impl Open {
     fn new(file: SessionFile) -> Open {
-        Open { file: Arc::new(Mutex::new(file)), hold: None }
+        Open { file: Arc::new(Mutex::new(file)), grant: None }
     }
 
     /// Whether `hold` is the hold this store granted and still keeps.
     fn granted(&self, hold: &Hold) -> bool {
-        self.hold.as_ref().is_some_and(|(holder, token)| holder == hold.holder() && *token == hold.token())
-    }
-}
-
-/// The token of a new grant of a hold: the time in microseconds since the
-/// epoch, and larger than every token granted before in this process, so
-/// a hold given up and taken again is another hold, and a stale one never
-/// names the current one.
-pub(crate) fn new_token() -> u64 {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-    let next = |last: u64| now.max(last.saturating_add(1));
-    match LAST.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(next(last))) {
-        Ok(last) | Err(last) => next(last),
+        self.grant.as_ref().is_some_and(|g| g.is(hold))
     }
 }
 
@@ -343,21 +326,14 @@ impl SessionStore for JsonlStore {
     /// when the process ends. So the hold never expires (`expires_at` is
     /// `None`, `ttl` is unused). Its token only tells this grant from
     /// others (a writer without the lock cannot write the file at all): a
-    /// new grant's is larger than every earlier one of this process (the
-    /// time in microseconds, or one more than the last); this store's own
-    /// hold keeps its token. `locked`
+    /// new grant's is larger than every earlier one of this process; this
+    /// store's own hold keeps its token (see [`crate::grant`]). `locked`
     /// while another store, in this process or another, holds the session.
     fn hold(&self, session_id: &str, holder: &str, _ttl: Duration) -> Result<Option<Hold>, StoreError> {
         let mut handles = self.handles();
         let open = self.open_in(&mut handles, session_id)?;
-        let token = match &open.hold {
-            Some((_, token)) => *token,
-            None => new_token(),
-        };
-        open.hold = Some((holder.to_owned(), token));
-        drop(handles);
-        tracing::debug!(session_id, holder, token, "took hold");
-        Ok(Some(Hold::new(session_id, holder, token, None)))
+        let grant = open.grant.insert(Grant::to(holder, open.grant.as_ref()));
+        Ok(Some(grant.hold(session_id)))
     }
 
     /// The hold as it is (it does not expire) while it is this store's
@@ -370,13 +346,7 @@ impl SessionStore for JsonlStore {
         if self.handles().get(session_id).is_some_and(|open| open.granted(hold)) {
             return Ok(hold.clone());
         }
-        Err(StoreError::Locked {
-            what: format!(
-                "session {session_id:?} (the hold of {:?} with token {} was released, or this store never held it; take a hold again)",
-                hold.holder(),
-                hold.token()
-            ),
-        })
+        Err(grant::not_kept(hold))
     }
 
     /// Unlocks the session file (as [`close`](JsonlStore::close)) when
