@@ -327,7 +327,7 @@ impl SessionStore for JsonlStore {
     /// `None`, `ttl` is unused). Its token only tells this grant from
     /// others (a writer without the lock cannot write the file at all): a
     /// new grant's is larger than every earlier one of this process; this
-    /// store's own hold keeps its token (see [`crate::grant`]). `locked`
+    /// store's own hold keeps its token. `locked`
     /// while another store, in this process or another, holds the session.
     fn hold(&self, session_id: &str, holder: &str, _ttl: Duration) -> Result<Option<Hold>, StoreError> {
         let mut handles = self.handles();
