@@ -1076,9 +1076,35 @@ impl AgentLoop {
     }
 
     fn commit_events(&mut self, events: Vec<Event>) -> Result<Range<u64>, LoopError> {
-        let range = self.core.commit(events)?;
-        self.notify(range.clone());
-        Ok(range)
+        let first = self.core.next_seq();
+        match self.core.commit(events) {
+            Ok(range) => {
+                self.notify(range.clone());
+                Ok(range)
+            }
+            Err(e) => {
+                let landed = first..self.core.next_seq();
+                if !landed.is_empty() {
+                    // The store took the batch and only its sync failed
+                    // (`DurableError::NotSynced`): the session holds it, so
+                    // the loop's own state must too, or the next turn would
+                    // not continue the log as stored.
+                    self.notify(landed);
+                    self.follow_session();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the turn state and call ids again from the session, as an
+    /// open does: after a turn cut short with its events in the log.
+    fn follow_session(&mut self) {
+        let session = self.core.session.session();
+        let turns = session.turn_state();
+        self.last_turn = turns.started;
+        self.turn_open = turns.open_turn.is_some();
+        self.call_ids = CallIds::from_log(session.resident());
     }
 
     /// Tells plugin `i` about the committed events in `range`.

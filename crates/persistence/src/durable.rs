@@ -228,6 +228,21 @@ pub enum DurableError {
         #[source]
         source: Box<StoreError>,
     },
+    /// The store took the batch and the session in memory holds it, but
+    /// making it durable (the store's [`sync`](SessionStore::sync), which
+    /// [`Durability`] asked for) failed: a crash of this process loses
+    /// nothing the store took, a power loss may. Appending goes on as
+    /// usual; [`DurableSession::flush`] tries the sync again. (A SQLite
+    /// checkpoint that another connection's long read keeps from finishing
+    /// is `locked`, for one.)
+    #[error("seqs {}..{} were appended and the session in memory holds them, but they are not yet durable: syncing failed (flush to try again)", seqs.start, seqs.end)]
+    NotSynced {
+        /// The seqs of the batch.
+        seqs: std::ops::Range<u64>,
+        /// Why the sync failed.
+        #[source]
+        source: Box<StoreError>,
+    },
 }
 
 impl DurableError {
@@ -236,7 +251,7 @@ impl DurableError {
         match self {
             DurableError::Refused(e) => e.code(),
             DurableError::Store(e) => e.code(),
-            DurableError::Write { source, .. } => source.code(),
+            DurableError::Write { source, .. } | DurableError::NotSynced { source, .. } => source.code(),
         }
     }
 
@@ -246,7 +261,7 @@ impl DurableError {
         match self {
             DurableError::Refused(_) => None,
             DurableError::Store(e) => Some(e),
-            DurableError::Write { source, .. } => Some(source),
+            DurableError::Write { source, .. } | DurableError::NotSynced { source, .. } => Some(source),
         }
     }
 }
@@ -538,25 +553,34 @@ impl DurableSession {
     }
 
     /// Appends a batch atomically (all or nothing, in memory and in the
-    /// store); returns the seq range.
+    /// store); returns the seq range. When the store took the batch but
+    /// the sync after it failed, memory holds the batch too, as the store
+    /// does, and the error is [`DurableError::NotSynced`].
     pub fn append_batch(&mut self, events: Vec<Event>) -> Result<std::ops::Range<u64>, DurableError> {
         let (store, durability) = (&self.store, self.durability);
         let id = self.session.id().to_owned();
         let first = self.session.next_seq();
         let seqs = first..first.saturating_add(events.len() as u64);
+        let mut not_synced = None;
         let range = self.session.append_batch_with(events, |batch| {
             store.append(&id, batch)?;
             let ends_turn = batch.iter().any(|e| *e.event_type() == EventType::TurnEnd);
-            match durability {
+            let synced = match durability {
                 Durability::EveryAppend => store.sync(&id),
                 Durability::TurnBoundary if ends_turn => store.sync(&id),
                 _ => Ok(()),
-            }
+            };
+            // The store holds the batch whatever the sync says: memory
+            // must hold it too, or the next append would not continue the
+            // stored log.
+            not_synced = synced.err();
+            Ok(())
         });
-        match range {
-            Ok(range) => Ok(range),
-            Err(BatchError::Refused(e)) => Err(DurableError::Refused(e)),
-            Err(BatchError::Write(source)) => Err(DurableError::Write { seqs, source: Box::new(source) }),
+        match (range, not_synced) {
+            (Ok(range), None) => Ok(range),
+            (Ok(range), Some(source)) => Err(DurableError::NotSynced { seqs: range, source: Box::new(source) }),
+            (Err(BatchError::Refused(e)), _) => Err(DurableError::Refused(e)),
+            (Err(BatchError::Write(source)), _) => Err(DurableError::Write { seqs, source: Box::new(source) }),
         }
     }
 
@@ -615,6 +639,66 @@ mod tests {
         fn sync(&self, session_id: &str) -> Result<(), StoreError> {
             self.inner.sync(session_id)
         }
+    }
+
+    /// A store whose syncs fail with `locked` while `failing` is set, after
+    /// its appends landed (a SQLite checkpoint held back by a long read).
+    #[derive(Debug, Default)]
+    struct SyncFails {
+        inner: MemoryStore,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl SessionStore for SyncFails {
+        fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
+            self.inner.create(header)
+        }
+        fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
+            self.inner.create_with_events(header, events)
+        }
+        fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
+            self.inner.append(session_id, events)
+        }
+        fn load(&self, session_id: &str) -> Result<crate::StoredSession, StoreError> {
+            self.inner.load(session_id)
+        }
+        fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
+            self.inner.list()
+        }
+        fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+            self.inner.delete(session_id)
+        }
+        fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(StoreError::Locked { what: "the checkpoint".into() });
+            }
+            self.inner.sync(session_id)
+        }
+    }
+
+    #[test]
+    fn a_failed_sync_after_the_store_took_the_batch_leaves_memory_as_the_store() {
+        use palimpsest_core_session::payload::{TurnEnd, TurnEndReason};
+
+        let store = Arc::new(SyncFails::default());
+        let dyn_store: Arc<dyn SessionStore> = store.clone();
+        let mut s = DurableSession::create(dyn_store, SessionHeader::new("s1", 0), Durability::EveryAppend)
+            .unwrap_or_else(|e| panic!("{e}"));
+        store.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+        let err = s.append_log(1, TurnStart { turn: 1 }).err().unwrap_or_else(|| panic!("the sync fails"));
+        assert!(matches!(&err, DurableError::NotSynced { seqs, .. } if *seqs == (0..1)), "{err:?}");
+        assert_eq!(err.code(), "locked");
+        assert!(err.to_string().contains("not yet durable"), "{err}");
+        // Memory holds what the store holds.
+        let stored = store.inner.load("s1").unwrap_or_else(|e| panic!("{e}")).events;
+        assert_eq!(s.session().events(), &stored[..]);
+        assert_eq!(stored.len(), 1);
+        // Flushing fails while the sync does, and appending goes on.
+        assert_eq!(s.flush().map_err(|e| e.code().to_owned()), Err("locked".to_owned()));
+        store.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+        s.flush().unwrap_or_else(|e| panic!("{e}"));
+        let end = TurnEnd { turn: 1, reason: TurnEndReason::Completed };
+        assert_eq!(s.append_log(2, end).map_err(|e| e.to_string()), Ok(1));
     }
 
     fn failed_append(io: bool) -> (DurableError, Arc<Failing>) {

@@ -10,7 +10,7 @@ use palimpsest_core_agent_loop::{
 };
 use palimpsest_core_session::payload::{Block, ErrorInfo, ToolResult, TurnEndReason};
 use palimpsest_core_session::{Event, EventType, Session, SessionHeader};
-use palimpsest_persistence::{MemoryStore, SessionStore, StoreError, StoredSession};
+use palimpsest_persistence::{Durability, MemoryStore, SessionStore, StoreError, StoredSession};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::*;
@@ -258,11 +258,14 @@ async fn step_limit() {
     .await;
 }
 
-/// A store whose appends start failing after `ok` successful ones.
+/// A store whose appends start failing after `ok` successful ones, and
+/// whose next `failing_syncs` syncs fail with `locked` (as a SQLite
+/// checkpoint held back by another connection's long read).
 #[derive(Debug)]
 struct FailingStore {
     inner: MemoryStore,
     ok: AtomicUsize,
+    failing_syncs: AtomicUsize,
 }
 
 impl SessionStore for FailingStore {
@@ -293,6 +296,9 @@ impl SessionStore for FailingStore {
     }
 
     fn sync(&self, session_id: &str) -> Result<(), StoreError> {
+        if self.failing_syncs.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(StoreError::Locked { what: "the checkpoint".into() });
+        }
         self.inner.sync(session_id)
     }
 }
@@ -305,7 +311,11 @@ async fn a_failing_store_returns_err_and_the_turn_is_repaired_later() {
         ScriptedResponse::reply("Recovered."),
     ]));
     // Appends: turn/start+user, step/start, the chunk, message+call; then the result fails.
-    let store = Arc::new(FailingStore { inner: MemoryStore::default(), ok: AtomicUsize::new(4) });
+    let store = Arc::new(FailingStore {
+        inner: MemoryStore::default(),
+        ok: AtomicUsize::new(4),
+        failing_syncs: AtomicUsize::new(0),
+    });
     let dyn_store: Arc<dyn SessionStore> = store.clone();
     let mut agent = builder(&provider).create(dyn_store.clone(), SID).expect("create");
     let err = agent.run_turn(TurnInput::text("read a")).await.expect_err("the store fails");
@@ -325,6 +335,52 @@ async fn a_failing_store_returns_err_and_the_turn_is_repaired_later() {
     let outcome = agent.run_turn(TurnInput::text("again")).await.expect("turn 2");
     assert_eq!(outcome.reason, TurnEndReason::Completed);
     assert!(provider.last_request().expect("request").unpaired_tool_calls().is_empty());
+}
+
+/// A sync that fails after the store took the batch: the turn returns
+/// `Err`, the session in memory holds what the store holds, and the next
+/// turn continues the stored log (it used to be refused `conflict` for
+/// ever, memory one batch behind the store).
+#[tokio::test]
+async fn a_failed_sync_leaves_memory_as_the_store_and_the_next_turn_goes_on() {
+    for (durability, failing_at) in [(Durability::TurnBoundary, "turn/end"), (Durability::EveryAppend, "user/message")] {
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::reply("First."),
+            ScriptedResponse::reply("Second."),
+            ScriptedResponse::reply("Third."),
+        ]));
+        let store = Arc::new(FailingStore {
+            inner: MemoryStore::default(),
+            ok: AtomicUsize::new(usize::MAX),
+            failing_syncs: AtomicUsize::new(0),
+        });
+        let dyn_store: Arc<dyn SessionStore> = store.clone();
+        let config = AgentConfig::default().with_durability(durability).with_dev_mode(DevMode::On);
+        let mut agent = builder(&provider).config(config).create(dyn_store.clone(), SID).expect("create");
+        agent.run_turn(TurnInput::text("one")).await.expect("turn 1");
+        store.failing_syncs.store(1, Ordering::SeqCst);
+        let err = agent.run_turn(TurnInput::text("two")).await.expect_err("the sync fails");
+        assert_eq!(err.code(), "locked", "{durability:?}");
+        let mut chain = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(e) = source {
+            chain.push_str(&format!(": {e}"));
+            source = e.source();
+        }
+        assert!(chain.contains("not yet durable"), "{durability:?}: {chain}");
+        let stored = dyn_store.load(SID).expect("load").events;
+        assert_eq!(agent.session().events(), &stored[..], "{durability:?}: memory is the store");
+        assert_eq!(types(agent.session()).last().map(String::as_str), Some(failing_at), "{durability:?}");
+        // The next turn continues the stored log (repairing turn 2 first
+        // when the failed sync cut it short).
+        let outcome = agent.run_turn(TurnInput::text("three")).await.expect("turn 3");
+        assert_eq!(outcome.reason, TurnEndReason::Completed, "{durability:?}");
+        assert_eq!(outcome.turn, 3, "{durability:?}");
+        let stored = dyn_store.load(SID).expect("load");
+        assert_eq!(agent.session().events(), &stored.events[..], "{durability:?}");
+        let reopened = Session::from_log(stored.header, stored.events).expect("the stored log is valid");
+        assert!(palimpsest_invariants::check_log(reopened.events()).is_empty(), "{durability:?}");
+    }
 }
 
 #[tokio::test]
