@@ -243,7 +243,9 @@ fn html_refuses_a_hostile_image_and_escapes_ids_and_names() {
         content: vec![
             Block::text("</div></article><script>alert(2)</script>"),
             Block::Image { media_type: format!("image/png{evil}"), data: "AAAA".into() },
-            Block::Image { media_type: "image/png".into(), data: format!("AAAA{evil}") },
+            // Data that is not base64 is refused by the log itself
+            // (contract note 25); a media type that is no image is left out.
+            Block::Image { media_type: "text/html".into(), data: "PHNjcmlwdD4=".into() },
         ],
         source: Source::Plugin { plugin: "<i>plugin</i>".into() },
     };

@@ -152,7 +152,8 @@ pub enum Block {
         /// MIME type, e.g. `image/png`.
         #[serde(rename = "mediaType")]
         media_type: String,
-        /// Base64 data.
+        /// Base64 data (RFC 4648's standard alphabet, `=` padding
+        /// optional); anything else is refused when read.
         data: String,
     },
 }
@@ -379,8 +380,10 @@ pub struct AssistantMessage {
     /// Token usage of the response.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub usage: Option<Usage>,
-    /// `Some(true)` when the stream was cut off by cancellation.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    /// `Some(true)` when the stream was cut off by cancellation. The
+    /// contract writes the key only as `true` (section 1.2): `false` is
+    /// refused when read; leave the key out instead.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "only_true")]
     pub interrupted: Option<bool>,
 }
 
@@ -507,6 +510,55 @@ where
     T::deserialize(d).map(Some)
 }
 
+/// An optional key the contract writes only as `true` (`interrupted`,
+/// section 1.2: `"interrupted": true`, not a `bool`): `false` and `null`
+/// are refused, so that "not interrupted" is said one way, by leaving the
+/// key out.
+pub(crate) fn only_true<'de, D>(d: D) -> Result<Option<bool>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match bool::deserialize(d)? {
+        true => Ok(Some(true)),
+        false => Err(serde::de::Error::custom(
+            "`interrupted` is written only as `true`: leave it out when the message was not interrupted",
+        )),
+    }
+}
+
+/// An image block's `data`: a string of base64 ([`is_base64`]).
+fn base64_text<'de, D>(d: D) -> Result<String, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let text = String::deserialize(d)?;
+    if !is_base64(&text) {
+        return Err(serde::de::Error::custom(
+            "an image block's `data` is not base64 (RFC 4648's standard alphabet, `=` padding optional)",
+        ));
+    }
+    Ok(text)
+}
+
+/// Whether `text` is base64 as section 1.2 asks of an image's `data`:
+/// RFC 4648's standard alphabet (`A-Z a-z 0-9 + /`), then at most two `=`
+/// of padding; padded, a multiple of 4 characters long; unpadded, any
+/// length a byte string can have (not 1 more than a multiple of 4). No
+/// whitespace, no URL-safe alphabet, no `data:` URL. The empty string is
+/// the empty image data, and base64.
+pub(crate) fn is_base64(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let body = bytes.iter().rposition(|&b| b != b'=').map_or(0, |i| i + 1);
+    let padding = bytes.len() - body;
+    let alphabet = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
+    bytes[..body].iter().all(alphabet)
+        && match padding {
+            0 => body % 4 != 1,
+            1 | 2 => bytes.len() % 4 == 0 && body > 0,
+            _ => false,
+        }
+}
+
 /// A plugin's event: any type string outside the core set, opaque data.
 /// It never joins the surface.
 #[derive(Debug, Clone, PartialEq)]
@@ -606,7 +658,10 @@ tagged_enum! {
             #[serde(rename = "isError")] is_error: bool,
             content: Vec<Block>,
         },
-        "image" => Image { #[serde(rename = "mediaType")] media_type: String, data: String },
+        "image" => Image {
+            #[serde(rename = "mediaType")] media_type: String,
+            #[serde(deserialize_with = "base64_text")] data: String,
+        },
     }
 }
 

@@ -33,7 +33,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use crate::event::{leading_u64, EventType};
-use crate::payload::{present, Role};
+use crate::payload::{is_base64, only_true, present, Role};
 use crate::tagged::tagged_enum;
 
 /// What the fast check knows of a payload.
@@ -275,7 +275,30 @@ struct ImageBlock {
     #[serde(rename = "mediaType")]
     _media_type: AnyStr,
     #[serde(rename = "data")]
-    _data: AnyStr,
+    _data: Base64Str,
+}
+
+/// A JSON string holding base64 ([`is_base64`]), read where it lies
+/// unless it has escapes (a `\/` is legal JSON in base64 text).
+#[derive(Debug)]
+struct Base64Str;
+
+impl<'de> Deserialize<'de> for Base64Str {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Base64Str, D::Error> {
+        let raw = <&'de serde_json::value::RawValue>::deserialize(d)?.get();
+        let base64 = match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            Some(text) if !text.contains('\\') => is_base64(text),
+            Some(_) => {
+                serde_json::from_str::<String>(raw).map_err(de::Error::custom).map(|t| is_base64(&t))?
+            }
+            None => return Err(de::Error::invalid_type(de::Unexpected::Other("a value"), &"a string")),
+        };
+        if base64 {
+            Ok(Base64Str)
+        } else {
+            Err(de::Error::custom("an image block's `data` is not base64"))
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -411,7 +434,7 @@ struct AssistantMessage {
     message: Message,
     #[serde(rename = "usage", default, deserialize_with = "present")]
     _usage: Option<Usage>,
-    #[serde(rename = "interrupted", default, deserialize_with = "present")]
+    #[serde(rename = "interrupted", default, deserialize_with = "only_true")]
     _interrupted: Option<bool>,
 }
 
@@ -934,6 +957,59 @@ pub(crate) mod tests {
             for text in [text.to_owned(), absent] {
                 assert!(check_owned_payload(0, &event_type, &text).is_ok(), "{event_type} {text}");
                 assert_eq!(check(&event_type, &text), Verdict::Complete, "{event_type} {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn interrupted_is_only_true_and_image_data_only_base64_on_both_paths() {
+        const ASSISTANT: &str = r#"{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[{"type":"text","text":"ok"}],"source":{"kind":"model","provider":"p","model":"m"}},"interrupted":INTERRUPTED}"#;
+        const USER: &str = r#"{"message":{"id":"u","role":"user","content":[{"type":"image","mediaType":"image/png","data":DATA}],"source":{"kind":"user"}}}"#;
+        const RESULT: &str = r#"{"turn":1,"step":1,"message":{"id":"r","role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":false,"content":[{"type":"image","mediaType":"image/png","data":DATA}]}],"source":{"kind":"tool","callId":"c1"}}}"#;
+        let judge = |event_type: &EventType, text: &str| {
+            let owned = check_owned_payload(0, event_type, text).map_err(|e| e.code().to_owned());
+            let fast = check(event_type, text);
+            // The fast path never passes what the owned types refuse.
+            assert!(owned.is_ok() || fast != Verdict::Complete, "{event_type} {text}");
+            owned.is_ok()
+        };
+        let assistant = |v: &str| ASSISTANT.replace("INTERRUPTED", v);
+        assert!(judge(&EventType::AssistantMessage, &assistant("true")));
+        assert_eq!(check(&EventType::AssistantMessage, &assistant("true")), Verdict::Complete);
+        for refused in ["false", "null", "1", "\"true\""] {
+            assert!(!judge(&EventType::AssistantMessage, &assistant(refused)), "interrupted {refused}");
+        }
+        let accepted = [
+            r#""""#,
+            r#""aGk=""#,
+            r#""aGk""#,
+            r#""aGVsbG8gd29ybGQ=""#,
+            r#""AAEC+/9=""#,
+            r#""ab\/c""#,
+            r#""YQ==""#,
+        ];
+        let refused = [
+            r#""!!!not base64""#,
+            r#""aGk= ""#,
+            r#""aG k=""#,
+            r#""a""#,
+            r#""a===""#,
+            r#""aGk=x""#,
+            r#""ab-_""#,
+            r#""data:image/png;base64,aGk=""#,
+            r#""=""#,
+            r#""aGk\n""#,
+            "1",
+        ];
+        for template in [USER, RESULT] {
+            let event_type = if template == USER { EventType::UserMessage } else { EventType::ToolResult };
+            for data in accepted {
+                let text = template.replace("DATA", data);
+                assert!(judge(&event_type, &text), "{event_type} {text}");
+                assert_eq!(check(&event_type, &text), Verdict::Complete, "{event_type} {text}");
+            }
+            for data in refused {
+                assert!(!judge(&event_type, &template.replace("DATA", data)), "{event_type} data {data}");
             }
         }
     }
