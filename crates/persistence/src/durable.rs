@@ -578,9 +578,13 @@ impl DurableSession {
         });
         match (range, not_synced) {
             (Ok(range), None) => Ok(range),
-            (Ok(range), Some(source)) => Err(DurableError::NotSynced { seqs: range, source: Box::new(source) }),
+            (Ok(range), Some(source)) => {
+                Err(DurableError::NotSynced { seqs: range, source: Box::new(source) })
+            }
             (Err(BatchError::Refused(e)), _) => Err(DurableError::Refused(e)),
-            (Err(BatchError::Write(source)), _) => Err(DurableError::Write { seqs, source: Box::new(source) }),
+            (Err(BatchError::Write(source)), _) => {
+                Err(DurableError::Write { seqs, source: Box::new(source) })
+            }
         }
     }
 

@@ -343,7 +343,9 @@ async fn a_failing_store_returns_err_and_the_turn_is_repaired_later() {
 /// ever, memory one batch behind the store).
 #[tokio::test]
 async fn a_failed_sync_leaves_memory_as_the_store_and_the_next_turn_goes_on() {
-    for (durability, failing_at) in [(Durability::TurnBoundary, "turn/end"), (Durability::EveryAppend, "user/message")] {
+    for (durability, failing_at) in
+        [(Durability::TurnBoundary, "turn/end"), (Durability::EveryAppend, "user/message")]
+    {
         let provider = Arc::new(ScriptedProvider::new([
             ScriptedResponse::reply("First."),
             ScriptedResponse::reply("Second."),
