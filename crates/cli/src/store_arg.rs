@@ -87,6 +87,11 @@ pub(crate) type SummaryOf = (SessionHeader, Result<SessionSummary, CliError>);
 /// holds (a file is taken whatever session it holds, and naming the new
 /// session's id there said something false).
 pub(crate) fn taken_file(path: &Path) -> String {
+    // A FIFO is not read (that would wait for a writer for ever), nor a
+    // device: neither is a session file to keep.
+    if fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return "the path already exists and is not a regular file".to_owned();
+    }
     match palimpsest_persistence_jsonl::read_session_summary(path, Default::default()) {
         Ok(s) => format!(
             "the file already exists and holds session {:?}",

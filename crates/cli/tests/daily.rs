@@ -645,4 +645,11 @@ fn a_writing_command_on_a_fifo_is_refused_not_waited_on() {
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
         assert!(run.stderr.contains("not a regular file"), "{args:?}: {run:?}");
     }
+    // A conversion into it is refused as into any path that exists; it
+    // used to open the FIFO to read what it held, and wait for ever.
+    std::fs::copy(test_data("ok/settings.jsonl"), d.join("src.jsonl")).expect("copy");
+    let run = palimpsest(d, &["convert", "src.jsonl", "ff.jsonl"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("error[already-exists]"), "{run:?}");
+    assert!(run.stderr.contains("not a regular file"), "{run:?}");
 }

@@ -281,3 +281,31 @@ fn export_writes_a_file_with_o_and_reports_bad_paths() {
     assert_eq!(run.code, 2, "--format is required: {run:?}");
     assert!(run.stderr.starts_with("error[usage]: "), "{run:?}");
 }
+
+/// `-o` naming a FIFO (or a device) writes to it, as the shell's `>`
+/// would; it used to replace it with a regular file (an outside probe:
+/// `-o /dev/null`, as root, left a world-writable file there).
+#[cfg(unix)]
+#[test]
+fn export_to_a_fifo_writes_into_it_and_leaves_it_a_fifo() {
+    use std::os::unix::fs::FileTypeExt;
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let fifo = dir.path().join("out.html");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || fs::read_to_string(fifo).expect("read the FIFO"))
+    };
+    let src = data("test_data/ok/compaction-and-prune.jsonl").display().to_string();
+    let run = ok(palimpsest(dir.path(), &["export", &src, "--format", "html", "-o", "out.html"]));
+    assert!(run.stderr.contains("wrote the transcript view as HTML to out.html"), "{:?}", run.stderr);
+    let html = reader.join().expect("the reader");
+    assert!(
+        html.starts_with("<!DOCTYPE html>") && html.ends_with("</html>\n"),
+        "{}",
+        &html[..80.min(html.len())]
+    );
+    assert!(fs::symlink_metadata(&fifo).expect("stat").file_type().is_fifo(), "still a FIFO");
+}

@@ -679,6 +679,17 @@ pub(crate) fn export(
                 Some(p) if !p.as_os_str().is_empty() => p,
                 _ => Path::new("."),
             };
+            // A FIFO, a device or a socket (`-o /dev/stdout`, `-o
+            // /dev/null`) is written to, as the shell's `>` would: replacing
+            // it with a file would destroy what is not the user's export.
+            if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+                let file = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| cannot(&e))?;
+                let mut writer = BufWriter::new(file);
+                write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut writer)?;
+                writer.flush().map_err(|e| cannot(&e))?;
+                note_written(&origin, view, format, path);
+                return Ok(Exit::Success);
+            }
             // A symlink is followed: the file it names is replaced, and
             // the link stays.
             let real = match std::fs::symlink_metadata(path) {
@@ -709,19 +720,24 @@ pub(crate) fn export(
             write_doc(&session, &shadowing, view, &mut *render, &mut read, &mut writer)?;
             let file = writer.into_inner().map_err(|e| cannot(&e.into_error()))?;
             file.persist(&real).map_err(|e| cannot(&e.error))?;
-            crate::output::note(&format!(
-                "{origin}: wrote the {} view as {} to {}",
-                view.name(),
-                match format {
-                    Format::Markdown => "Markdown",
-                    Format::Html => "HTML",
-                    Format::Json => "JSON",
-                },
-                path.display()
-            ));
+            note_written(&origin, view, format, path);
         }
     }
     Ok(Exit::Success)
+}
+
+/// Says on stderr where an export written to a file went.
+fn note_written(origin: &impl std::fmt::Display, view: ExportView, format: Format, path: &Path) {
+    crate::output::note(&format!(
+        "{origin}: wrote the {} view as {} to {}",
+        view.name(),
+        match format {
+            Format::Markdown => "Markdown",
+            Format::Html => "HTML",
+            Format::Json => "JSON",
+        },
+        path.display()
+    ));
 }
 
 /// What of `store` the export file `real` would replace, if anything: the
