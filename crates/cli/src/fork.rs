@@ -21,7 +21,7 @@
 //! `<parent>-fork-<SEQ>`, or `<parent>-fork-<SEQ>-2`, `-3`, ... when that
 //! is taken; an `--id` that is taken is `already-exists` (exit 1).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use palimpsest_core_session::fork::{fork as fork_session, ForkError};
@@ -116,7 +116,14 @@ pub(crate) fn fork(
         parent.id(),
         child.id()
     ));
-    writeln!(out, "{}", child.id())?;
+    // The id as it is for a script (`id=$(palimpsest fork ...)`); on a
+    // terminal, shown, not obeyed: it comes from the parent's header, and a
+    // received log's header may carry escape sequences.
+    if std::io::stdout().is_terminal() {
+        writeln!(out, "{}", output::printable_line(child.id()))?;
+    } else {
+        writeln!(out, "{}", child.id())?;
+    }
     Ok(Exit::Success)
 }
 

@@ -467,7 +467,12 @@ impl<'a> View<'a> {
                 o,
                 "{:indent$}{}",
                 "",
-                st.red(&format!("✗ {}  (checking stopped here)", f.to_error(&self.checked.origin)))
+                // The error quotes what the log holds (a key's name, say):
+                // shown, not obeyed.
+                st.red(&crate::output::printable_line(&format!(
+                    "✗ {}  (checking stopped here)",
+                    f.to_error(&self.checked.origin)
+                )))
             );
         }
     }

@@ -255,3 +255,42 @@ fn json_on_a_terminal_escapes_what_the_terminal_would_act_on() {
         assert!(String::from_utf8_lossy(&piped.stdout).contains(text), "{args:?}: {piped:?}");
     }
 }
+
+/// Two places an outside probe found text of the log reaching the
+/// terminal raw: `fork`'s new id (made from the parent's header) and the
+/// line where `inspect` says checking stopped (it quotes a key's name).
+#[test]
+fn a_forked_id_and_a_stopped_check_are_shown_not_obeyed_on_a_terminal() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let evil = r"ev\u001b]0;PWN\u0007\u001b[2J\u202e";
+    let header = format!(r#"{{"type":"session","version":0,"id":"{evil}","createdAt":0}}"#);
+    let turn = r#"{"seq":0,"time":0,"type":"turn/start","data":{"turn":1}}"#;
+    std::fs::write(dir.path().join("evil.jsonl"), format!("{header}\n{turn}\n")).expect("write");
+    let bad_key = format!(r#"{{"seq":1,"time":0,"type":"x/y","data":1,"{evil}":1}}"#);
+    let plain = r#"{"type":"session","version":0,"id":"k","createdAt":0}"#;
+    std::fs::write(dir.path().join("key.jsonl"), format!("{plain}\n{turn}\n{bad_key}\n")).expect("write");
+    let on_a_pty = |args: &[&str]| {
+        let mut command = Command::new(BIN);
+        command.args(args).current_dir(dir.path()).env("TERM", "xterm").env_remove("PALIMPSEST_LOG");
+        let mut session = Session::spawn(command).expect("spawn palimpsest on a pty");
+        session.set_expect_timeout(Some(Duration::from_secs(30)));
+        String::from_utf8_lossy(&read_to_end(&mut session)).into_owned()
+    };
+    for args in [
+        &["fork", "evil.jsonl", "--at", "0"][..],
+        &["inspect", "key.jsonl", "--no-pager", "--color", "never"],
+    ] {
+        let screen = on_a_pty(args);
+        assert!(screen.contains("PWN"), "{args:?}: {screen:?}");
+        for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {
+            assert!(!screen.contains(raw), "{args:?}: {raw:?} reached the terminal: {screen:?}");
+        }
+    }
+    // Piped, the forked id is the id, for a script to use.
+    let piped = Command::new(BIN)
+        .args(["fork", "evil.jsonl", "--at", "0", "--id", "plain-\u{1b}x"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), "plain-\u{1b}x\n", "{piped:?}");
+}
