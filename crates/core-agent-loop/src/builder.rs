@@ -137,6 +137,12 @@ impl AgentLoopBuilder {
     /// The session is then not complete: [`Session::events`] holds only
     /// what was read (see [`Session::resident`]). Off by default.
     ///
+    /// A store that keeps no checkpoint (the in-memory one), a session
+    /// with none yet, or one whose checkpoint does not match its log is
+    /// opened whole, as without this option; whether a checkpoint was used
+    /// shows in [`Session::is_complete`] (`false` when it was).
+    ///
+    /// [`Session::is_complete`]: palimpsest_core_session::Session::is_complete
     /// [`Session::events`]: palimpsest_core_session::Session::events
     /// [`Session::resident`]: palimpsest_core_session::Session::resident
     pub fn bounded_resume(mut self, on: bool) -> AgentLoopBuilder {

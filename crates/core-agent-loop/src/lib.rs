@@ -196,17 +196,40 @@ pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};
 /// it, in one glob import without name clashes: the loop and its builder,
 /// providers and streams, tools, the session payloads a provider or tool
 /// builds, and the stores.
+///
+/// ```
+/// use std::sync::Arc;
+/// use palimpsest_core_agent_loop::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+/// let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::reply("Hi.")]));
+/// let config = AgentConfig::default().with_dev_mode(DevMode::On);
+/// let mut agent = AgentLoop::builder(provider).config(config).create(store.clone(), "s1")?;
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// let outcome: Result<TurnOutcome, LoopError> = runtime.block_on(agent.run_turn(TurnInput::text("hello")));
+/// assert_eq!(outcome?.reason, TurnEndReason::Completed);
+/// // What another process would read back.
+/// let (session, _report) = load_session(store.as_ref(), "s1", None)?;
+/// assert_eq!(session.events(), agent.session().events());
+/// # let _ = SurfaceIntent::append();
+/// # Ok(())
+/// # }
+/// ```
 pub mod prelude {
     pub use crate::{
         stream_from, AgentConfig, AgentLoop, AgentLoopBuilder, BoxFuture, CancellationToken, ChunkStream,
-        Completion, FinishReason, FnTool, ModelRequest, Plugin, PluginContext, Provider, ProviderError,
-        StreamItem, Tool, ToolContext, ToolError, ToolRegistry, ToolSpec, TurnInput, TurnOutcome,
+        Completion, DevMode, FinishReason, FnTool, LoopError, ModelRequest, Plugin, PluginContext, Provider,
+        ProviderError, ScriptedProvider, ScriptedResponse, StreamItem, Tool, ToolContext, ToolError,
+        ToolRegistry, ToolSpec, TurnInput, TurnOutcome,
     };
     pub use palimpsest_core_session::payload::{
         Block, Message, Role, Source, StreamChunk, TurnEndReason, Usage,
     };
-    pub use palimpsest_core_session::{Event, Session, SessionHeader};
-    pub use palimpsest_persistence::{Durability, DurableSession, MemoryStore, SessionStore, StoreError};
+    pub use palimpsest_core_session::{Event, Session, SessionHeader, SurfaceIntent};
+    pub use palimpsest_persistence::{
+        load_session, Durability, DurableError, DurableSession, MemoryStore, SessionStore, StoreError,
+    };
 }
 
 /// The stable codes the loop writes into the log: `tool/result`
