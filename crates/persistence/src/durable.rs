@@ -608,12 +608,27 @@ mod tests {
     use super::*;
     use crate::MemoryStore;
 
-    /// A store whose appends fail: with `io` after writing the batch (as a
-    /// sync failing after the bytes landed), or with `locked` before.
+    /// How [`Failing`]'s appends fail.
+    #[derive(Debug, Default, Clone, Copy)]
+    enum AppendFault {
+        /// They do not.
+        #[default]
+        None,
+        /// With `locked`, before writing.
+        LockedBefore,
+        /// With `io` after writing the batch (as a write whose last step
+        /// failed after the bytes landed).
+        IoAfter,
+    }
+
+    /// A store whose appends fail as `append` says, and whose syncs fail
+    /// with `locked` while `sync_fails` is set (a SQLite checkpoint held
+    /// back by another connection's long read).
     #[derive(Debug, Default)]
     struct Failing {
         inner: MemoryStore,
-        io: bool,
+        append: AppendFault,
+        sync_fails: std::sync::atomic::AtomicBool,
     }
 
     impl SessionStore for Failing {
@@ -624,11 +639,13 @@ mod tests {
             self.inner.create_with_events(header, events)
         }
         fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
-            if self.io {
-                self.inner.append(session_id, events)?;
-                Err(StoreError::io("syncing", std::io::Error::other("No space left on device")))
-            } else {
-                Err(StoreError::Locked { what: "the session".into() })
+            match self.append {
+                AppendFault::None => self.inner.append(session_id, events),
+                AppendFault::LockedBefore => Err(StoreError::Locked { what: "the session".into() }),
+                AppendFault::IoAfter => {
+                    self.inner.append(session_id, events)?;
+                    Err(StoreError::io("syncing", std::io::Error::other("No space left on device")))
+                }
             }
         }
         fn load(&self, session_id: &str) -> Result<crate::StoredSession, StoreError> {
@@ -641,39 +658,7 @@ mod tests {
             self.inner.delete(session_id)
         }
         fn sync(&self, session_id: &str) -> Result<(), StoreError> {
-            self.inner.sync(session_id)
-        }
-    }
-
-    /// A store whose syncs fail with `locked` while `failing` is set, after
-    /// its appends landed (a SQLite checkpoint held back by a long read).
-    #[derive(Debug, Default)]
-    struct SyncFails {
-        inner: MemoryStore,
-        failing: std::sync::atomic::AtomicBool,
-    }
-
-    impl SessionStore for SyncFails {
-        fn create(&self, header: &SessionHeader) -> Result<(), StoreError> {
-            self.inner.create(header)
-        }
-        fn create_with_events(&self, header: &SessionHeader, events: &[Event]) -> Result<(), StoreError> {
-            self.inner.create_with_events(header, events)
-        }
-        fn append(&self, session_id: &str, events: &[Event]) -> Result<(), StoreError> {
-            self.inner.append(session_id, events)
-        }
-        fn load(&self, session_id: &str) -> Result<crate::StoredSession, StoreError> {
-            self.inner.load(session_id)
-        }
-        fn list(&self) -> Result<Vec<SessionHeader>, StoreError> {
-            self.inner.list()
-        }
-        fn delete(&self, session_id: &str) -> Result<(), StoreError> {
-            self.inner.delete(session_id)
-        }
-        fn sync(&self, session_id: &str) -> Result<(), StoreError> {
-            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            if self.sync_fails.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(StoreError::Locked { what: "the checkpoint".into() });
             }
             self.inner.sync(session_id)
@@ -684,11 +669,11 @@ mod tests {
     fn a_failed_sync_after_the_store_took_the_batch_leaves_memory_as_the_store() {
         use palimpsest_core_session::payload::{TurnEnd, TurnEndReason};
 
-        let store = Arc::new(SyncFails::default());
+        let store = Arc::new(Failing::default());
         let dyn_store: Arc<dyn SessionStore> = store.clone();
         let mut s = DurableSession::create(dyn_store, SessionHeader::new("s1", 0), Durability::EveryAppend)
             .unwrap_or_else(|e| panic!("{e}"));
-        store.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+        store.sync_fails.store(true, std::sync::atomic::Ordering::SeqCst);
         let err = s.append_log(1, TurnStart { turn: 1 }).err().unwrap_or_else(|| panic!("the sync fails"));
         assert!(matches!(&err, DurableError::NotSynced { seqs, .. } if *seqs == (0..1)), "{err:?}");
         assert_eq!(err.code(), "locked");
@@ -699,14 +684,15 @@ mod tests {
         assert_eq!(stored.len(), 1);
         // Flushing fails while the sync does, and appending goes on.
         assert_eq!(s.flush().map_err(|e| e.code().to_owned()), Err("locked".to_owned()));
-        store.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+        store.sync_fails.store(false, std::sync::atomic::Ordering::SeqCst);
         s.flush().unwrap_or_else(|e| panic!("{e}"));
         let end = TurnEnd { turn: 1, reason: TurnEndReason::Completed };
         assert_eq!(s.append_log(2, end).map_err(|e| e.to_string()), Ok(1));
     }
 
     fn failed_append(io: bool) -> (DurableError, Arc<Failing>) {
-        let store = Arc::new(Failing { io, ..Failing::default() });
+        let append = if io { AppendFault::IoAfter } else { AppendFault::LockedBefore };
+        let store = Arc::new(Failing { append, ..Failing::default() });
         let dyn_store: Arc<dyn SessionStore> = store.clone();
         let mut s = DurableSession::create(dyn_store, SessionHeader::new("s1", 0), Durability::Os)
             .unwrap_or_else(|e| panic!("{e}"));
