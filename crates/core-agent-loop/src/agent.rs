@@ -105,6 +105,15 @@ pub struct TurnOutcome {
     /// Repair closers appended before the turn started (an earlier turn was
     /// left open by a crash, a dropped `run_turn` or a store failure).
     pub repaired: Option<Range<u64>>,
+    /// Whether everything the log holds was made durable as the session's
+    /// [`Durability`](palimpsest_persistence::Durability) asks. `false`
+    /// when a sync failed after the store took its events (a SQLite
+    /// checkpoint held back by another connection's long read, say) and
+    /// trying it again at the turn's end failed too: the turn is logged
+    /// whole, a crash of this process loses none of it, a power loss may.
+    /// The cause is logged (`warn`); [`AgentLoop::flush`] and the next turn
+    /// try again.
+    pub durable: bool,
 }
 
 /// The agent loop over one session. See the crate docs for what it writes.
@@ -416,7 +425,9 @@ impl AgentLoop {
 
     /// Makes everything appended so far durable.
     pub fn flush(&mut self) -> Result<(), LoopError> {
-        self.core.session.flush().map_err(|e| self.core.error(e))
+        self.core.session.flush().map_err(|e| self.core.error(e))?;
+        self.core.not_synced = false;
+        Ok(())
     }
 
     /// Consumes the loop, returning the durable session. The loop's hold
@@ -455,7 +466,8 @@ impl AgentLoop {
     /// output-token limit and the step limit all end the turn *in the log*
     /// and return `Ok` with the reason. `Err` means the log could not be
     /// written (see [`LoopError`]); the turn is then repaired before the
-    /// next one. Dropping the returned future mid-turn is a crash as far as
+    /// next one. A turn whose events were all written but not all made
+    /// durable (a sync failed) is `Ok`, with [`TurnOutcome::durable`] false. Dropping the returned future mid-turn is a crash as far as
     /// the log is concerned: the next turn (or open) repairs it.
     pub async fn run_turn(&mut self, input: TurnInput) -> Result<TurnOutcome, LoopError> {
         let repaired = self.repair_open_turn()?;
@@ -537,6 +549,7 @@ impl AgentLoop {
                 Next::End(reason) => break self.end_turn(Batch::new(&self.core), turn, reason)?,
             }
         };
+        let durable = self.core.settle();
         Ok(TurnOutcome {
             turn,
             reason,
@@ -545,6 +558,7 @@ impl AgentLoop {
             usage: t.usage,
             message: t.message,
             repaired: None,
+            durable,
         })
     }
 
@@ -890,8 +904,9 @@ impl AgentLoop {
         call: &Call,
         outcome: Result<Vec<Block>, ToolError>,
     ) -> ToolResult {
-        let outcome =
-            outcome.and_then(|blocks| cap_tool_result(blocks, self.core.config.max_tool_result_bytes));
+        let outcome = outcome
+            .and_then(|blocks| cap_tool_result(blocks, self.core.config.max_tool_result_bytes))
+            .and_then(check_tool_images);
         let (is_error, content, error) = match outcome {
             Ok(blocks) => (false, blocks, None),
             Err(e) => {
@@ -1076,35 +1091,9 @@ impl AgentLoop {
     }
 
     fn commit_events(&mut self, events: Vec<Event>) -> Result<Range<u64>, LoopError> {
-        let first = self.core.next_seq();
-        match self.core.commit(events) {
-            Ok(range) => {
-                self.notify(range.clone());
-                Ok(range)
-            }
-            Err(e) => {
-                let landed = first..self.core.next_seq();
-                if !landed.is_empty() {
-                    // The store took the batch and only its sync failed
-                    // (`DurableError::NotSynced`): the session holds it, so
-                    // the loop's own state must too, or the next turn would
-                    // not continue the log as stored.
-                    self.notify(landed);
-                    self.follow_session();
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Takes the turn state and call ids again from the session, as an
-    /// open does: after a turn cut short with its events in the log.
-    fn follow_session(&mut self) {
-        let session = self.core.session.session();
-        let turns = session.turn_state();
-        self.last_turn = turns.started;
-        self.turn_open = turns.open_turn.is_some();
-        self.call_ids = CallIds::from_log(session.resident());
+        let range = self.core.commit(events)?;
+        self.notify(range.clone());
+        Ok(range)
     }
 
     /// Tells plugin `i` about the committed events in `range`.
@@ -1129,6 +1118,28 @@ impl AgentLoop {
             }
         }
     }
+}
+
+/// `blocks`, or a `TOOL_RESULT_INVALID` error when one of their images
+/// (nested ones too) holds data that is not base64: the tool's output is
+/// not trusted, and an event holding such an image would be refused,
+/// failing the turn where a bad result should only be an error result.
+fn check_tool_images(blocks: Vec<Block>) -> Result<Vec<Block>, ToolError> {
+    fn bad_image(blocks: &[Block]) -> bool {
+        blocks.iter().any(|b| match b {
+            Block::Image { data, .. } => !palimpsest_core_session::payload::is_base64(data),
+            Block::ToolResult { content, .. } => bad_image(content),
+            _ => false,
+        })
+    }
+    if !bad_image(&blocks) {
+        return Ok(blocks);
+    }
+    Err(ToolError::new(
+        "ToolResultInvalid",
+        codes::TOOL_RESULT_INVALID,
+        "the tool's result holds an image whose data is not base64 (a data: URL, say); it was not logged",
+    ))
 }
 
 /// `blocks`, or a `TOOL_RESULT_TOO_LARGE` error when their JSON is over

@@ -257,6 +257,7 @@ impl AgentLoopBuilder {
             config: self.config,
             clock: self.clock,
             ids: self.ids,
+            not_synced: false,
         };
         AgentLoop::from_parts(core, self.plugins, hold)
     }

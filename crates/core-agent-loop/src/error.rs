@@ -68,8 +68,15 @@ impl LoopError {
         }
     }
 
-    /// True when the store failed (as opposed to an append being refused):
-    /// nothing more can be written until the store is reopened.
+    /// True when the store failed (as opposed to an append being refused
+    /// by the session's rules): the batch is not in memory, and what the
+    /// store holds of it is what [`StoreError::wrote_nothing`] says. A sync
+    /// that failed after the store took its events is not an error of the
+    /// loop: the turn goes on, and [`TurnOutcome::durable`] says it is not
+    /// yet durable.
+    ///
+    /// [`StoreError::wrote_nothing`]: palimpsest_persistence::StoreError::wrote_nothing
+    /// [`TurnOutcome::durable`]: crate::TurnOutcome::durable
     pub fn is_store_failure(&self) -> bool {
         matches!(self, LoopError::Session { source, .. } if source.store_error().is_some())
     }

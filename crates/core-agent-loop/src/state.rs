@@ -28,6 +28,10 @@ pub(crate) struct LoopCore {
     pub(crate) config: AgentConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,
+    /// A sync failed after its batch was stored ([`DurableError::NotSynced`])
+    /// and no sync has succeeded since: what the log holds is not all
+    /// durable yet.
+    pub(crate) not_synced: bool,
 }
 
 impl LoopCore {
@@ -60,11 +64,39 @@ impl LoopCore {
         let appended = off_the_executor(move || session.append_batch(events));
         match appended {
             Ok(range) => Ok(range),
+            // The store took the batch and the session holds it: for the
+            // loop it is committed (the turn goes on, nothing is appended
+            // twice); the turn's end tries the sync again and says whether
+            // the turn is durable (`TurnOutcome::durable`).
+            Err(DurableError::NotSynced { seqs, source }) => {
+                tracing::warn!(
+                    session_id = %self.session_id(), code = source.code(), error = %crate::error::chain(&*source),
+                    first_seq = seqs.start, "appended, but the sync failed: not yet durable"
+                );
+                self.not_synced = true;
+                Ok(seqs)
+            }
             Err(e) => {
                 tracing::warn!(session_id = %self.session_id(), code = e.code(), error = %crate::error::chain(&e), "append failed");
                 Err(self.error(e))
             }
         }
+    }
+
+    /// Tries the sync again if one failed since the last that succeeded:
+    /// whether everything appended so far is now durable.
+    pub(crate) fn settle(&mut self) -> bool {
+        if self.not_synced {
+            let session = &mut self.session;
+            match off_the_executor(move || session.flush()) {
+                Ok(()) => self.not_synced = false,
+                Err(e) => tracing::warn!(
+                    session_id = %self.session_id(), code = e.code(), error = %crate::error::chain(&e),
+                    "the turn is logged but not yet durable: the sync failed again"
+                ),
+            }
+        }
+        !self.not_synced
     }
 
     /// Saves a checkpoint of the session beside its log (at a turn

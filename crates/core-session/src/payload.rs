@@ -546,7 +546,17 @@ where
 /// length a byte string can have (not 1 more than a multiple of 4). No
 /// whitespace, no URL-safe alphabet, no `data:` URL. The empty string is
 /// the empty image data, and base64.
-pub(crate) fn is_base64(text: &str) -> bool {
+///
+/// What a tool or provider should check before it puts bytes of its own
+/// into an image block: an event holding other `data` is refused.
+///
+/// ```
+/// use palimpsest_core_session::payload::is_base64;
+///
+/// assert!(is_base64("aGk=") && is_base64("aGk") && is_base64(""));
+/// assert!(!is_base64("data:image/png;base64,aGk=") && !is_base64("aG k=") && !is_base64("a-_b"));
+/// ```
+pub fn is_base64(text: &str) -> bool {
     let bytes = text.as_bytes();
     let body = bytes.iter().rposition(|&b| b != b'=').map_or(0, |i| i + 1);
     let padding = bytes.len() - body;
@@ -554,7 +564,7 @@ pub(crate) fn is_base64(text: &str) -> bool {
     bytes[..body].iter().all(alphabet)
         && match padding {
             0 => body % 4 != 1,
-            1 | 2 => bytes.len() % 4 == 0 && body > 0,
+            1 | 2 => bytes.len().is_multiple_of(4) && body > 0,
             _ => false,
         }
 }

@@ -235,7 +235,10 @@ pub enum DurableError {
     /// usual; [`DurableSession::flush`] tries the sync again. (A SQLite
     /// checkpoint that another connection's long read keeps from finishing
     /// is `locked`, for one.)
-    #[error("seqs {}..{} were appended and the session in memory holds them, but they are not yet durable: syncing failed (flush to try again)", seqs.start, seqs.end)]
+    #[error(
+        "{} appended and held in memory, but not yet durable: syncing failed (flush to try again)",
+        crate::error::seqs_text(seqs)
+    )]
     NotSynced {
         /// The seqs of the batch.
         seqs: std::ops::Range<u64>,
@@ -313,7 +316,16 @@ impl DurableSession {
     ) -> Result<DurableSession, DurableError> {
         store.create(&header)?;
         if durability == Durability::EveryAppend {
-            store.sync(&header.id)?;
+            // The store holds the session now whatever the sync says, so
+            // failing here would leave a caller who tries again with
+            // `already-exists`. The first append syncs again (and reports
+            // `NotSynced` if that fails too), covering the header with it.
+            if let Err(e) = store.sync(&header.id) {
+                tracing::warn!(
+                    session_id = %header.id, code = e.code(), error = %e,
+                    "created, but the sync failed: not yet durable"
+                );
+            }
         }
         Ok(DurableSession {
             session: Session::create(header),

@@ -177,10 +177,8 @@ impl StoreError {
     /// one wording every writer uses, so no message claims an outcome that
     /// did not happen.
     pub fn write_outcome(&self, seqs: &std::ops::Range<u64>) -> String {
-        let (which, them) = match seqs.end.saturating_sub(seqs.start) {
-            0 | 1 => (format!("seq {}", seqs.start), "it"),
-            _ => (format!("seqs {}..={}", seqs.start, seqs.end - 1), "them"),
-        };
+        let (which, them) =
+            (seqs_text(seqs), if seqs.end.saturating_sub(seqs.start) > 1 { "them" } else { "it" });
         if self.wrote_nothing() {
             format!("the store refused {which}; nothing was written")
         } else {
@@ -194,5 +192,13 @@ impl StoreError {
     /// An `io` error with context.
     pub fn io(context: impl Into<String>, source: impl StdError + Send + Sync + 'static) -> StoreError {
         StoreError::Io { context: context.into(), source: Box::new(source) }
+    }
+}
+
+/// A batch's seqs as a person reads them: `seq 4`, or `seqs 4..=6`.
+pub(crate) fn seqs_text(seqs: &std::ops::Range<u64>) -> String {
+    match seqs.end.saturating_sub(seqs.start) {
+        0 | 1 => format!("seq {}", seqs.start),
+        _ => format!("seqs {}..={}", seqs.start, seqs.end - 1),
     }
 }

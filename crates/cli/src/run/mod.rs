@@ -1175,6 +1175,13 @@ impl Driver<'_> {
                 range.end.saturating_sub(1)
             ));
         }
+        if !outcome.durable {
+            output::warning(&format!(
+                "turn {} is logged but not yet durable: syncing the store failed (another connection's \
+                 long read can hold a SQLite checkpoint back); the next turn tries again",
+                outcome.turn
+            ));
+        }
         match &outcome.reason {
             TurnEndReason::Completed => {
                 // Nothing to show: an empty delta stream, a finish with no
