@@ -467,7 +467,8 @@ impl AgentLoop {
     /// and return `Ok` with the reason. `Err` means the log could not be
     /// written (see [`LoopError`]); the turn is then repaired before the
     /// next one. A turn whose events were all written but not all made
-    /// durable (a sync failed) is `Ok`, with [`TurnOutcome::durable`] false. Dropping the returned future mid-turn is a crash as far as
+    /// durable (a sync failed) is `Ok`, with [`TurnOutcome::durable`]
+    /// false. Dropping the returned future mid-turn is a crash as far as
     /// the log is concerned: the next turn (or open) repairs it.
     pub async fn run_turn(&mut self, input: TurnInput) -> Result<TurnOutcome, LoopError> {
         let repaired = self.repair_open_turn()?;
