@@ -382,13 +382,21 @@ impl AgentLoop {
         let mut batch = Batch::new(&self.core);
         let seq = batch.log(&self.core, SessionSettings { settings })?;
         self.commit(batch)?;
-        self.flush()?;
+        // Made durable now, whatever the durability: the next request is
+        // sent with them. A sync that fails is reported as a commit's is
+        // (the event is logged; the next turn's `durable` says whether a
+        // sync caught up), not as a failure to write what was written.
+        self.core.sync_now();
         tracing::info!(session_id = %self.session_id(), seq, "logged new settings");
         Ok(Some(seq))
     }
 
     /// Appends a `context/message` now, between turns (repairing an open
-    /// turn first). During a turn, use a [`SteeringHandle`].
+    /// turn first). During a turn, use a [`SteeringHandle`]. As for every
+    /// append between turns, a sync that fails after the store took the
+    /// event is not an error (it is logged, `warn`): the next turn's
+    /// [`TurnOutcome::durable`], or [`flush`](Self::flush), says whether
+    /// a sync caught up.
     pub fn append_context(&mut self, content: Vec<Block>, source: Source) -> Result<u64, LoopError> {
         self.repair_open_turn()?;
         let mut batch = Batch::new(&self.core);
@@ -905,9 +913,11 @@ impl AgentLoop {
         call: &Call,
         outcome: Result<Vec<Block>, ToolError>,
     ) -> ToolResult {
+        // The shape first: measuring the size serializes the blocks, which
+        // recurses as deep as they nest.
         let outcome = outcome
-            .and_then(|blocks| cap_tool_result(blocks, self.core.config.max_tool_result_bytes))
-            .and_then(check_tool_images);
+            .and_then(check_tool_blocks)
+            .and_then(|blocks| cap_tool_result(blocks, self.core.config.max_tool_result_bytes));
         let (is_error, content, error) = match outcome {
             Ok(blocks) => (false, blocks, None),
             Err(e) => {
@@ -1121,26 +1131,58 @@ impl AgentLoop {
     }
 }
 
-/// `blocks`, or a `TOOL_RESULT_INVALID` error when one of their images
-/// (nested ones too) holds data that is not base64: the tool's output is
-/// not trusted, and an event holding such an image would be refused,
-/// failing the turn where a bad result should only be an error result.
-fn check_tool_images(blocks: Vec<Block>) -> Result<Vec<Block>, ToolError> {
-    fn bad_image(blocks: &[Block]) -> bool {
-        blocks.iter().any(|b| match b {
-            Block::Image { data, .. } => !palimpsest_core_session::payload::is_base64(data),
-            Block::ToolResult { content, .. } => bad_image(content),
-            _ => false,
-        })
+/// `blocks`, or a `TOOL_RESULT_INVALID` error when no event could hold
+/// them: tool-result blocks nested past the contract's nesting limit, or
+/// an image (nested ones too) whose data is not base64. A tool's output is
+/// not trusted, and an event refused for it would fail the turn where a
+/// bad result should only be an error result. Walked without recursion,
+/// and a refused result taken apart the same way, so that no depth a tool
+/// returns overflows the stack.
+fn check_tool_blocks(blocks: Vec<Block>) -> Result<Vec<Block>, ToolError> {
+    // Where the tool's blocks stand in a `tool/result`'s data: `{"message":
+    // {"content": [{"type":"tool-result", "content": [` them: depth 5.
+    const ABOVE: usize = 5;
+    let mut deepest = 0;
+    let mut bad_image = false;
+    // Each block with the JSON depth of its object.
+    let mut pending: Vec<(&Block, usize)> = blocks.iter().map(|b| (b, 1)).collect();
+    while let Some((block, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        match block {
+            Block::Image { data, .. } => bad_image |= !palimpsest_core_session::payload::is_base64(data),
+            // The object, then its `content` array.
+            Block::ToolResult { content, .. } => {
+                deepest = deepest.max(depth + 1);
+                pending.extend(content.iter().map(|b| (b, depth + 2)));
+            }
+            _ => {}
+        }
     }
-    if !bad_image(&blocks) {
+    let why = if ABOVE + deepest > palimpsest_core_session::event::MAX_NESTING {
+        format!(
+            "the tool's result nests its blocks {} deep, past the log's limit of {}; it was not logged",
+            ABOVE + deepest,
+            palimpsest_core_session::event::MAX_NESTING
+        )
+    } else if bad_image {
+        "the tool's result holds an image whose data is not base64 (a data: URL, say); it was not logged"
+            .to_owned()
+    } else {
         return Ok(blocks);
+    };
+    take_apart(blocks);
+    Err(ToolError::new("ToolResultInvalid", codes::TOOL_RESULT_INVALID, why))
+}
+
+/// Drops `blocks` one level at a time: a result nested deeper than the
+/// stack would hold frames for is dropped without recursing.
+fn take_apart(blocks: Vec<Block>) {
+    let mut pending = blocks;
+    while let Some(block) = pending.pop() {
+        if let Block::ToolResult { content, .. } = block {
+            pending.extend(content);
+        }
     }
-    Err(ToolError::new(
-        "ToolResultInvalid",
-        codes::TOOL_RESULT_INVALID,
-        "the tool's result holds an image whose data is not base64 (a data: URL, say); it was not logged",
-    ))
 }
 
 /// `blocks`, or a `TOOL_RESULT_TOO_LARGE` error when their JSON is over

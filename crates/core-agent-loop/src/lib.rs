@@ -265,9 +265,9 @@ pub mod codes {
     /// The call was past [`AgentConfig::max_tool_calls_per_step`](crate::AgentConfig::max_tool_calls_per_step)
     /// and was not run (error name `TooManyToolCalls`).
     pub const TOO_MANY_TOOL_CALLS: &str = "TOO_MANY_TOOL_CALLS";
-    /// The tool's result held an image whose data is not base64, which no
-    /// event may hold (contract note 25); it was not logged (error name
-    /// `ToolResultInvalid`).
+    /// The tool's result could not be logged: it held an image whose data
+    /// is not base64 (contract note 25), or nested its blocks past the
+    /// log's nesting limit (error name `ToolResultInvalid`).
     pub const TOOL_RESULT_INVALID: &str = "TOOL_RESULT_INVALID";
     /// `turn/end` error code: a plugin hook failed.
     pub const PLUGIN_FAILED: &str = "PLUGIN_FAILED";

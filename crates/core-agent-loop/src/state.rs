@@ -87,16 +87,25 @@ impl LoopCore {
     /// whether everything appended so far is now durable.
     pub(crate) fn settle(&mut self) -> bool {
         if self.not_synced {
-            let session = &mut self.session;
-            match off_the_executor(move || session.flush()) {
-                Ok(()) => self.not_synced = false,
-                Err(e) => tracing::warn!(
-                    session_id = %self.session_id(), code = e.code(), error = %crate::error::chain(&e),
-                    "the turn is logged but not yet durable: the sync failed again"
-                ),
-            }
+            self.sync_now();
         }
         !self.not_synced
+    }
+
+    /// Syncs the store now, whatever the durability. A failure is logged
+    /// (`warn`) and kept in `not_synced`, as a commit's failed sync is.
+    pub(crate) fn sync_now(&mut self) {
+        let session = &mut self.session;
+        match off_the_executor(move || session.flush()) {
+            Ok(()) => self.not_synced = false,
+            Err(e) => {
+                tracing::warn!(
+                    session_id = %self.session_id(), code = e.code(), error = %crate::error::chain(&e),
+                    "logged, but not yet durable: the sync failed"
+                );
+                self.not_synced = true;
+            }
+        }
     }
 
     /// Saves a checkpoint of the session beside its log (at a turn

@@ -419,6 +419,75 @@ async fn a_tool_image_that_is_not_base64_is_an_error_result() {
     assert_eq!(results[0].2.as_deref(), Some(codes::TOOL_RESULT_INVALID));
 }
 
+/// A tool result nested past the log's limit is an error result too,
+/// however deep (a deep one must not overflow the stack); one just inside
+/// the limit is logged as it is.
+#[tokio::test]
+async fn a_tool_result_nested_too_deep_is_an_error_result() {
+    fn nested(levels: usize) -> Vec<Block> {
+        let mut blocks = vec![Block::text("bottom")];
+        for i in 0..levels {
+            blocks =
+                vec![Block::ToolResult { tool_call_id: format!("n{i}"), is_error: false, content: blocks }];
+        }
+        blocks
+    }
+    // The limit is 127: five levels of the event above the tool's blocks,
+    // two per nested tool-result, one for the text at the bottom.
+    for (levels, logged) in [(60, true), (61, false), (200_000, false)] {
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedResponse::new().tool_call(0, "call-1", "deep", &["{}"]),
+            ScriptedResponse::reply("Done."),
+        ]));
+        let deep = FnTool::new(
+            "deep",
+            "Returns nested results.",
+            serde_json::json!({"type": "object"}),
+            move |_args: String, _ctx: ToolContext| async move { Ok(nested(levels)) },
+        );
+        let tools = palimpsest_core_agent_loop::ToolRegistry::new().with(deep);
+        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+        let mut agent = builder(&provider).tools(tools).create(store, SID).expect("create");
+        let outcome = agent.run_turn(TurnInput::text("go")).await.expect("the turn goes on");
+        assert_eq!(outcome.reason, TurnEndReason::Completed, "{levels}");
+        let results = results(agent.session());
+        let code = if logged { None } else { Some(codes::TOOL_RESULT_INVALID) };
+        assert_eq!((results[0].1, results[0].2.as_deref()), (!logged, code), "{levels}");
+    }
+}
+
+/// `set_settings` makes its event durable at once; when that sync fails
+/// the event is logged all the same and the call is `Ok` (it was `Err`,
+/// and a `create` with settings then left a session a retry found taken).
+#[tokio::test]
+async fn settings_whose_sync_fails_are_logged_once_and_the_create_holds() {
+    use palimpsest_core_session::payload::Settings;
+
+    let provider = Arc::new(ScriptedProvider::new([ScriptedResponse::reply("Hi.")]));
+    let store = Arc::new(FailingStore {
+        inner: MemoryStore::default(),
+        ok: AtomicUsize::new(usize::MAX),
+        failing_syncs: AtomicUsize::new(usize::MAX),
+    });
+    let dyn_store: Arc<dyn SessionStore> = store.clone();
+    let settings = Settings { system_prompt: Some("Be brief.".into()), ..Settings::default() };
+    let mut agent =
+        builder(&provider).settings(settings.clone()).create(dyn_store.clone(), SID).expect("created");
+    let stored = dyn_store.load(SID).expect("load").events;
+    assert_eq!(types(agent.session()), ["session/settings"]);
+    assert_eq!(agent.session().events(), &stored[..]);
+    let other = Settings { system_prompt: Some("Be thorough.".into()), ..Settings::default() };
+    let seq = agent.set_settings(other).expect("logged though not synced");
+    assert_eq!(seq, Some(1));
+    store.failing_syncs.store(0, Ordering::SeqCst);
+    let outcome = agent.run_turn(TurnInput::text("hi")).await.expect("turn");
+    assert!(outcome.durable);
+    let stored = dyn_store.load(SID).expect("load").events;
+    assert_eq!(agent.session().events(), &stored[..]);
+    let settings_events = stored.iter().filter(|e| *e.event_type() == EventType::SessionSettings).count();
+    assert_eq!(settings_events, 2);
+}
+
 #[tokio::test]
 async fn a_turn_cancelled_before_it_starts_has_no_step() {
     let token = CancellationToken::new();
