@@ -388,32 +388,42 @@ async fn failed_syncs_leave_the_turn_logged_once_and_say_it_is_not_durable() {
     }
 }
 
+/// Runs one turn in which the model calls a tool once that returns
+/// `blocks()`: how the turn ended, and its tool results.
+async fn one_tool_call(
+    blocks: impl Fn() -> Vec<Block> + Send + Sync + 'static,
+) -> (TurnEndReason, Vec<(String, bool, Option<String>)>) {
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedResponse::new().tool_call(0, "call-1", "tool", &["{}"]),
+        ScriptedResponse::reply("Done."),
+    ]));
+    let blocks = Arc::new(blocks);
+    let tool = FnTool::new(
+        "tool",
+        "Returns what the test gives it.",
+        serde_json::json!({"type": "object"}),
+        move |_args: String, _ctx: ToolContext| {
+            let blocks = Arc::clone(&blocks);
+            async move { Ok(blocks()) }
+        },
+    );
+    let tools = palimpsest_core_agent_loop::ToolRegistry::new().with(tool);
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+    let mut agent = builder(&provider).tools(tools).create(store, SID).expect("create");
+    let outcome = agent.run_turn(TurnInput::text("go")).await.expect("the turn goes on");
+    (outcome.reason, results(agent.session()))
+}
+
 /// A tool whose result holds an image that is not base64 gets an error
 /// result, as an oversized one does; the turn goes on (it used to fail
 /// with `event-malformed` and be closed by crash repair).
 #[tokio::test]
 async fn a_tool_image_that_is_not_base64_is_an_error_result() {
-    let provider = Arc::new(ScriptedProvider::new([
-        ScriptedResponse::new().tool_call(0, "call-1", "shot", &["{}"]),
-        ScriptedResponse::reply("I could not see it."),
-    ]));
-    let shot = FnTool::new(
-        "shot",
-        "Takes a screenshot.",
-        serde_json::json!({"type": "object"}),
-        |_args: String, _ctx: ToolContext| async move {
-            Ok(vec![Block::Image {
-                media_type: "image/png".into(),
-                data: "data:image/png;base64,QUJD".into(),
-            }])
-        },
-    );
-    let tools = palimpsest_core_agent_loop::ToolRegistry::new().with(shot);
-    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
-    let mut agent = builder(&provider).tools(tools).create(store, SID).expect("create");
-    let outcome = agent.run_turn(TurnInput::text("look")).await.expect("the turn goes on");
-    assert_eq!(outcome.reason, TurnEndReason::Completed);
-    let results = results(agent.session());
+    let (reason, results) = one_tool_call(|| {
+        vec![Block::Image { media_type: "image/png".into(), data: "data:image/png;base64,QUJD".into() }]
+    })
+    .await;
+    assert_eq!(reason, TurnEndReason::Completed);
     assert_eq!(results.len(), 1);
     assert!(results[0].1, "an error result: {results:?}");
     assert_eq!(results[0].2.as_deref(), Some(codes::TOOL_RESULT_INVALID));
@@ -435,22 +445,8 @@ async fn a_tool_result_nested_too_deep_is_an_error_result() {
     // The limit is 127: five levels of the event above the tool's blocks,
     // two per nested tool-result, one for the text at the bottom.
     for (levels, logged) in [(60, true), (61, false), (200_000, false)] {
-        let provider = Arc::new(ScriptedProvider::new([
-            ScriptedResponse::new().tool_call(0, "call-1", "deep", &["{}"]),
-            ScriptedResponse::reply("Done."),
-        ]));
-        let deep = FnTool::new(
-            "deep",
-            "Returns nested results.",
-            serde_json::json!({"type": "object"}),
-            move |_args: String, _ctx: ToolContext| async move { Ok(nested(levels)) },
-        );
-        let tools = palimpsest_core_agent_loop::ToolRegistry::new().with(deep);
-        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
-        let mut agent = builder(&provider).tools(tools).create(store, SID).expect("create");
-        let outcome = agent.run_turn(TurnInput::text("go")).await.expect("the turn goes on");
-        assert_eq!(outcome.reason, TurnEndReason::Completed, "{levels}");
-        let results = results(agent.session());
+        let (reason, results) = one_tool_call(move || nested(levels)).await;
+        assert_eq!(reason, TurnEndReason::Completed, "{levels}");
         let code = if logged { None } else { Some(codes::TOOL_RESULT_INVALID) };
         assert_eq!((results[0].1, results[0].2.as_deref()), (!logged, code), "{levels}");
     }
