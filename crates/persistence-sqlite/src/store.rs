@@ -566,11 +566,11 @@ impl SqliteStore {
         if sink.header(header).is_break() {
             return Ok(());
         }
-        let decoded = codec::decode_into(
+        let decoded = codec::decode_bytes_into(
             codec::decode_threads(self.options.decode_threads),
             |push| {
                 while let Some(row) = rows.next()? {
-                    if !rows_read.take(codec::read_row_ref(row, None), push) {
+                    if !rows_read.take(codec::read_row_bytes(row), push) {
                         break;
                     }
                 }

@@ -408,3 +408,29 @@ fn a_new_session_whose_keys_orphan_rows_hold_is_refused_and_wrote_nothing() {
     let after: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).expect("count");
     assert_eq!(after, rows, "no event row was written");
 }
+
+#[test]
+fn text_that_is_not_utf8_deep_in_a_long_session_is_log_corrupt_at_its_row() {
+    // Rows are checked for UTF-8 a batch of ~1,000 at a time: a bad row in
+    // the middle of a later batch, and one whose `type` and `data` are each
+    // cut inside one character (the batch as a whole stays UTF-8), are each
+    // named at their own seq, with the column at fault.
+    let edits = [
+        ("UPDATE events SET data = CAST(x'7bff7d' AS TEXT) WHERE session_id = 's' AND seq = 2500", "data"),
+        (
+            "UPDATE events SET type = CAST(CAST(type AS BLOB) || x'c3' AS TEXT), \
+             data = CAST(x'a9' || CAST(data AS BLOB) AS TEXT) WHERE session_id = 's' AND seq = 2500",
+            "type",
+        ),
+    ];
+    for (sql, column) in edits {
+        let (_dir, path) = temp_db();
+        crate::common::store_of_ticks(&path, 4000);
+        let conn = Connection::open(&path).expect("raw open");
+        assert_eq!(conn.execute(sql, []).expect("tamper"), 1, "{sql}");
+        drop(conn);
+        let err = SqliteStore::open(&path).and_then(|s| s.load("s")).expect_err("refused");
+        assert_corrupt_at("s", &err, 2500, "log-corrupt");
+        assert!(err.to_string().contains(&format!("column `{column}` is not UTF-8")), "{err}");
+    }
+}
