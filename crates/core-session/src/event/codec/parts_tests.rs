@@ -213,3 +213,30 @@ proptest! {
         prop_assert_eq!(Event::from_json(&json), Ok(e));
     }
 }
+
+#[test]
+fn a_types_quoted_length_is_what_serde_writes() {
+    // Each byte class: plain, quote, backslash, short escapes, other
+    // control bytes, DEL and non-ASCII (both written as they are).
+    for s in [
+        "assistant/chunk",
+        "",
+        "x\"y",
+        "a\\b",
+        "t\tn\nr\r",
+        "\u{1}\u{1f}",
+        "\u{7f}",
+        "é/€",
+        "a \"b\" \\ \u{0}",
+    ] {
+        let written = serde_json::to_string(s).map(|t| t.len());
+        assert_eq!(Ok(quoted_len(s)), written.map_err(|e| e.to_string()), "{s:?}");
+    }
+}
+
+#[test]
+fn an_empty_source_list_reads_as_one() {
+    assert_eq!(exact_u64_list("[]").as_deref(), Some(&[][..]));
+    assert_eq!(exact_u64_list("[3,5]").as_deref(), Some(&[3, 5][..]));
+    assert_eq!(exact_u64_list("[,]"), None);
+}
