@@ -63,7 +63,14 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
     match event_type {
         // Most events of a log: matched as text, a fixed set of keys each
         // named once, before any parser.
-        EventType::AssistantChunk => complete(is_plain_delta(data) || read::<AssistantChunk>(data).is_some()),
+        EventType::AssistantChunk => {
+            complete(is_plain_delta(data) || is_plain_usage(data) || read::<AssistantChunk>(data).is_some())
+        }
+        // The turn and step markers, matched as text: the owned check (and
+        // the key scan after it) cost several times the matching.
+        EventType::TurnStart => complete(plain_ints(data, &["turn"])),
+        EventType::StepStart | EventType::StepEnd => complete(plain_ints(data, &["turn", "step"])),
+        EventType::TurnEnd => complete(is_plain_turn_end(data)),
         EventType::ToolCall => complete(read::<ToolCall>(data).is_some()),
         EventType::UserMessage => {
             complete(read::<WithMessage>(data).is_some_and(|p| p.message.role == Role::User))
@@ -112,6 +119,56 @@ fn is_plain_delta(data: &str) -> bool {
         let text = rest.strip_prefix(",\"text\":\"")?.strip_suffix("\"}}")?;
         // A string JSON takes as it is: no quote, no escape, no control byte.
         text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\').then_some(())
+    };
+    matched().is_some()
+}
+
+/// An object of integer keys exactly as serde writes it: `keys` in order,
+/// each a JSON integer in `0..=u64::MAX`, nothing else. `{"turn":3}`,
+/// `{"turn":3,"step":1}`.
+fn plain_ints(data: &str, keys: &[&str]) -> bool {
+    plain_ints_then(data, keys).is_some_and(|rest| rest == "}")
+}
+
+/// [`plain_ints`] up to what follows the last integer.
+fn plain_ints_then<'a>(data: &'a str, keys: &[&str]) -> Option<&'a str> {
+    let mut rest = data.strip_prefix('{')?;
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            rest = rest.strip_prefix(',')?;
+        }
+        rest = rest.strip_prefix('"')?.strip_prefix(key)?.strip_prefix("\":")?;
+        rest = leading_u64(rest)?.1;
+    }
+    Some(rest)
+}
+
+/// A `turn/end` of a reason with no fields, exactly as serde writes it:
+/// `{"turn":3,"reason":{"kind":"completed"}}`.
+fn is_plain_turn_end(data: &str) -> bool {
+    let matched = || -> Option<()> {
+        let kind = plain_ints_then(data, &["turn"])?.strip_prefix(",\"reason\":{\"kind\":\"")?;
+        let kind = kind.strip_suffix("\"}}")?;
+        matches!(kind, "completed" | "max-tokens" | "interrupted").then_some(())
+    };
+    matched().is_some()
+}
+
+/// A usage chunk exactly as serde writes one: the two token counts, and
+/// the two optional ones where present, in order (5% of the benchmark
+/// workload's events, each read by serde before).
+fn is_plain_usage(data: &str) -> bool {
+    let matched = || -> Option<()> {
+        let rest = plain_ints_then(data, &["turn", "step"])?;
+        let mut rest = rest.strip_prefix(",\"chunk\":{\"type\":\"usage\",")?;
+        rest = rest.strip_prefix("\"inputTokens\":").and_then(leading_u64)?.1;
+        rest = rest.strip_prefix(",\"outputTokens\":").and_then(leading_u64)?.1;
+        for key in [",\"cachedInputTokens\":", ",\"reasoningTokens\":"] {
+            if let Some(after) = rest.strip_prefix(key) {
+                rest = leading_u64(after)?.1;
+            }
+        }
+        (rest == "}}").then_some(())
     };
     matched().is_some()
 }
@@ -875,6 +932,89 @@ pub(crate) mod tests {
             // And the fast path is taken for what serde writes, escapes aside.
             if !seed.contains('\\') {
                 prop_assert!(is_plain_delta(&seed), "{}", seed);
+            }
+        }
+    }
+
+    /// Turn and step markers and usage chunks as serde writes them, of
+    /// any integers, then edited as the deltas are.
+    fn marker() -> impl Strategy<Value = (EventType, String, String)> {
+        use crate::payload::{AssistantChunk, StepEnd, StepStart, TurnEnd, TurnEndReason, TurnStart, Usage};
+        let n = prop_oneof![0u64..5, any::<u64>()];
+        let maybe = prop::option::of(n.clone());
+        let reason = prop::sample::select(&[0u8, 1, 2, 3, 4][..]);
+        (0u8..5, n.clone(), n.clone(), n.clone(), maybe.clone(), maybe, reason).prop_flat_map(
+            |(kind, turn, step, tokens, cached, reasoning, why)| {
+                let (event_type, seed) = match kind {
+                    0 => ("turn/start", serde_json::to_string(&TurnStart { turn })),
+                    1 => ("step/start", serde_json::to_string(&StepStart { turn, step })),
+                    2 => ("step/end", serde_json::to_string(&StepEnd { turn, step })),
+                    3 => {
+                        let reason = match why {
+                            0 => TurnEndReason::Completed,
+                            1 => TurnEndReason::MaxTokens,
+                            2 => TurnEndReason::Interrupted,
+                            _ => TurnEndReason::Aborted { reason: "stop".into() },
+                        };
+                        ("turn/end", serde_json::to_string(&TurnEnd { turn, reason }))
+                    }
+                    _ => {
+                        let usage = Usage {
+                            input_tokens: tokens,
+                            output_tokens: step,
+                            cached_input_tokens: cached,
+                            reasoning_tokens: reasoning,
+                        };
+                        let chunk = crate::payload::StreamChunk::Usage(usage);
+                        ("assistant/chunk", serde_json::to_string(&AssistantChunk { turn, step, chunk }))
+                    }
+                };
+                let seed = seed.unwrap();
+                const PIECES: &[&str] = &[
+                    "\"",
+                    "}",
+                    "{",
+                    "0",
+                    "-",
+                    "1.5",
+                    "e3",
+                    ",\"x\":1",
+                    ",\"turn\":1",
+                    " ",
+                    "99999999999999999999",
+                ];
+                let edit = (any::<prop::sample::Index>(), prop::sample::select(PIECES), any::<bool>());
+                prop::collection::vec(edit, 0..2).prop_map(move |edits| {
+                    let mut text = seed.clone();
+                    for (at, piece, remove) in edits {
+                        let i = at.index(text.len() + 1);
+                        if remove && i < text.len() {
+                            text.remove(i);
+                        } else {
+                            text.insert_str(i, piece);
+                        }
+                    }
+                    (EventType::parse(event_type), seed.clone(), text)
+                })
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// What the text matchers accept, the owned types accept and no key
+        /// is named twice; and what serde writes of the plain forms is
+        /// matched.
+        #[test]
+        fn a_plain_marker_is_one_the_owned_types_accept((event_type, seed, text) in marker()) {
+            if check(&event_type, &text) == Verdict::Complete {
+                let owned = check_owned_payload(0, &event_type, &text);
+                prop_assert!(owned.is_ok(), "{} {}: {:?}", event_type, text, owned);
+                prop_assert!(crate::unique_keys::duplicate_key(&text).is_none(), "{}", text);
+            }
+            if !seed.contains("aborted") {
+                prop_assert_eq!(check(&event_type, &seed), Verdict::Complete, "{}", seed);
             }
         }
     }
