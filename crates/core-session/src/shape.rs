@@ -110,9 +110,7 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
 /// Anything else, even a valid delta written another way, answers `false`.
 fn is_plain_delta(data: &str) -> bool {
     let matched = || -> Option<()> {
-        let (_, rest) = leading_u64(data.strip_prefix("{\"turn\":")?)?;
-        let (_, rest) = leading_u64(rest.strip_prefix(",\"step\":")?)?;
-        let rest = rest.strip_prefix(",\"chunk\":{\"type\":\"")?;
+        let rest = plain_ints_then(data, &["turn", "step"])?.strip_prefix(",\"chunk\":{\"type\":\"")?;
         let rest = rest.strip_prefix("text-delta").or_else(|| rest.strip_prefix("reasoning-delta"))?;
         let (index, rest) = leading_u64(rest.strip_prefix("\",\"index\":")?)?;
         u32::try_from(index).ok()?;
