@@ -6,8 +6,8 @@
 
 use palimpsest_core_session::{Event, LoadError, SessionHeader};
 pub(crate) use palimpsest_persistence::rows::{
-    checkpoint_ends_at, checkpoint_row, decode_into, from_sql_int, sources_json, surface_op_json, to_sql_int,
-    EventRow, RowReader, RowRef,
+    checkpoint_ends_at, checkpoint_row, decode_into, from_sql_int, not_utf8, sources_json, surface_op_json,
+    to_sql_int, EventRow, RowReader, RowRef,
 };
 
 /// The event columns of one row, for an `INSERT ... SELECT FROM unnest(...)`:

@@ -14,7 +14,7 @@ use std::io;
 
 use palimpsest_core_session::LoadError;
 
-use crate::codec::RowRef;
+use crate::codec::{not_utf8, RowRef};
 
 /// The first bytes of every binary COPY stream.
 const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
@@ -93,11 +93,7 @@ fn row(tuple: &[u8]) -> Result<RowRef<'_>, LoadError> {
         Ok(i64::from_be_bytes(bytes))
     };
     fn text<'a>(column: &str, field: Option<&'a [u8]>) -> Result<Option<&'a str>, LoadError> {
-        field
-            .map(|f| {
-                std::str::from_utf8(f).map_err(|e| corrupt(format!("column `{column}` is not UTF-8: {e}")))
-            })
-            .transpose()
+        field.map(|f| std::str::from_utf8(f).map_err(|e| not_utf8(column, e))).transpose()
     }
     fn required<'a>(column: &str, value: Option<&'a str>) -> Result<&'a str, LoadError> {
         value.ok_or_else(|| corrupt(format!("column `{column}` is NULL")))
