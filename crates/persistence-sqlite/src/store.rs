@@ -986,7 +986,7 @@ impl SessionStore for SqliteStore {
                 while let Some(row) = rows.next()? {
                     let index = from + tail.len() as u64;
                     let event = codec::read_row_ref(row, None)
-                        .and_then(|r| r.to_row().decode(index))
+                        .and_then(|r| r.decode(index))
                         .map_err(|e| ReadError::Store(self.corrupt(session_id, Some(index), e)))?;
                     tail.push(event);
                 }
