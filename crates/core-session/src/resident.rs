@@ -213,10 +213,16 @@ impl ResidentLog {
             return;
         }
         let keep: HashSet<u64> = surface.iter().copied().filter(|&s| s < self.from).collect();
-        let mut i = 0usize;
-        self.events.retain(|e| {
+        let (mut i, from) = (0usize, self.from);
+        self.events.retain_mut(|e| {
             i += 1;
-            i > before || keep.contains(&e.seq()) || Some(e.seq()) == settings_seq
+            let kept = i > before || keep.contains(&e.seq()) || Some(e.seq()) == settings_seq;
+            // What stays of a log loaded whole must not hold on to the
+            // shared texts of the events let go of.
+            if kept && e.seq() < from {
+                e.unshare_text();
+            }
+            kept
         });
     }
 
@@ -326,5 +332,27 @@ mod tests {
         assert_eq!(log.len(), 7);
         log.truncate(6);
         assert_eq!((log.len(), log.resident().len()), (6, 0));
+    }
+
+    /// A log decoded a batch at a time shares one payload text per batch;
+    /// the events a trim keeps get their own, so the batch's text goes
+    /// with the events let go of.
+    #[test]
+    fn the_events_a_trim_keeps_share_no_text_with_those_it_let_go() {
+        let data = r#"{"turn":1}"#;
+        let text = crate::event::SharedText::new(data.repeat(5));
+        let shared = |seq: u64| {
+            let start = seq as usize * data.len();
+            Event::from_shared_parts(seq, 0, "turn/start", &text, start..start + data.len(), None, None)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut log = ResidentLog::sparse((0..4).map(shared).collect(), 4);
+        assert!(log.resident().iter().all(Event::shares_text));
+        log.push(shared(4));
+        log.trim(&[1, 3], Some(2));
+        let kept: Vec<(u64, bool)> = log.resident().iter().map(|e| (e.seq(), e.shares_text())).collect();
+        // The tail (seq 4, after the checkpoint) is untouched.
+        assert_eq!(kept, [(1, false), (2, false), (3, false), (4, true)]);
+        assert!(log.resident().iter().all(|e| e.data() == data));
     }
 }

@@ -7,6 +7,7 @@
 //! it).
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::de;
 use serde::ser::SerializeStruct;
@@ -15,6 +16,7 @@ use serde_json::value::RawValue;
 
 use super::rules::check_line_len;
 use super::rules::{check_metadata, check_payload};
+use super::text::{PayloadText, SharedText};
 use super::{Event, EventType, SurfaceOp};
 use crate::error::AppendError;
 
@@ -66,7 +68,7 @@ impl Event {
         let data = wire.data.get();
         let (event_type, sources, op) =
             Event::decode(wire.seq, &wire.event_type, data, wire.source_event_seqs, wire.surface_op)?;
-        Event::assemble(wire.seq, wire.time, event_type, data.into(), sources, op)
+        Event::assemble(wire.seq, wire.time, event_type, PayloadText::Own(data.into()), sources, op)
     }
 
     /// Rebuilds an event from stored parts (for example a database row),
@@ -98,6 +100,58 @@ impl Event {
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
         let data = trim_json_space(data.into()).into_boxed_str();
+        Event::from_text_parts(seq, time, event_type, data.into(), source_event_seqs, surface_op)
+    }
+
+    /// [`Event::from_parts`] with `data` the range `data` of `text`, which
+    /// the event shares instead of copying it: what a store decoding many
+    /// rows at once uses, copying their payloads into one text first
+    /// ([`SharedText`] says what that costs and saves). The same checks
+    /// and the same event; a range that is not normalized (JSON
+    /// whitespace around it, a raw line break in it), or not one of
+    /// `text` at character boundaries, is copied out and read as
+    /// [`Event::from_parts`] reads it.
+    ///
+    /// ```
+    /// use palimpsest_core_session::event::SharedText;
+    /// use palimpsest_core_session::Event;
+    ///
+    /// let text = SharedText::new(String::from("{\"turn\":1}{\"turn\":1,\"step\":1}"));
+    /// let turn = Event::from_shared_parts(0, 1, "turn/start", &text, 0..10, None, None)?;
+    /// let step = Event::from_shared_parts(1, 1, "step/start", &text, 10..29, None, None)?;
+    /// drop(text);
+    /// assert_eq!((turn.data(), step.data()), ("{\"turn\":1}", "{\"turn\":1,\"step\":1}"));
+    /// # Ok::<(), palimpsest_core_session::AppendError>(())
+    /// ```
+    pub fn from_shared_parts(
+        seq: u64,
+        time: u64,
+        event_type: &str,
+        text: &SharedText,
+        data: Range<usize>,
+        source_event_seqs: Option<&str>,
+        surface_op: Option<&str>,
+    ) -> Result<Event, AppendError> {
+        match PayloadText::shared(text, data.clone()).filter(|t| is_normalized(t)) {
+            Some(shared) => {
+                Event::from_text_parts(seq, time, event_type, shared, source_event_seqs, surface_op)
+            }
+            None => {
+                let data = text.as_str().get(data).unwrap_or_default();
+                Event::from_parts(seq, time, event_type, data, source_event_seqs, surface_op)
+            }
+        }
+    }
+
+    /// [`Event::from_parts`] of a `data` already trimmed.
+    fn from_text_parts(
+        seq: u64,
+        time: u64,
+        event_type: &str,
+        data: PayloadText,
+        source_event_seqs: Option<&str>,
+        surface_op: Option<&str>,
+    ) -> Result<Event, AppendError> {
         // The size first, as for a line: the row's event, written as one.
         let sources_len = source_event_seqs.map_or(0, |t| ",\"sourceEventSeqs\":".len() + t.len());
         let op_len = surface_op.map_or(0, |t| ",\"surfaceOp\":".len() + t.len());
@@ -124,16 +178,20 @@ impl Event {
 
     /// [`Event::from_parts`] for any texts: serde reads the optional ones.
     /// (`data` is trimmed again, so that this stands on its own as the
-    /// reference `from_parts` is tested against.)
+    /// reference `from_parts` is tested against; a shared text is one
+    /// that needed no trimming.)
     fn from_general_parts(
         seq: u64,
         time: u64,
         event_type: &str,
-        data: Box<str>,
+        data: PayloadText,
         source_event_seqs: Option<&str>,
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
-        let data = trim_json_space(data.into()).into_boxed_str();
+        let data = match data {
+            PayloadText::Own(data) => PayloadText::Own(trim_json_space(data.into()).into_boxed_str()),
+            shared => shared,
+        };
         let not_json = |what: &str, e: serde_json::Error| AppendError::EventMalformed {
             seq: Some(seq),
             detail: format!("`{what}` is not JSON: {e}"),

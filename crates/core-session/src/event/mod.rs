@@ -45,11 +45,14 @@ use crate::payload::{LogPayload, SurfacePayload};
 
 mod codec;
 mod rules;
+mod text;
 
 pub(crate) use codec::{leading_u64, seq_prefix};
 /// The reference payload check, which the fast shape check is tested against.
 #[cfg(test)]
 pub(crate) use rules::check_owned_payload;
+use text::PayloadText;
+pub use text::SharedText;
 
 /// An event's `type`. The core types have a fixed payload shape; any other
 /// string is a plugin type with opaque data.
@@ -253,8 +256,9 @@ pub struct Event {
     /// The payload's JSON text, exactly as written but for the
     /// normalization of the module docs (no whitespace around it, no raw
     /// line break in it): checked to be one JSON value (and for a core
-    /// type, its payload shape) when the event was built.
-    data: Box<str>,
+    /// type, its payload shape) when the event was built. Its own, or a
+    /// range of a text shared with the events decoded with it.
+    data: PayloadText,
     /// Provenance and surface op, behind one pointer: most events of a long
     /// log (chunks, brackets, calls, plugin events) have neither, and an
     /// event is 32 bytes smaller for it.
@@ -273,7 +277,7 @@ impl PartialEq for Event {
         self.seq == other.seq
             && self.time == other.time
             && self.event_type == other.event_type
-            && self.data == other.data
+            && *self.data == *other.data
             && self.source_event_seqs() == other.source_event_seqs()
             && self.surface_op() == other.surface_op()
     }
@@ -288,12 +292,16 @@ impl Event {
         seq: u64,
         time: u64,
         event_type: EventType,
-        data: Box<str>,
+        data: PayloadText,
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Event {
         // After the checks: only in a JSON value is a line break whitespace.
-        let data = codec::line_breaks_as_spaces(data);
+        // A shared text was given only if it had none.
+        let data = match data {
+            PayloadText::Own(text) => PayloadText::Own(codec::line_breaks_as_spaces(text)),
+            shared => shared,
+        };
         debug_assert!(codec::is_normalized(&data), "`data` with whitespace around it: {data:?}");
         let surfacing = (source_event_seqs.is_some() || surface_op.is_some())
             .then(|| Box::new(Surfacing { source_event_seqs, surface_op }));
@@ -321,6 +329,23 @@ impl Event {
     /// as a space. See [`Event::from_json`].
     pub fn data(&self) -> &str {
         &self.data
+    }
+
+    /// Whether the payload text is a range of a [`SharedText`], shared
+    /// with other events decoded with this one
+    /// ([`Event::from_shared_parts`]), rather than its own.
+    pub fn shares_text(&self) -> bool {
+        self.data.is_shared()
+    }
+
+    /// Gives the event its own payload text if it shares one, so that it
+    /// keeps no other event's text alive: for an event kept while those
+    /// decoded with it are let go of.
+    pub(crate) fn unshare_text(&mut self) {
+        if self.data.is_shared() {
+            let data = std::mem::replace(&mut self.data, PayloadText::Own(Box::default()));
+            self.data = PayloadText::Own(data.into_own());
+        }
     }
 
     /// Provenance, when present (`Some(&[])` is a known empty stream).
@@ -391,7 +416,7 @@ impl Event {
             seq,
             time,
             self.event_type.clone(),
-            self.data.clone(),
+            Box::from(self.data()),
             self.source_event_seqs().map(Box::from),
             self.surface_op(),
         )

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::codec::line_len;
+use super::text::PayloadText;
 use super::{Event, EventType, SurfaceOp, MAX_NESTING};
 use crate::error::AppendError;
 use crate::limits::MAX_EVENT_LINE_BYTES;
@@ -79,7 +80,7 @@ impl Event {
         check_payload(seq, &event_type, &data)?;
         // `assemble` without its size check: the size was checked above.
         check_metadata(seq, &event_type, source_event_seqs.as_deref(), surface_op)?;
-        Ok(Event::from_fields(seq, time, event_type, data, source_event_seqs, surface_op))
+        Ok(Event::from_fields(seq, time, event_type, data.into(), source_event_seqs, surface_op))
     }
 
     /// Checks rules 1, 2 and 4 on an event whose payload was checked, and
@@ -88,7 +89,7 @@ impl Event {
         seq: u64,
         time: u64,
         event_type: EventType,
-        data: Box<str>,
+        data: PayloadText,
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Result<Event, AppendError> {

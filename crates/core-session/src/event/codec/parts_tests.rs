@@ -89,9 +89,40 @@ proptest! {
         t in event_type(), d in data(), s in sources(), o in op(), seq in 5u64..8,
     ) {
         let fast = Event::from_parts(seq, 1, t, d.clone(), s.as_deref(), o.as_deref());
-        let general = Event::from_general_parts(seq, 1, t, d.into(), s.as_deref(), o.as_deref());
+        let general = Event::from_general_parts(seq, 1, t, Box::<str>::from(d).into(), s.as_deref(), o.as_deref());
         prop_assert_eq!(fast, general);
     }
+
+    /// The same columns with `data` a range of a text shared with other
+    /// payloads: the same event or the same error, and a text shared only
+    /// where it needed no normalizing.
+    #[test]
+    fn from_shared_parts_agrees_with_from_parts(
+        t in event_type(), d in data(), s in sources(), o in op(), seq in 5u64..8,
+        before in data(), after in data(),
+    ) {
+        let text = SharedText::new(format!("{before}{d}{after}"));
+        let range = before.len()..before.len() + d.len();
+        let shared = Event::from_shared_parts(seq, 1, t, &text, range, s.as_deref(), o.as_deref());
+        let own = Event::from_parts(seq, 1, t, d.clone(), s.as_deref(), o.as_deref());
+        prop_assert_eq!(shared.as_ref().is_ok_and(Event::shares_text), own.is_ok() && is_normalized(&d));
+        prop_assert_eq!(shared, own);
+    }
+}
+
+#[test]
+fn a_shared_range_that_is_not_a_text_of_it_is_read_as_nothing_else_would_be() {
+    let text = SharedText::new("{\"é\":1}".to_owned());
+    // Outside the text, or inside `é`: read as the empty text, not JSON.
+    #[allow(clippy::reversed_empty_ranges)] // on purpose: no text of any text
+    let ranges = [0..99, 0..3, 5..2];
+    for range in ranges {
+        let e = Event::from_shared_parts(0, 1, "x/y", &text, range.clone(), None, None);
+        assert_eq!(e.as_ref().map_err(AppendError::code), Err("event-malformed"), "{range:?}");
+    }
+    let e = Event::from_shared_parts(0, 1, "x/y", &text, 0..8, None, None).unwrap();
+    assert!(e.shares_text());
+    assert_eq!(e.data(), "{\"é\":1}");
 }
 
 #[test]
@@ -127,7 +158,7 @@ fn data_is_trimmed_and_kept_on_one_line() {
     ] {
         let e = Event::from_parts(0, 1, "x/y", data, None, None).unwrap_or_else(|e| panic!("{data:?}: {e}"));
         assert_eq!(e.data(), kept, "{data:?}");
-        let general = Event::from_general_parts(0, 1, "x/y", data.into(), None, None);
+        let general = Event::from_general_parts(0, 1, "x/y", Box::<str>::from(data).into(), None, None);
         assert_eq!(general.as_ref(), Ok(&e), "{data:?}");
         // Written as a line and read back; read back from its columns.
         let line = e.to_json();
