@@ -31,10 +31,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::ops::ControlFlow;
+use std::ops::{ControlFlow, Range};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
+use palimpsest_core_session::event::SharedText;
 use palimpsest_core_session::{
     AppendError, Checkpoint, Event, EventType, LoadError, SessionHeader, SurfaceOp,
 };
@@ -131,17 +132,39 @@ impl EventRow {
     /// own (not copied).
     pub fn decode(self, index: u64) -> Result<Event, LoadError> {
         let (sources, op) = (self.source_event_seqs.as_deref(), self.surface_op.as_deref());
-        decode_columns(self.seq, self.time, self.event_type.as_str(), self.data, sources, op, index)
+        let data = Payload::Owned(self.data);
+        decode_columns(self.seq, self.time, self.event_type.as_str(), data, sources, op, index)
     }
 }
 
-/// [`EventRow::decode`] of columns however they are held: `data` is moved
-/// into the event when it is a `String`, copied once when borrowed.
+/// Where the `data` column of a row being decoded is held, and so what
+/// the event's payload text will be.
+enum Payload<'a> {
+    /// Moved into the event.
+    Owned(String),
+    /// Copied into the event's own text.
+    Borrowed(&'a str),
+    /// A range of a text shared by the rows of a batch, which the event
+    /// shares (`Event::from_shared_parts`).
+    Shared(&'a SharedText, Range<usize>),
+}
+
+impl Payload<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Payload::Owned(data) => data,
+            Payload::Borrowed(data) => data,
+            Payload::Shared(text, range) => text.as_str().get(range.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// [`EventRow::decode`] of columns however they are held.
 fn decode_columns(
     raw_seq: i64,
     time: i64,
     event_type: &str,
-    data: impl AsRef<str> + Into<String>,
+    data: Payload<'_>,
     source_event_seqs: Option<&str>,
     surface_op: Option<&str>,
     index: u64,
@@ -161,10 +184,19 @@ fn decode_columns(
     // refuses trailing text; whitespace around `data` would not survive a
     // round trip byte for byte.
     let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-    let bytes = data.as_ref().as_bytes();
+    let bytes = data.as_str().as_bytes();
     let padded = bytes.first().is_some_and(json_space) || bytes.last().is_some_and(json_space);
-    let event = Event::from_parts(seq, from_sql_int(time), event_type, data, source_event_seqs, surface_op)
-        .map_err(|error| LoadError::Rule { line: at, error })?;
+    let time = from_sql_int(time);
+    let event = match data {
+        Payload::Owned(data) => Event::from_parts(seq, time, event_type, data, source_event_seqs, surface_op),
+        Payload::Borrowed(data) => {
+            Event::from_parts(seq, time, event_type, data, source_event_seqs, surface_op)
+        }
+        Payload::Shared(text, range) => {
+            Event::from_shared_parts(seq, time, event_type, text, range, source_event_seqs, surface_op)
+        }
+    }
+    .map_err(|error| LoadError::Rule { line: at, error })?;
     let malformed = |detail: &str| LoadError::Rule {
         line: at,
         error: AppendError::EventMalformed { seq: Some(seq), detail: detail.to_owned() },
@@ -214,11 +246,16 @@ impl RowRef<'_> {
     /// [`EventRow::decode`] without the row's own copy: `data` is copied
     /// once, into the event; the other texts are read where they lie.
     pub fn decode(&self, index: u64) -> Result<Event, LoadError> {
+        self.decode_with(Payload::Borrowed(self.data), index)
+    }
+
+    /// [`RowRef::decode`], the payload held as `data` says.
+    fn decode_with(&self, data: Payload<'_>, index: u64) -> Result<Event, LoadError> {
         decode_columns(
             self.seq,
             self.time,
             self.event_type,
-            self.data,
+            data,
             self.source_event_seqs,
             self.surface_op,
             index,
@@ -399,6 +436,29 @@ impl Batch {
         self.rows.clear();
     }
 
+    /// The payloads of a sealed batch's rows, copied into one text that
+    /// the events decoded from them share, and each row's range of it in
+    /// `ranges` (`None` for a row whose texts are not known to be UTF-8,
+    /// which is decoded as read). One allocation for the batch's events
+    /// instead of one each (`SharedText` says why).
+    fn share_payloads(&self, ranges: &mut Vec<Option<Range<usize>>>) -> SharedText {
+        ranges.clear();
+        let BatchText::Checked(text) = &self.text else {
+            ranges.resize(self.rows.len(), None);
+            return SharedText::new(String::new());
+        };
+        let payload = |r: &BatchRow| text.get(r.data.0..r.data.1);
+        let len = self.rows.iter().filter_map(payload).map(str::len).sum();
+        let mut shared = String::with_capacity(len);
+        ranges.extend(self.rows.iter().map(|r| {
+            let data = payload(r)?;
+            let start = shared.len();
+            shared.push_str(data);
+            Some(start..shared.len())
+        }));
+        SharedText::new(shared)
+    }
+
     /// The rows of a sealed batch, their texts borrowed from the buffer;
     /// `log-corrupt` for a row whose texts are not UTF-8. A buffer that is
     /// UTF-8 as a whole holds rows that each are, unless a text starts or
@@ -564,9 +624,19 @@ pub fn decode_bytes_into<E>(
         let decoder =
             std::thread::Builder::new().name("palimpsest-row-decode".into()).spawn_scoped(scope, || {
                 let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
-                let mut next = 0;
+                let (mut next, mut ranges) = (0, Vec::new());
                 for mut batch in rx {
-                    match decode_onto(&mut next, batch.rows(), &mut **consume) {
+                    let shared = batch.share_payloads(&mut ranges);
+                    let rows = batch.rows().zip(&ranges).map(|(row, range)| {
+                        row.map(|row| {
+                            let data = range.as_ref().map_or(Payload::Borrowed(row.data), |range| {
+                                Payload::Shared(&shared, range.clone())
+                            });
+                            (row, data)
+                        })
+                    });
+                    let decoded = decode_onto(&mut next, rows, &mut **consume);
+                    match decoded {
                         Ok(true) => {
                             batch.clear();
                             // The reader may have finished: then it is dropped.
@@ -622,12 +692,12 @@ pub fn decode_bytes_into<E>(
 /// when `consume` broke.
 fn decode_onto<'a>(
     next: &mut u64,
-    rows: impl IntoIterator<Item = Result<RowRef<'a>, LoadError>>,
+    rows: impl IntoIterator<Item = Result<(RowRef<'a>, Payload<'a>), LoadError>>,
     consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
 ) -> Result<bool, (u64, LoadError)> {
     for row in rows {
         let index = *next;
-        let event = row.and_then(|row| row.decode(index)).map_err(|e| (index, e))?;
+        let event = row.and_then(|(row, data)| row.decode_with(data, index)).map_err(|e| (index, e))?;
         *next += 1;
         if consume(event).is_break() {
             return Ok(false);
@@ -642,13 +712,16 @@ fn decode_as_read<E>(
     consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
 ) -> Result<Result<(), (u64, LoadError)>, E> {
     let (mut next, mut failed) = (0, None);
-    read(&mut |row| match decode_onto(&mut next, [row], consume) {
-        Ok(more) => more,
-        Err(e) => {
-            failed = Some(e);
-            false
-        }
-    })?;
+    read(
+        &mut |row| match decode_onto(&mut next, [row.map(|row| (row, Payload::Borrowed(row.data)))], consume)
+        {
+            Ok(more) => more,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        },
+    )?;
     Ok(failed.map_or(Ok(()), Err))
 }
 
@@ -838,7 +911,11 @@ mod tests {
             })
             .collect();
         let inline = decoded(&rows, 1).expect("valid rows");
-        assert_eq!(decoded(&rows, 2), Ok(inline.clone()));
+        let batched = decoded(&rows, 2).expect("valid rows");
+        assert_eq!(batched, inline);
+        // Decoded a batch at a time, the events share their batch's
+        // payloads; decoded as read, each has its own.
+        assert!(batched.iter().all(Event::shares_text) && !inline.iter().any(Event::shares_text));
         for (event, row) in inline.iter().zip(&rows) {
             assert_eq!((event.data(), event.time()), (row.data.as_str(), from_sql_int(row.time)));
             assert_eq!(event.surface_op().is_some(), row.surface_op.is_some());
