@@ -16,6 +16,7 @@ pub(crate) const ALL: &[(&str, Section)] = &[
     ("memory", in_memory),
     ("jsonl", crate::stores::jsonl),
     ("sqlite", crate::stores::sqlite),
+    ("sqlite-load", crate::stores::sqlite_load),
     ("postgres", crate::pg::postgres),
     ("rss", resident_memory),
     ("stream", crate::stream::stream),

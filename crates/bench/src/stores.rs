@@ -267,6 +267,44 @@ pub(crate) fn sqlite(w: &Workload) -> Result<Vec<Row>, String> {
     let bare_each = median(runs, &mut fresh, |p| bare_insert(&p, w, &rows, false));
     let db = fresh();
     write(false, &db)?;
+    let loads = sqlite_loads(w, &db)?;
+    Ok([
+        vec![
+            with_baseline(
+                row("sqlite", "write, one batch + sync", w, per_sec(w.n, one_batch), "ev/s"),
+                "bare rusqlite insert, one transaction",
+                per_sec(w.n, bare_one),
+            ),
+            with_baseline(
+                row("sqlite", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
+                "bare rusqlite insert, a transaction per turn",
+                per_sec(w.n, bare_turns),
+            ),
+            with_baseline(
+                row("sqlite", "append one event at a time (first 5k), one sync", w, per_sec(m, each), "ev/s"),
+                "bare rusqlite insert, a transaction per row",
+                per_sec(m, bare_each),
+            ),
+        ],
+        loads,
+    ]
+    .concat())
+}
+
+/// The `sqlite-load` section: the `sqlite` section's loads alone, on a
+/// store written once, for working on the load without the minutes of
+/// writes before it.
+pub(crate) fn sqlite_load(w: &Workload) -> Result<Vec<Row>, String> {
+    let tmp = tempfile::tempdir().map_err(err)?;
+    let db = tmp.path().join("load.db");
+    write_through(&SqliteStore::open(&db).map_err(err)?, w, false)?;
+    sqlite_loads(w, &db)
+}
+
+/// The load of the store `db`, which holds the workload, against bare
+/// selects of its rows.
+fn sqlite_loads(w: &Workload, db: &Path) -> Result<Vec<Row>, String> {
+    let runs = w.runs();
     // Timed in turns: runs one after the other drifted apart by more than
     // the goal's margin. A store is opened before each run of either and
     // closed after its timing; the select does not use it. `()` for each
@@ -276,27 +314,12 @@ pub(crate) fn sqlite(w: &Workload) -> Result<Vec<Row>, String> {
     // process to the next (docs/performance.md, fifteenth session).
     let (load, select) = medians_alternated(
         runs.max(LOAD_TURNS),
-        || SqliteStore::open(&db).map_err(err),
+        || SqliteStore::open(db).map_err(err),
         |store| store.map(|store| (load_validate(&store, &w.header.id), store)),
-        |store| (bare_select(&db, &w.header.id, |row| drop(std::hint::black_box(row))), store),
+        |store| (bare_select(db, &w.header.id, |row| drop(std::hint::black_box(row))), store),
     );
-    let select_kept = median(runs, || (), |()| bare_select(&db, &w.header.id, |row| row));
+    let select_kept = median(runs, || (), |()| bare_select(db, &w.header.id, |row| row));
     Ok(vec![
-        with_baseline(
-            row("sqlite", "write, one batch + sync", w, per_sec(w.n, one_batch), "ev/s"),
-            "bare rusqlite insert, one transaction",
-            per_sec(w.n, bare_one),
-        ),
-        with_baseline(
-            row("sqlite", "write, a batch + sync per turn", w, per_sec(w.n, per_turn), "ev/s"),
-            "bare rusqlite insert, a transaction per turn",
-            per_sec(w.n, bare_turns),
-        ),
-        with_baseline(
-            row("sqlite", "append one event at a time (first 5k), one sync", w, per_sec(m, each), "ev/s"),
-            "bare rusqlite insert, a transaction per row",
-            per_sec(m, bare_each),
-        ),
         with_baseline(
             row("sqlite", "load + validate into a Session", w, per_sec(w.n, load), "ev/s"),
             "bare rusqlite select of the same rows",
