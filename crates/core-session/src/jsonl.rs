@@ -35,7 +35,7 @@
 //! Unknown event types are plugin events: kept verbatim, never on the surface.
 
 use crate::error::{AppendError, LoadError};
-use crate::event::{seq_prefix, Event};
+use crate::event::{seq_prefix, Event, SharedLines};
 use crate::header::SessionHeader;
 use crate::limits::{MAX_EVENT_LINE_BYTES, MAX_HEADER_LINE_BYTES};
 use crate::session::Session;
@@ -308,6 +308,7 @@ impl JsonlDecoder {
                 torn_tail: None,
                 missing_newline: false,
                 failed: false,
+                shared: Some(None),
             };
             let mut events = Vec::with_capacity((end - start) / 256);
             let mut error = None;
@@ -460,6 +461,7 @@ impl JsonlDecoder {
             torn_tail: None,
             missing_newline: false,
             failed: false,
+            shared: None,
         };
         let mut error = None;
         match last.next() {
@@ -538,7 +540,16 @@ pub struct JsonlReader<'a> {
     torn_tail: Option<TornTail>,
     missing_newline: bool,
     failed: bool,
+    /// The payloads of the lines ahead, shared by their events, when this
+    /// reader decodes a whole file's part for [`JsonlDecoder`]; `None`
+    /// (each event its own text) for a reader of the public API, whose
+    /// caller may keep a few events of many.
+    shared: Option<Option<SharedLines<'a>>>,
 }
+
+/// Lines whose payloads share one text, at most: the text is freed when
+/// the last of their events is.
+const SHARED_LINES: usize = 1024;
 
 impl<'a> JsonlReader<'a> {
     /// Reads the header; events follow through the iterator.
@@ -558,6 +569,7 @@ impl<'a> JsonlReader<'a> {
             torn_tail: None,
             missing_newline: !has_newline,
             failed: false,
+            shared: None,
         })
     }
 
@@ -611,7 +623,10 @@ impl Iterator for JsonlReader<'_> {
             match text {
                 Err(e) if terminated => Err(corrupt(format!("not UTF-8: {e}"))),
                 Err(_) => Err(corrupt(String::new())),
-                Ok(text) => decode_line(text, line),
+                Ok(text) => match self.shared_lines(start) {
+                    Some(shared) => decode_line(text, line, |text| shared.decode(start, text)),
+                    None => decode_line(text, line, Event::from_json),
+                },
             }
         };
         match result {
@@ -634,11 +649,37 @@ impl Iterator for JsonlReader<'_> {
     }
 }
 
-fn decode_line(text: &str, line: u64) -> Result<Event, LoadError> {
+impl<'a> JsonlReader<'a> {
+    /// The shared payloads of the line starting at `at` and those after
+    /// it, taken from the text when this reader shares them and the lines
+    /// taken before are behind.
+    fn shared_lines(&mut self, at: usize) -> Option<&mut SharedLines<'a>> {
+        let text = self.text?;
+        let shared = self.shared.as_mut()?;
+        if shared.as_ref().is_none_or(|s| s.is_past(at)) {
+            let mut end = at;
+            let lines = text.get(at..)?.split_inclusive('\n').take(SHARED_LINES).map(|l| {
+                let start = end;
+                end += l.len();
+                (start, l.strip_suffix('\n').unwrap_or(l))
+            });
+            let lines: Vec<(usize, &'a str)> = lines.collect();
+            *shared = Some(SharedLines::new(lines.iter().copied(), end));
+        }
+        shared.as_mut()
+    }
+}
+
+/// The event of line `line`, whose text is `text`, read by `read`.
+fn decode_line(
+    text: &str,
+    line: u64,
+    read: impl FnOnce(&str) -> Result<Event, AppendError>,
+) -> Result<Event, LoadError> {
     if text.trim().is_empty() {
         return Err(LoadError::LogCorrupt { line: Some(line), detail: "blank line".into() });
     }
-    Event::from_json(text).map_err(|error| {
+    read(text).map_err(|error| {
         // A line that is not JSON at all is corruption; JSON that is not a
         // valid event is a rule violation. A line too large to read is
         // never parsed (a reader without a cap of its own meets it here).
@@ -784,6 +825,46 @@ mod tests {
             let result = result.unwrap_or_else(|| decoder.finish(&pending));
             prop_assert_eq!(result, by_lines(&bytes, options));
         }
+    }
+
+    /// A whole file's events share their payloads, a text per run of
+    /// lines, but for the lines not written canonically, which are read
+    /// the general way; every event, and the first error's line, are what
+    /// the line-by-line reader gives.
+    #[test]
+    fn a_whole_file_shares_payloads_across_runs_of_lines() {
+        let n = 3 * SHARED_LINES as u64 + 17;
+        // Every 100th line with its keys in another order: not canonical.
+        let text = |seq: u64| match seq % 100 {
+            99 => format!(r#"{{"time":1,"seq":{seq},"type":"x/plugin","data":[{seq}]}}"#),
+            _ => line((seq % 4) as u8, seq),
+        };
+        let mut bytes = format!("{HEADER}\n").into_bytes();
+        for seq in 0..n {
+            bytes.extend_from_slice(text(seq).as_bytes());
+            bytes.push(b'\n');
+        }
+        let options = ReadOptions::default();
+        for threads in [1, 3] {
+            let log = JsonlLog::parse_on(&bytes, options, threads, 1).unwrap();
+            assert_eq!(Ok(&log), by_lines(&bytes, options).as_ref());
+            for e in &log.events {
+                assert_eq!(e.shares_text(), e.seq() % 100 != 99, "seq {}", e.seq());
+            }
+        }
+        assert!(!by_lines(&bytes, options).unwrap().events.iter().any(Event::shares_text));
+        // A bad line past the first runs: the same error, at the same line.
+        let mut bad = bytes.clone();
+        // After the fourth line end from the last: three lines before the end.
+        let at =
+            1 + bad.iter().enumerate().rev().filter(|(_, &b)| b == b'\n').nth(3).map(|(i, _)| i).unwrap();
+        bad.splice(at..at, b"{\"seq\":1}\n".iter().copied());
+        let expected = by_lines(&bad, options).unwrap_err();
+        assert_eq!(JsonlLog::parse_on(&bad, options, 2, 1).unwrap_err(), expected);
+        assert!(
+            matches!(expected, LoadError::Rule { line: Some(l), .. } if l > 3 * SHARED_LINES as u64),
+            "{expected:?}"
+        );
     }
 
     #[test]

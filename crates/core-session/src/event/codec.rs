@@ -19,6 +19,7 @@ use super::rules::{check_metadata, check_payload};
 use super::text::{PayloadText, SharedText};
 use super::{Event, EventType, SurfaceOp};
 use crate::error::AppendError;
+use crate::limits::MAX_EVENT_LINE_BYTES;
 
 impl Event {
     /// Decodes one event from its JSON text (the runtime path for events read
@@ -43,7 +44,7 @@ impl Event {
         if let Some(line) = Canonical::read(json) {
             let event_type = EventType::parse(line.event_type);
             // No whitespace around it: a canonical line has none.
-            let data = Box::from(line.data);
+            let data = PayloadText::Own(Box::from(line.data));
             if let Ok(event) = Event::checked(line.seq, line.time, event_type, data, line.sources, line.op) {
                 return Ok(event);
             }
@@ -510,6 +511,7 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
 /// line ends `data` where this does, and reads the same envelope around
 /// it. Anything not in this form (whitespace, another key order, escapes in
 /// the type, a leading zero) is left to serde.
+#[derive(Debug, Clone)]
 struct Canonical<'a> {
     seq: u64,
     time: u64,
@@ -546,6 +548,67 @@ impl<'a> Canonical<'a> {
             return None;
         }
         Some(Canonical { seq, time, event_type, data, sources, op })
+    }
+}
+
+/// The canonical lines of a run of JSONL lines, their payloads copied
+/// into one [`SharedText`] that their events share: what a whole file's
+/// decoder uses instead of a `Box<str>` per event (`SharedText` says why).
+/// Lines are taken in order; each is decoded by [`SharedLines::decode`]
+/// or, when it is not canonical, by [`Event::from_json`].
+#[derive(Debug, Clone)]
+pub(crate) struct SharedLines<'a> {
+    text: SharedText,
+    /// The canonical lines taken, in order: where each starts (an offset
+    /// the caller chose), its envelope, and its payload's range of `text`.
+    lines: std::collections::VecDeque<(usize, Canonical<'a>, Range<usize>)>,
+    /// Where the line after the last one taken starts.
+    end: usize,
+}
+
+impl<'a> SharedLines<'a> {
+    /// Takes `lines` (each with where it starts, in increasing order, and
+    /// `end`, where the line after them starts): reads their envelopes and
+    /// copies the payloads of the canonical ones into one text.
+    pub(crate) fn new(lines: impl Iterator<Item = (usize, &'a str)> + Clone, end: usize) -> SharedLines<'a> {
+        let read =
+            |line: &'a str| (line.len() <= MAX_EVENT_LINE_BYTES).then(|| Canonical::read(line)).flatten();
+        let len = lines.clone().filter_map(|(_, line)| read(line)).map(|c| c.data.len()).sum();
+        let mut text = String::with_capacity(len);
+        let lines = lines
+            .filter_map(|(at, line)| {
+                read(line).map(|c| {
+                    let start = text.len();
+                    text.push_str(c.data);
+                    (at, c, start..text.len())
+                })
+            })
+            .collect();
+        SharedLines { text: SharedText::new(text), lines, end }
+    }
+
+    /// Whether the line starting at `at` is past the lines taken.
+    pub(crate) fn is_past(&self, at: usize) -> bool {
+        at >= self.end
+    }
+
+    /// The event of `line`, which starts at `at`: built on the shared text
+    /// when it is one of the canonical lines taken and its event is valid,
+    /// else read by [`Event::from_json`], which judges and words any error.
+    /// Lines taken before `at` and not decoded are let go of.
+    pub(crate) fn decode(&mut self, at: usize, line: &str) -> Result<Event, AppendError> {
+        while self.lines.front().is_some_and(|(start, ..)| *start < at) {
+            self.lines.pop_front();
+        }
+        if let Some((_, c, range)) = self.lines.pop_front_if(|(start, ..)| *start == at) {
+            if let Some(data) = PayloadText::shared(&self.text, range) {
+                let event_type = EventType::parse(c.event_type);
+                if let Ok(event) = Event::checked(c.seq, c.time, event_type, data, c.sources, c.op) {
+                    return Ok(event);
+                }
+            }
+        }
+        Event::from_json(line)
     }
 }
 

@@ -47,7 +47,7 @@ mod codec;
 mod rules;
 mod text;
 
-pub(crate) use codec::{leading_u64, seq_prefix};
+pub(crate) use codec::{leading_u64, seq_prefix, SharedLines};
 /// The reference payload check, which the fast shape check is tested against.
 #[cfg(test)]
 pub(crate) use rules::check_owned_payload;
@@ -381,7 +381,7 @@ impl Event {
             SurfacePayload::ToolResult(p) => (EventType::ToolResult, to_raw(&p)),
         };
         let sources = intent.sources.map(Vec::into_boxed_slice);
-        Event::checked(seq, time, event_type, data?, sources, Some(intent.op))
+        Event::checked(seq, time, event_type, data?.into(), sources, Some(intent.op))
     }
 
     /// Builds a log-only event: the typed path, where no surface metadata can
@@ -406,7 +406,7 @@ impl Event {
                 (event_type, to_raw(&p.data))
             }
         };
-        Event::checked(seq, time, event_type, data?, None, None)
+        Event::checked(seq, time, event_type, data?.into(), None, None)
     }
 
     /// A copy of this event with another seq and time (used by fork and
@@ -416,7 +416,7 @@ impl Event {
             seq,
             time,
             self.event_type.clone(),
-            Box::from(self.data()),
+            PayloadText::Own(Box::from(self.data())),
             self.source_event_seqs().map(Box::from),
             self.surface_op(),
         )

@@ -70,7 +70,7 @@ impl Event {
         seq: u64,
         time: u64,
         event_type: EventType,
-        data: Box<str>,
+        data: PayloadText,
         source_event_seqs: Option<Box<[u64]>>,
         surface_op: Option<SurfaceOp>,
     ) -> Result<Event, AppendError> {
