@@ -224,7 +224,7 @@ impl Event {
 
     /// The length in bytes of the event's line: its canonical JSON text, as
     /// [`Event::write_json`] writes it, without the `\n`. Never more than
-    /// [`MAX_EVENT_LINE_BYTES`](crate::MAX_EVENT_LINE_BYTES): no constructor builds a longer event.
+    /// [`MAX_EVENT_LINE_BYTES`]: no constructor builds a longer event.
     pub fn line_len(&self) -> usize {
         line_len(
             self.seq,

@@ -30,7 +30,8 @@
 //! error codes, are in `event/rules.rs`; the JSON text of an event (the
 //! canonical line written by hand, the hand-read fast path for canonical
 //! lines and database columns, and serde's general reading) is in
-//! `event/codec.rs`.
+//! `event/codec.rs`; where an event's payload text is held (its own, or a
+//! range of a [`SharedText`] decoded with many others) is `event/text.rs`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
