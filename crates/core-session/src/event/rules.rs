@@ -80,7 +80,7 @@ impl Event {
         check_payload(seq, &event_type, &data)?;
         // `assemble` without its size check: the size was checked above.
         check_metadata(seq, &event_type, source_event_seqs.as_deref(), surface_op)?;
-        Ok(Event::from_fields(seq, time, event_type, data.into(), source_event_seqs, surface_op))
+        Ok(Event::from_fields(seq, time, event_type, data, source_event_seqs, surface_op))
     }
 
     /// Checks rules 1, 2 and 4 on an event whose payload was checked, and
