@@ -308,7 +308,8 @@ impl JsonlDecoder {
                 torn_tail: None,
                 missing_newline: false,
                 failed: false,
-                shared: Some(None),
+                share: true,
+                shared: None,
             };
             let mut events = Vec::with_capacity((end - start) / 256);
             let mut error = None;
@@ -461,6 +462,7 @@ impl JsonlDecoder {
             torn_tail: None,
             missing_newline: false,
             failed: false,
+            share: false,
             shared: None,
         };
         let mut error = None;
@@ -540,11 +542,13 @@ pub struct JsonlReader<'a> {
     torn_tail: Option<TornTail>,
     missing_newline: bool,
     failed: bool,
-    /// The payloads of the lines ahead, shared by their events, when this
-    /// reader decodes a whole file's part for [`JsonlDecoder`]; `None`
-    /// (each event its own text) for a reader of the public API, whose
-    /// caller may keep a few events of many.
-    shared: Option<Option<SharedLines<'a>>>,
+    /// Whether events share their payloads, a text per run of lines: when
+    /// this reader decodes a whole file's part for [`JsonlDecoder`]; not
+    /// for a reader of the public API, whose caller may keep a few events
+    /// of many.
+    share: bool,
+    /// The payloads of the lines ahead, when `share`.
+    shared: Option<SharedLines<'a>>,
 }
 
 /// Lines whose payloads share one text, at most: the text is freed when
@@ -569,6 +573,7 @@ impl<'a> JsonlReader<'a> {
             torn_tail: None,
             missing_newline: !has_newline,
             failed: false,
+            share: false,
             shared: None,
         })
     }
@@ -654,19 +659,22 @@ impl<'a> JsonlReader<'a> {
     /// it, taken from the text when this reader shares them and the lines
     /// taken before are behind.
     fn shared_lines(&mut self, at: usize) -> Option<&mut SharedLines<'a>> {
-        let text = self.text?;
-        let shared = self.shared.as_mut()?;
-        if shared.as_ref().is_none_or(|s| s.is_past(at)) {
+        let text = self.text.filter(|_| self.share)?;
+        if self.shared.as_ref().is_none_or(|s| s.is_past(at)) {
             let mut end = at;
-            let lines = text.get(at..)?.split_inclusive('\n').take(SHARED_LINES).map(|l| {
-                let start = end;
-                end += l.len();
-                (start, l.strip_suffix('\n').unwrap_or(l))
-            });
-            let lines: Vec<(usize, &'a str)> = lines.collect();
-            *shared = Some(SharedLines::new(lines.iter().copied(), end));
+            let lines: Vec<(usize, &'a str)> = text
+                .get(at..)?
+                .split_inclusive('\n')
+                .take(SHARED_LINES)
+                .map(|l| {
+                    let start = end;
+                    end += l.len();
+                    (start, l.strip_suffix('\n').unwrap_or(l))
+                })
+                .collect();
+            self.shared = Some(SharedLines::new(&lines, end));
         }
-        shared.as_mut()
+        self.shared.as_mut()
     }
 }
 

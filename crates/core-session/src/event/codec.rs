@@ -570,13 +570,14 @@ impl<'a> SharedLines<'a> {
     /// Takes `lines` (each with where it starts, in increasing order, and
     /// `end`, where the line after them starts): reads their envelopes and
     /// copies the payloads of the canonical ones into one text.
-    pub(crate) fn new(lines: impl Iterator<Item = (usize, &'a str)> + Clone, end: usize) -> SharedLines<'a> {
+    pub(crate) fn new(lines: &[(usize, &'a str)], end: usize) -> SharedLines<'a> {
         let read =
             |line: &'a str| (line.len() <= MAX_EVENT_LINE_BYTES).then(|| Canonical::read(line)).flatten();
-        let len = lines.clone().filter_map(|(_, line)| read(line)).map(|c| c.data.len()).sum();
+        let len = lines.iter().filter_map(|&(_, line)| read(line)).map(|c| c.data.len()).sum();
         let mut text = String::with_capacity(len);
         let lines = lines
-            .filter_map(|(at, line)| {
+            .iter()
+            .filter_map(|&(at, line)| {
                 read(line).map(|c| {
                     let start = text.len();
                     text.push_str(c.data);
