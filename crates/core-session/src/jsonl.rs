@@ -843,8 +843,11 @@ mod tests {
     fn a_whole_file_shares_payloads_across_runs_of_lines() {
         let n = 3 * SHARED_LINES as u64 + 17;
         // Every 100th line with its keys in another order: not canonical.
+        // Every 100th with a raw `\r` between its payload's tokens, which
+        // the event keeps as a space: it gets a text of its own.
         let text = |seq: u64| match seq % 100 {
             99 => format!(r#"{{"time":1,"seq":{seq},"type":"x/plugin","data":[{seq}]}}"#),
+            49 => format!("{{\"seq\":{seq},\"time\":1,\"type\":\"x/plugin\",\"data\":[1,\r{seq}]}}"),
             _ => line((seq % 4) as u8, seq),
         };
         let mut bytes = format!("{HEADER}\n").into_bytes();
@@ -857,7 +860,8 @@ mod tests {
             let log = JsonlLog::parse_on(&bytes, options, threads, 1).unwrap();
             assert_eq!(Ok(&log), by_lines(&bytes, options).as_ref());
             for e in &log.events {
-                assert_eq!(e.shares_text(), e.seq() % 100 != 99, "seq {}", e.seq());
+                assert_eq!(e.shares_text(), !matches!(e.seq() % 100, 49 | 99), "seq {}", e.seq());
+                assert!(!e.data().contains('\r'), "seq {}", e.seq());
             }
         }
         assert!(!by_lines(&bytes, options).unwrap().events.iter().any(Event::shares_text));

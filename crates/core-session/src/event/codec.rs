@@ -133,7 +133,7 @@ impl Event {
         source_event_seqs: Option<&str>,
         surface_op: Option<&str>,
     ) -> Result<Event, AppendError> {
-        match PayloadText::shared(text, data.clone()).filter(|t| is_normalized(t)) {
+        match shared_payload(text, data.clone()) {
             Some(shared) => {
                 Event::from_text_parts(seq, time, event_type, shared, source_event_seqs, surface_op)
             }
@@ -602,7 +602,7 @@ impl<'a> SharedLines<'a> {
             self.lines.pop_front();
         }
         if let Some((_, c, range)) = self.lines.pop_front_if(|(start, ..)| *start == at) {
-            if let Some(data) = PayloadText::shared(&self.text, range) {
+            if let Some(data) = shared_payload(&self.text, range) {
                 let event_type = EventType::parse(c.event_type);
                 if let Ok(event) = Event::checked(c.seq, c.time, event_type, data, c.sources, c.op) {
                     return Ok(event);
@@ -611,6 +611,13 @@ impl<'a> SharedLines<'a> {
         }
         Event::from_json(line)
     }
+}
+
+/// `range` of `text` as an event's payload, if it is one at character
+/// boundaries that needs no normalizing: no JSON whitespace around it and
+/// no raw line break in it (a `\r` may stand between a line's tokens).
+fn shared_payload(text: &SharedText, range: Range<usize>) -> Option<PayloadText> {
+    PayloadText::shared(text, range).filter(|t| is_normalized(t))
 }
 
 /// `…,"surfaceOp":{"op":"replace","start":N,"end":N}` at the end of `text`.
