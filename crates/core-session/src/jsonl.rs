@@ -156,7 +156,8 @@ impl JsonlLog {
         threads: usize,
         min_part: usize,
     ) -> Result<JsonlLog, LoadError> {
-        let mut decoder = JsonlDecoder { threads, min_part, ..JsonlDecoder::new(options) };
+        // The whole file's events are kept: they share their payloads.
+        let mut decoder = JsonlDecoder { threads, min_part, share: true, ..JsonlDecoder::new(options) };
         let used = decoder.feed(bytes)?;
         decoder.finish(&bytes[used..])
     }
@@ -251,6 +252,9 @@ pub struct JsonlDecoder {
     lines: u64,
     /// Bytes read so far.
     offset: u64,
+    /// Whether events share their payloads, a text per run of lines
+    /// ([`JsonlDecoder::share_payloads`]).
+    share: bool,
 }
 
 impl JsonlDecoder {
@@ -264,7 +268,33 @@ impl JsonlDecoder {
             events: Vec::new(),
             lines: 0,
             offset: 0,
+            share: false,
         }
+    }
+
+    /// Whether the events decoded from here on share their payloads, one
+    /// text per run of up to 1,024 lines
+    /// ([`SharedText`](crate::event::SharedText)), instead of each holding
+    /// its own: for a reader that keeps the whole file's events (a load),
+    /// whose memory it lowers by the allocator's cost of a payload (16
+    /// bytes and more an event). Off by default: a reader that takes the
+    /// events as it goes and keeps a few of them (a streaming check) would
+    /// keep whole runs alive for them, and pays more for the runs than it
+    /// saves.
+    ///
+    /// ```
+    /// use palimpsest_core_session::jsonl::{JsonlDecoder, ReadOptions};
+    ///
+    /// let file = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":0}\n\
+    /// {\"seq\":0,\"time\":1,\"type\":\"turn/start\",\"data\":{\"turn\":1}}\n";
+    /// let mut decoder = JsonlDecoder::new(ReadOptions::default());
+    /// decoder.share_payloads(true);
+    /// decoder.feed(file)?;
+    /// assert!(decoder.take_events()[0].shares_text());
+    /// # Ok::<(), palimpsest_core_session::LoadError>(())
+    /// ```
+    pub fn share_payloads(&mut self, share: bool) {
+        self.share = share;
     }
 
     /// Decodes every whole line at the start of `bytes` (the bytes that
@@ -308,7 +338,7 @@ impl JsonlDecoder {
                 torn_tail: None,
                 missing_newline: false,
                 failed: false,
-                share: true,
+                share: self.share,
                 shared: None,
             };
             let mut events = Vec::with_capacity((end - start) / 256);
@@ -811,12 +841,14 @@ mod tests {
             bytes in file(),
             cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
             threads in 1usize..4,
+            share in any::<bool>(),
         ) {
             let options = ReadOptions { max_line_bytes: 300, ..ReadOptions::default() };
             let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
             at.push(bytes.len());
             at.sort_unstable();
             let mut decoder = JsonlDecoder { threads, min_part: 1, ..JsonlDecoder::new(options) };
+            decoder.share_payloads(share);
             let (mut pending, mut from) = (Vec::new(), 0);
             let mut result = None;
             for to in at {

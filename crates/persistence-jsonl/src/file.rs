@@ -823,19 +823,24 @@ pub(crate) fn read_in_pieces(
     options: ReadOptions,
     read_err: impl Fn(io::Error) -> StoreError,
 ) -> Result<(JsonlLog, u64), StoreError> {
-    decode_in_pieces(file, path, options, read_err, |_| {})
+    // Every event is kept: they share their payloads, a text per run of lines.
+    decode_in_pieces(file, path, options, read_err, true, |_| {})
 }
 
 /// The loop of [`read_in_pieces`], handing the decoder to `between` after
-/// each piece (to take the events decoded so far, or not).
+/// each piece (to take the events decoded so far, or not). `share`: the
+/// events share their payloads ([`JsonlDecoder::share_payloads`]), for a
+/// reader that keeps them all.
 fn decode_in_pieces(
     mut file: impl Read,
     path: &Path,
     options: ReadOptions,
     read_err: impl Fn(io::Error) -> StoreError,
+    share: bool,
     mut between: impl FnMut(&mut JsonlDecoder),
 ) -> Result<(JsonlLog, u64), StoreError> {
     let mut decoder = JsonlDecoder::new(options);
+    decoder.share_payloads(share);
     let (mut pending, mut len) = (Vec::with_capacity(PIECE_BYTES), 0u64);
     loop {
         // A line longer than a piece makes `pending` grow until it ends,
@@ -880,7 +885,8 @@ fn scan_in_pieces(
             index += 1;
         }
     };
-    let (log, len) = decode_in_pieces(file, path, options, read_err, |decoder| count(decoder.take_events()))?;
+    let (log, len) =
+        decode_in_pieces(file, path, options, read_err, false, |decoder| count(decoder.take_events()))?;
     let JsonlLog { header, events, torn_tail, missing_newline } = log;
     count(events);
     Ok(Tail { id: header.id, next_seq, file_len: len, torn: torn_tail, missing_newline })
