@@ -5,7 +5,7 @@
 
 use palimpsest_core_session::LoadError;
 pub(crate) use palimpsest_persistence::rows::{
-    checkpoint_ends_at, checkpoint_row, decode_bytes_into, decode_threads, from_sql_int, not_utf8,
+    checkpoint_ends_at, checkpoint_row, decode_bytes_into_with, decode_threads, from_sql_int, not_utf8,
     sources_json, surface_op_json, to_sql_int, EventRow, RowBytes, RowReader, RowRef,
 };
 use rusqlite::types::ValueRef;
@@ -108,7 +108,7 @@ pub(crate) fn read_row_ref<'a>(
     })
 }
 
-/// [`read_row_ref`] without the UTF-8 check, which [`decode_bytes_into`]
+/// [`read_row_ref`] without the UTF-8 check, which [`decode_bytes_into_with`]
 /// makes a batch at a time. A row refused here is refused with
 /// [`read_row_ref`]'s error, so the first bad column in column order is
 /// named, UTF-8 or not, as before.

@@ -566,8 +566,10 @@ impl SqliteStore {
         if sink.header(header).is_break() {
             return Ok(());
         }
-        let decoded = codec::decode_bytes_into(
+        let share = sink.keeps_events();
+        let decoded = codec::decode_bytes_into_with(
             codec::decode_threads(self.options.decode_threads),
+            share,
             |push| {
                 while let Some(row) = rows.next()? {
                     if !rows_read.take(codec::read_row_bytes(row), push) {

@@ -186,6 +186,12 @@ impl LoadSink for SessionSink {
         }
         ControlFlow::Continue(())
     }
+
+    /// A session keeps every event (and gives those it trims away their
+    /// batch's text back).
+    fn keeps_events(&self) -> bool {
+        true
+    }
 }
 
 /// When appended events are made durable, and so what a crash can lose.

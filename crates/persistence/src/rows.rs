@@ -610,6 +610,20 @@ pub fn decode_bytes_into<E>(
     read: impl FnOnce(&mut dyn FnMut(RowBytes<'_>) -> bool) -> Result<(), E>,
     consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
 ) -> Result<Result<(), (u64, LoadError)>, E> {
+    decode_bytes_into_with(threads, true, read, consume)
+}
+
+/// [`decode_bytes_into`], saying whether the events decoded a batch at a
+/// time share the batch's payload text (`share`: for a consumer that
+/// keeps every event, [`LoadSink::keeps_events`](crate::LoadSink::keeps_events))
+/// or each get their own (for one that keeps a few of many, which would
+/// otherwise keep a batch alive for each).
+pub fn decode_bytes_into_with<E>(
+    threads: usize,
+    share: bool,
+    read: impl FnOnce(&mut dyn FnMut(RowBytes<'_>) -> bool) -> Result<(), E>,
+    consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
+) -> Result<Result<(), (u64, LoadError)>, E> {
     if threads <= 1 {
         return decode_as_read(|push| read(&mut |row| push(row.check())), consume);
     }
@@ -626,7 +640,13 @@ pub fn decode_bytes_into<E>(
                 let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
                 let (mut next, mut ranges) = (0, Vec::new());
                 for mut batch in rx {
-                    let shared = batch.share_payloads(&mut ranges);
+                    let shared = if share {
+                        batch.share_payloads(&mut ranges)
+                    } else {
+                        ranges.clear();
+                        ranges.resize(batch.rows.len(), None);
+                        SharedText::new(String::new())
+                    };
                     let rows = batch.rows().zip(&ranges).map(|(row, range)| {
                         row.map(|row| {
                             let data = range.as_ref().map_or(Payload::Borrowed(row.data), |range| {

@@ -307,6 +307,16 @@ pub trait LoadSink: Send {
 
     /// The next event, in seq order. `Break` ends the read.
     fn event(&mut self, event: Event) -> ControlFlow<()>;
+
+    /// Whether this sink keeps every event it is handed (a load), rather
+    /// than a few of them or none (a check, a count): a store may then
+    /// have the events share their payloads, a text per batch of rows
+    /// ([`Event::shares_text`]), which lowers a load's memory and time.
+    /// A sink that keeps a few events of many would keep a whole batch
+    /// alive for each, so the default is `false`.
+    fn keeps_events(&self) -> bool {
+        false
+    }
 }
 
 /// Collects a whole [`StoredSession`]: how a backend that implements
@@ -333,6 +343,10 @@ impl LoadSink for CollectSink {
     fn event(&mut self, event: Event) -> ControlFlow<()> {
         self.events.push(event);
         ControlFlow::Continue(())
+    }
+
+    fn keeps_events(&self) -> bool {
+        true
     }
 }
 

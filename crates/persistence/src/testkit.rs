@@ -1240,6 +1240,10 @@ impl LoadSink for KeepSink {
             std::ops::ControlFlow::Continue(())
         }
     }
+
+    fn keeps_events(&self) -> bool {
+        true
+    }
 }
 
 /// `load_into` hands over exactly what `load` returns, header first and

@@ -9,7 +9,7 @@ use palimpsest_persistence_sqlite::{
 };
 use rusqlite::Connection;
 
-use crate::common::{code, fixtures, parse, tag_of, temp_db, tick, ticks};
+use crate::common::{code, fixtures, parse, store_of_ticks, tag_of, temp_db, tick, ticks};
 
 #[test]
 fn the_store_is_send_and_sync() {
@@ -286,4 +286,40 @@ fn the_readme_shows_the_schema_the_code_creates() {
     let readme = include_str!("../../README.md");
     let sql = readme.split("```sql\n").nth(1).and_then(|s| s.split("```").next()).expect("an sql block");
     assert_eq!(sql, palimpsest_persistence_sqlite::SCHEMA_SQL);
+}
+
+/// A load into a sink that keeps every event (a session) has them share
+/// a payload text per batch of rows; one into a sink that keeps a few of
+/// many (the default of `LoadSink::keeps_events`) gives each its own, so
+/// that it keeps no batch alive for them. The events are the same.
+#[test]
+fn events_share_their_batch_only_with_a_sink_that_keeps_them_all() {
+    use std::ops::ControlFlow;
+
+    use palimpsest_persistence::{load_session, LoadSink};
+
+    /// Keeps whether each event shares its text, and drops it.
+    #[derive(Default)]
+    struct Flags(Vec<(u64, bool)>);
+    impl LoadSink for Flags {
+        fn header(&mut self, _: SessionHeader) -> ControlFlow<()> {
+            ControlFlow::Continue(())
+        }
+        fn event(&mut self, event: Event) -> ControlFlow<()> {
+            self.0.push((event.seq(), event.shares_text()));
+            ControlFlow::Continue(())
+        }
+    }
+
+    let (_dir, path) = temp_db();
+    store_of_ticks(&path, 3_000);
+    let events = ticks(0, 3_000, "t");
+    let options = SqliteOptions { decode_threads: 2, ..SqliteOptions::default() };
+    let store = SqliteStore::open_with(&path, options).expect("reopen");
+    let (session, _) = load_session(&store, "s", None).expect("load");
+    assert_eq!(session.resident(), &events[..]);
+    assert!(session.resident().iter().all(Event::shares_text));
+    let mut flags = Flags::default();
+    store.load_into("s", &mut flags).expect("load_into");
+    assert_eq!(flags.0, (0..3_000).map(|seq| (seq, false)).collect::<Vec<_>>());
 }
