@@ -439,11 +439,12 @@ impl Batch {
     /// The payloads of a sealed batch's rows, copied into one text that
     /// the events decoded from them share, and each row's range of it in
     /// `ranges` (`None` for a row whose texts are not known to be UTF-8,
-    /// which is decoded as read). One allocation for the batch's events
-    /// instead of one each (`SharedText` says why).
-    fn share_payloads(&self, ranges: &mut Vec<Option<Range<usize>>>) -> SharedText {
+    /// which is decoded as read; for every row when not `share`). One
+    /// allocation for the batch's events instead of one each
+    /// (`SharedText` says why).
+    fn share_payloads(&self, share: bool, ranges: &mut Vec<Option<Range<usize>>>) -> SharedText {
         ranges.clear();
-        let BatchText::Checked(text) = &self.text else {
+        let (true, BatchText::Checked(text)) = (share, &self.text) else {
             ranges.resize(self.rows.len(), None);
             return SharedText::new(String::new());
         };
@@ -640,13 +641,7 @@ pub fn decode_bytes_into_with<E>(
                 let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
                 let (mut next, mut ranges) = (0, Vec::new());
                 for mut batch in rx {
-                    let shared = if share {
-                        batch.share_payloads(&mut ranges)
-                    } else {
-                        ranges.clear();
-                        ranges.resize(batch.rows.len(), None);
-                        SharedText::new(String::new())
-                    };
+                    let shared = batch.share_payloads(share, &mut ranges);
                     let rows = batch.rows().zip(&ranges).map(|(row, range)| {
                         row.map(|row| {
                             let data = range.as_ref().map_or(Payload::Borrowed(row.data), |range| {
