@@ -571,18 +571,19 @@ impl<'a> SharedLines<'a> {
     /// `end`, where the line after them starts): reads their envelopes and
     /// copies the payloads of the canonical ones into one text.
     pub(crate) fn new(lines: &[(usize, &'a str)], end: usize) -> SharedLines<'a> {
-        let read =
-            |line: &'a str| (line.len() <= MAX_EVENT_LINE_BYTES).then(|| Canonical::read(line)).flatten();
-        let len = lines.iter().filter_map(|&(_, line)| read(line)).map(|c| c.data.len()).sum();
-        let mut text = String::with_capacity(len);
-        let lines = lines
+        // Each envelope read once: the text is sized from them, then filled.
+        let canonical: Vec<(usize, Canonical<'a>)> = lines
             .iter()
-            .filter_map(|&(at, line)| {
-                read(line).map(|c| {
-                    let start = text.len();
-                    text.push_str(c.data);
-                    (at, c, start..text.len())
-                })
+            .filter(|(_, line)| line.len() <= MAX_EVENT_LINE_BYTES)
+            .filter_map(|&(at, line)| Canonical::read(line).map(|c| (at, c)))
+            .collect();
+        let mut text = String::with_capacity(canonical.iter().map(|(_, c)| c.data.len()).sum());
+        let lines = canonical
+            .into_iter()
+            .map(|(at, c)| {
+                let start = text.len();
+                text.push_str(c.data);
+                (at, c, start..text.len())
             })
             .collect();
         SharedLines { text: SharedText::new(text), lines, end }
