@@ -358,10 +358,17 @@ const BATCH_ROWS: usize = 1024;
 struct Batch {
     text: BatchText,
     rows: Vec<BatchRow>,
+    /// Whether the reading thread decoded the rows itself, having found
+    /// the decoder behind ([`Batch::decode_here`]): then `events` holds
+    /// the events of the rows up to the first bad one, `failed` that row's
+    /// error, and the decoder only hands them on.
+    decoded: bool,
+    events: Vec<Event>,
+    failed: Option<(u64, LoadError)>,
 }
 
 /// The texts of a [`Batch`], copied in as bytes and checked to be UTF-8
-/// all at once when the batch is full: one check of ~300 KB instead of
+/// all at once when the batch is decoded: one check of ~300 KB instead of
 /// four per row, which on the benchmark workload cost the reading thread
 /// a fifth of its time (docs/performance.md, fifteenth session).
 #[derive(Debug)]
@@ -416,7 +423,8 @@ impl Batch {
         });
     }
 
-    /// Checks the batch's texts as a whole, once it is full.
+    /// Checks the batch's texts as a whole, once it is full: on the thread
+    /// that decodes it, as the reading thread has the longer task.
     fn seal(&mut self) {
         if let BatchText::Bytes(text) = &mut self.text {
             self.text = match String::from_utf8(std::mem::take(text)) {
@@ -434,6 +442,56 @@ impl Batch {
         text.clear();
         self.text = BatchText::Bytes(text);
         self.rows.clear();
+        self.decoded = false;
+        self.events.clear();
+        self.failed = None;
+    }
+
+    /// Decodes a full batch, whose first row is at position `*next`, into
+    /// `consume`; `Ok(false)` when `consume` broke. Rows the reading
+    /// thread decoded already are handed on as they are.
+    fn decode(
+        &mut self,
+        share: bool,
+        ranges: &mut Vec<Option<Range<usize>>>,
+        next: &mut u64,
+        consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
+    ) -> Result<bool, (u64, LoadError)> {
+        if self.decoded {
+            for event in self.events.drain(..) {
+                *next += 1;
+                if consume(event).is_break() {
+                    return Ok(false);
+                }
+            }
+            return self.failed.take().map_or(Ok(true), Err);
+        }
+        self.seal();
+        let shared = self.share_payloads(share, ranges);
+        let rows = self.rows().zip(ranges.iter()).map(|(row, range)| {
+            row.map(|row| {
+                let data = range
+                    .as_ref()
+                    .map_or(Payload::Borrowed(row.data), |range| Payload::Shared(&shared, range.clone()));
+                (row, data)
+            })
+        });
+        decode_onto(next, rows, consume)
+    }
+
+    /// Decodes a full batch, whose first row is at position `first`, on
+    /// this thread, keeping the events for the decoder to hand on: what
+    /// the reading thread does with a full batch when the decoder is
+    /// behind, so that neither thread waits for the other.
+    fn decode_here(&mut self, share: bool, ranges: &mut Vec<Option<Range<usize>>>, first: u64) {
+        let mut events = std::mem::take(&mut self.events);
+        let mut next = first;
+        // `consume` never breaks here: `Ok(false)` cannot come back.
+        let result = self.decode(share, ranges, &mut next, &mut |event| {
+            events.push(event);
+            ControlFlow::Continue(())
+        });
+        (self.events, self.failed, self.decoded) = (events, result.err(), true);
     }
 
     /// The payloads of a sealed batch's rows, copied into one text that
@@ -581,7 +639,11 @@ pub fn decode_while_reading<E>(
 /// client (SQLite stepping through rows, PostgreSQL reading them off the
 /// socket) yields rows on one thread only, and on the benchmark workload
 /// reading a row takes about as long as decoding and checking it, so a
-/// second decoder would wait. Pass [`decode_threads`] unless you have a
+/// second decoder would wait. When the decoder falls behind (its queue of
+/// batches is full), the reading thread decodes the next batch itself
+/// rather than wait, and the decoder only hands those events on: the two
+/// threads share the work whichever of them is slower on the machine of
+/// the moment. Pass [`decode_threads`] unless you have a
 /// reason not to: the PostgreSQL store has one, and passes `1` by default,
 /// since reading its rows off the socket in one pass leaves too little
 /// reading to overlap for the hand-offs to pay (docs/performance.md).
@@ -625,6 +687,30 @@ pub fn decode_bytes_into_with<E>(
     read: impl FnOnce(&mut dyn FnMut(RowBytes<'_>) -> bool) -> Result<(), E>,
     consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
 ) -> Result<Result<(), (u64, LoadError)>, E> {
+    decode_batched(threads, share, Handoff::WhenBehind, read, consume)
+}
+
+/// Which full batches the reading thread decodes itself instead of
+/// handing them to the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handoff {
+    /// Those it finds the decoder's queue full for.
+    WhenBehind,
+    /// Every other one too, whatever the queue holds: for tests, which
+    /// cannot make the decoder fall behind on purpose.
+    #[cfg_attr(not(test), allow(dead_code))]
+    EveryOther,
+}
+
+/// [`decode_bytes_into_with`], `handoff` saying which batches the reading
+/// thread decodes.
+fn decode_batched<E>(
+    threads: usize,
+    share: bool,
+    handoff: Handoff,
+    read: impl FnOnce(&mut dyn FnMut(RowBytes<'_>) -> bool) -> Result<(), E>,
+    consume: &mut (dyn FnMut(Event) -> ControlFlow<()> + Send),
+) -> Result<Result<(), (u64, LoadError)>, E> {
     if threads <= 1 {
         return decode_as_read(|push| read(&mut |row| push(row.check())), consume);
     }
@@ -641,17 +727,7 @@ pub fn decode_bytes_into_with<E>(
                 let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
                 let (mut next, mut ranges) = (0, Vec::new());
                 for mut batch in rx {
-                    let shared = batch.share_payloads(share, &mut ranges);
-                    let rows = batch.rows().zip(&ranges).map(|(row, range)| {
-                        row.map(|row| {
-                            let data = range.as_ref().map_or(Payload::Borrowed(row.data), |range| {
-                                Payload::Shared(&shared, range.clone())
-                            });
-                            (row, data)
-                        })
-                    });
-                    let decoded = decode_onto(&mut next, rows, &mut **consume);
-                    match decoded {
+                    match batch.decode(share, &mut ranges, &mut next, &mut **consume) {
                         Ok(true) => {
                             batch.clear();
                             // The reader may have finished: then it is dropped.
@@ -677,21 +753,37 @@ pub fn decode_bytes_into_with<E>(
                 return decode_as_read(|push| read(&mut |row| push(row.check())), &mut **consume);
             }
         };
-        let mut batch = Batch::default();
+        let (mut batch, mut ranges, mut sent) = (Batch::default(), Vec::new(), 0);
         let read = read(&mut |row| {
             batch.push(row);
             if batch.rows.len() == BATCH_ROWS {
                 let empty = back_rx.try_recv().unwrap_or_default();
-                let mut full = std::mem::replace(&mut batch, empty);
-                full.seal();
+                let full = std::mem::replace(&mut batch, empty);
+                let first = sent;
+                sent += full.rows.len() as u64;
+                // The decoder is behind when its queue is full: rather than
+                // wait for it, decode this batch here. On the benchmark
+                // workload decoding a batch takes a little longer than
+                // reading one, and either thread may lose its core for a
+                // while on a busy machine; this way neither waits.
+                let mut full = if handoff == Handoff::EveryOther && (first / BATCH_ROWS as u64) % 2 == 1 {
+                    full
+                } else {
+                    match tx.try_send(full) {
+                        Ok(()) => return !stopped.load(Ordering::Relaxed),
+                        Err(mpsc::TrySendError::Disconnected(_)) => return false,
+                        Err(mpsc::TrySendError::Full(full)) => full,
+                    }
+                };
+                full.decode_here(share, &mut ranges, first);
+                let failed = full.failed.is_some();
                 // A refused send means the decoder stopped: at a bad row,
                 // or because `consume` broke.
-                return tx.send(full).is_ok() && !stopped.load(Ordering::Relaxed);
+                return tx.send(full).is_ok() && !failed && !stopped.load(Ordering::Relaxed);
             }
             true
         });
         if read.is_ok() && !batch.rows.is_empty() {
-            batch.seal();
             // As above: if refused, the decoder already stopped.
             let _ = tx.send(batch);
         }
@@ -900,6 +992,82 @@ mod tests {
             }
         }
         assert_eq!(decoded(&[], 3), Ok(Vec::new()));
+    }
+
+    /// Decodes `rows` on two threads, the reading thread decoding every
+    /// other batch itself, into a consumer that breaks after `keep`
+    /// events: the events it saw, and the error's position.
+    fn decoded_half_by_the_reader(rows: &[EventRow], keep: usize) -> (Vec<Event>, Result<(), u64>) {
+        decoded_half_by_the_reader_reading(rows, keep).0
+    }
+
+    /// [`decoded_half_by_the_reader`], and how many rows were read.
+    fn decoded_half_by_the_reader_reading(
+        rows: &[EventRow],
+        keep: usize,
+    ) -> ((Vec<Event>, Result<(), u64>), usize) {
+        let mut pushed = 0;
+        let read = |push: &mut dyn FnMut(RowBytes<'_>) -> bool| -> Result<(), ()> {
+            for row in rows {
+                pushed += 1;
+                if !push(RowBytes::from(row.as_ref())) {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        let mut events = Vec::new();
+        let decoded = decode_batched(2, true, Handoff::EveryOther, read, &mut |event| {
+            events.push(event);
+            if events.len() == keep {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        ((events, decoded.expect("reading cannot fail here").map_err(|e| e.0)), pushed)
+    }
+
+    #[test]
+    fn batches_the_reading_thread_decodes_come_out_as_decoded_in_order() {
+        let plugin = |seq: i64| EventRow {
+            seq,
+            time: 1,
+            event_type: EventType::parse("x/p"),
+            data: format!("{{\"i\":{seq}}}"),
+            source_event_seqs: None,
+            surface_op: None,
+        };
+        let n = BATCH_ROWS * 5 + 17;
+        let good: Vec<EventRow> = (0..n as i64).map(plugin).collect();
+        let expected = decoded(&good, 1).expect("valid rows");
+        let (events, result) = decoded_half_by_the_reader(&good, usize::MAX);
+        assert_eq!((events, result), (expected.clone(), Ok(())));
+        // A consumer that stops, in a batch of either thread, sees the
+        // events before, and no error from the rows after.
+        for keep in [1, BATCH_ROWS - 1, BATCH_ROWS + 1, 3 * BATCH_ROWS + 2, n] {
+            let (events, result) = decoded_half_by_the_reader(&good, keep);
+            assert_eq!((&events[..], result), (&expected[..keep], Ok(())), "keep {keep}");
+        }
+        // A bad row in a batch of either thread: the events before it,
+        // then its error at its position.
+        for bad in [0, 7, BATCH_ROWS - 1, BATCH_ROWS, BATCH_ROWS + 9, 3 * BATCH_ROWS + 5, n - 1] {
+            let mut rows = good.clone();
+            rows[bad].data = "{".into();
+            let (events, result) = decoded_half_by_the_reader(&rows, usize::MAX);
+            assert_eq!((&events[..], result), (&expected[..bad], Err(bad as u64)), "bad {bad}");
+            // Found bad by the reading thread (in a full batch: it hands on
+            // the last one as it is), which reads no further.
+            if (bad / BATCH_ROWS) % 2 == 1 && (bad / BATCH_ROWS + 1) * BATCH_ROWS <= n {
+                let (_, read) = decoded_half_by_the_reader_reading(&rows, usize::MAX);
+                assert_eq!(read, (bad / BATCH_ROWS + 1) * BATCH_ROWS, "bad {bad}");
+            }
+            // Stopped before it, the consumer never hears of it.
+            if bad > 0 {
+                let (events, result) = decoded_half_by_the_reader(&rows, bad);
+                assert_eq!((&events[..], result), (&expected[..bad], Ok(())), "bad {bad}");
+            }
+        }
     }
 
     #[test]
