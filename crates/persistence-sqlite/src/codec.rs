@@ -113,6 +113,33 @@ pub(crate) fn read_row_ref<'a>(
 /// [`read_row_ref`]'s error, so the first bad column in column order is
 /// named, UTF-8 or not, as before.
 pub(crate) fn read_row_bytes<'a>(row: &'a rusqlite::Row<'_>) -> Result<RowBytes<'a>, LoadError> {
+    // Every row of a load passes here, on the thread that steps through
+    // them, which is the load's slower one: the columns are read as
+    // their types are expected, with nothing to carry but `None`, and
+    // only a row that is not what it should be goes through the checks
+    // that name what is wrong with it.
+    let expected = || -> Option<RowBytes<'a>> {
+        let int = |index| match row.get_ref(index).ok()? {
+            ValueRef::Integer(v) => Some(v),
+            _ => None,
+        };
+        let text = |index| match row.get_ref(index).ok()? {
+            ValueRef::Text(bytes) => Some(Some(bytes)),
+            ValueRef::Null => Some(None),
+            _ => None,
+        };
+        Some(RowBytes {
+            seq: int(0)?,
+            time: int(1)?,
+            event_type: text(2)??,
+            data: text(3)??,
+            source_event_seqs: text(4)?,
+            surface_op: text(5)?,
+        })
+    };
+    if let Some(row) = expected() {
+        return Ok(row);
+    }
     let read = || -> Result<RowBytes<'a>, LoadError> {
         let required = |column: &str, bytes: Option<&'a [u8]>| bytes.ok_or_else(|| null(column, None));
         Ok(RowBytes {
@@ -125,4 +152,64 @@ pub(crate) fn read_row_bytes<'a>(row: &'a rusqlite::Row<'_>) -> Result<RowBytes<
         })
     };
     read().map_err(|e| read_row_ref(row, None).err().unwrap_or(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `read_row_bytes` of the one row `select` gives: its columns as
+    /// (seq, time, type, data, sources, op), or the error's detail.
+    #[allow(clippy::type_complexity)]
+    fn read(select: &str) -> Result<(i64, i64, Vec<u8>, Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>), String> {
+        let conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
+        let mut stmt = conn.prepare(select).expect("statement");
+        let mut rows = stmt.query([]).expect("query");
+        let row = rows.next().expect("step").expect("one row");
+        read_row_bytes(row)
+            .map(|r| {
+                let owned = |b: &[u8]| b.to_vec();
+                (
+                    r.seq,
+                    r.time,
+                    owned(r.event_type),
+                    owned(r.data),
+                    r.source_event_seqs.map(owned),
+                    r.surface_op.map(owned),
+                )
+            })
+            .map_err(|e| e.detail().to_owned())
+    }
+
+    #[test]
+    fn a_row_of_the_expected_types_is_read_as_it_is() {
+        assert_eq!(
+            read("SELECT 3, 7, 'x/p', '{}', NULL, '\"append\"'"),
+            Ok((3, 7, b"x/p".to_vec(), b"{}".to_vec(), None, Some(b"\"append\"".to_vec())))
+        );
+        // Not UTF-8: read as bytes, checked a batch at a time later.
+        assert_eq!(
+            read("SELECT 3, 7, 'x/p', CAST(x'7bff7d' AS TEXT), NULL, NULL").map(|r| r.3),
+            Ok(b"{\xff}".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_row_of_other_types_names_its_first_bad_column() {
+        for (select, detail) in [
+            ("SELECT 'a', 7, 'x/p', '{}', NULL, NULL", "column `seq` holds Text, not INTEGER"),
+            ("SELECT 3, NULL, 'x/p', '{}', NULL, NULL", "column `time` holds Null, not INTEGER"),
+            ("SELECT 3, 7, x'00', '{}', NULL, NULL", "column `type` holds Blob, not TEXT"),
+            ("SELECT 3, 7, 'x/p', NULL, NULL, NULL", "column `data` is NULL"),
+            ("SELECT 3, 7, 'x/p', '{}', 1.5, NULL", "column `source_event_seqs` holds Real, not TEXT"),
+            ("SELECT 3, 7, 'x/p', '{}', NULL, 2", "column `surface_op` holds Integer, not TEXT"),
+            // The first bad column in column order, UTF-8 included.
+            ("SELECT 3, 7, CAST(x'ff' AS TEXT), NULL, NULL, NULL", "column `type` is not UTF-8"),
+        ] {
+            let err = read(select).expect_err(select);
+            assert!(err.starts_with(detail), "{select}: {err}");
+        }
+        // Too few columns: an error, not a panic.
+        assert!(read("SELECT 3, 7, 'x/p', '{}', NULL").expect_err("five columns").contains("surface_op"));
+    }
 }
