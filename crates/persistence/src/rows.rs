@@ -958,19 +958,25 @@ mod tests {
         decode_while_reading(threads, read).expect("reading cannot fail here").map_err(|e| e.0)
     }
 
+    /// `n` valid rows of a plugin event, seqs 0 to `n - 1`.
+    fn plugin_rows(n: usize) -> Vec<EventRow> {
+        (0..n as i64)
+            .map(|seq| EventRow {
+                seq,
+                time: 1,
+                event_type: EventType::parse("x/p"),
+                data: format!("{{\"i\":{seq}}}"),
+                source_event_seqs: None,
+                surface_op: None,
+            })
+            .collect()
+    }
+
     #[test]
     fn rows_decode_on_threads_exactly_as_in_order() {
-        let plugin = |seq: i64| EventRow {
-            seq,
-            time: 1,
-            event_type: EventType::parse("x/p"),
-            data: format!("{{\"i\":{seq}}}"),
-            source_event_seqs: None,
-            surface_op: None,
-        };
         // Enough rows for several batches on every thread.
         let n = BATCH_ROWS * 5 + 17;
-        let good: Vec<EventRow> = (0..n as i64).map(plugin).collect();
+        let good = plugin_rows(n);
         let expected = decoded(&good, 1).expect("valid rows");
         assert_eq!(expected.len(), n);
         for threads in 2..6 {
@@ -1030,16 +1036,8 @@ mod tests {
 
     #[test]
     fn batches_the_reading_thread_decodes_come_out_as_decoded_in_order() {
-        let plugin = |seq: i64| EventRow {
-            seq,
-            time: 1,
-            event_type: EventType::parse("x/p"),
-            data: format!("{{\"i\":{seq}}}"),
-            source_event_seqs: None,
-            surface_op: None,
-        };
         let n = BATCH_ROWS * 5 + 17;
-        let good: Vec<EventRow> = (0..n as i64).map(plugin).collect();
+        let good = plugin_rows(n);
         let expected = decoded(&good, 1).expect("valid rows");
         let (events, result) = decoded_half_by_the_reader(&good, usize::MAX);
         assert_eq!((events, result), (expected.clone(), Ok(())));
