@@ -721,7 +721,9 @@ fn decode_batched<E>(
     // Decoded batches come back to be filled again.
     let (back_tx, back_rx) = mpsc::channel::<Batch>();
     std::thread::scope(|scope| {
-        let (tx, rx) = mpsc::sync_channel::<Batch>(4);
+        // Two batches queued are enough to keep the decoder busy; more
+        // would only be decoding left for it after the last row is read.
+        let (tx, rx) = mpsc::sync_channel::<Batch>(2);
         let decoder =
             std::thread::Builder::new().name("palimpsest-row-decode".into()).spawn_scoped(scope, || {
                 let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
@@ -753,39 +755,41 @@ fn decode_batched<E>(
                 return decode_as_read(|push| read(&mut |row| push(row.check())), &mut **consume);
             }
         };
-        let (mut batch, mut ranges, mut sent) = (Batch::default(), Vec::new(), 0);
+        let (mut ranges, mut sent) = (Vec::new(), 0);
+        // Hands a batch to the decoder, or decodes it here when the
+        // decoder is behind (its queue is full): on the benchmark workload
+        // decoding a batch takes a little longer than reading one, and
+        // either thread may lose its core for a while on a busy machine;
+        // this way neither waits. `false` when reading must stop: the
+        // decoder stopped (at a bad row, or because `consume` broke), or
+        // this thread found a bad row.
+        let mut hand_over = |mut batch: Batch| -> bool {
+            let first = sent;
+            sent += batch.rows.len() as u64;
+            if handoff == Handoff::WhenBehind || (first / BATCH_ROWS as u64).is_multiple_of(2) {
+                batch = match tx.try_send(batch) {
+                    Ok(()) => return !stopped.load(Ordering::Relaxed),
+                    Err(mpsc::TrySendError::Disconnected(_)) => return false,
+                    Err(mpsc::TrySendError::Full(batch)) => batch,
+                };
+            }
+            batch.decode_here(share, &mut ranges, first);
+            let failed = batch.failed.is_some();
+            tx.send(batch).is_ok() && !failed && !stopped.load(Ordering::Relaxed)
+        };
+        let mut batch = Batch::default();
         let read = read(&mut |row| {
             batch.push(row);
             if batch.rows.len() == BATCH_ROWS {
                 let empty = back_rx.try_recv().unwrap_or_default();
-                let full = std::mem::replace(&mut batch, empty);
-                let first = sent;
-                sent += full.rows.len() as u64;
-                // The decoder is behind when its queue is full: rather than
-                // wait for it, decode this batch here. On the benchmark
-                // workload decoding a batch takes a little longer than
-                // reading one, and either thread may lose its core for a
-                // while on a busy machine; this way neither waits.
-                let mut full = if handoff == Handoff::EveryOther && (first / BATCH_ROWS as u64) % 2 == 1 {
-                    full
-                } else {
-                    match tx.try_send(full) {
-                        Ok(()) => return !stopped.load(Ordering::Relaxed),
-                        Err(mpsc::TrySendError::Disconnected(_)) => return false,
-                        Err(mpsc::TrySendError::Full(full)) => full,
-                    }
-                };
-                full.decode_here(share, &mut ranges, first);
-                let failed = full.failed.is_some();
-                // A refused send means the decoder stopped: at a bad row,
-                // or because `consume` broke.
-                return tx.send(full).is_ok() && !failed && !stopped.load(Ordering::Relaxed);
+                return hand_over(std::mem::replace(&mut batch, empty));
             }
             true
         });
         if read.is_ok() && !batch.rows.is_empty() {
-            // As above: if refused, the decoder already stopped.
-            let _ = tx.send(batch);
+            // The last batch too: were it queued behind others, this thread
+            // would only wait for the decoder to reach it.
+            hand_over(batch);
         }
         drop(tx);
         let decoded = decoder.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -1054,11 +1058,10 @@ mod tests {
             rows[bad].data = "{".into();
             let (events, result) = decoded_half_by_the_reader(&rows, usize::MAX);
             assert_eq!((&events[..], result), (&expected[..bad], Err(bad as u64)), "bad {bad}");
-            // Found bad by the reading thread (in a full batch: it hands on
-            // the last one as it is), which reads no further.
-            if (bad / BATCH_ROWS) % 2 == 1 && (bad / BATCH_ROWS + 1) * BATCH_ROWS <= n {
+            // Found bad by the reading thread, which reads no further.
+            if (bad / BATCH_ROWS) % 2 == 1 {
                 let (_, read) = decoded_half_by_the_reader_reading(&rows, usize::MAX);
-                assert_eq!(read, (bad / BATCH_ROWS + 1) * BATCH_ROWS, "bad {bad}");
+                assert_eq!(read, ((bad / BATCH_ROWS + 1) * BATCH_ROWS).min(n), "bad {bad}");
             }
             // Stopped before it, the consumer never hears of it.
             if bad > 0 {
