@@ -721,9 +721,10 @@ fn decode_batched<E>(
     // Decoded batches come back to be filled again.
     let (back_tx, back_rx) = mpsc::channel::<Batch>();
     std::thread::scope(|scope| {
-        // Two batches queued are enough to keep the decoder busy; more
-        // would only be decoding left for it after the last row is read.
-        let (tx, rx) = mpsc::sync_channel::<Batch>(2);
+        // Four batches queued absorb a short stall of the decoder before
+        // the reader starts decoding; two measured no better (the
+        // seventeenth session, docs/performance.md).
+        let (tx, rx) = mpsc::sync_channel::<Batch>(4);
         let decoder =
             std::thread::Builder::new().name("palimpsest-row-decode".into()).spawn_scoped(scope, || {
                 let mut consume = consume_cell.lock().unwrap_or_else(|p| p.into_inner());
