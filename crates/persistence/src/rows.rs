@@ -447,7 +447,7 @@ impl Batch {
         self.failed = None;
     }
 
-    /// Decodes a full batch, whose first row is at position `*next`, into
+    /// Decodes a batch, whose first row is at position `*next`, into
     /// `consume`; `Ok(false)` when `consume` broke. Rows the reading
     /// thread decoded already are handed on as they are.
     fn decode(
@@ -479,10 +479,10 @@ impl Batch {
         decode_onto(next, rows, consume)
     }
 
-    /// Decodes a full batch, whose first row is at position `first`, on
-    /// this thread, keeping the events for the decoder to hand on: what
-    /// the reading thread does with a full batch when the decoder is
-    /// behind, so that neither thread waits for the other.
+    /// Decodes a batch, whose first row is at position `first`, on this
+    /// thread, keeping the events for the decoder to hand on: what the
+    /// reading thread does with a batch when the decoder is behind, so
+    /// that neither thread waits for the other.
     fn decode_here(&mut self, share: bool, ranges: &mut Vec<Option<Range<usize>>>, first: u64) {
         let mut events = std::mem::take(&mut self.events);
         let mut next = first;
@@ -690,8 +690,8 @@ pub fn decode_bytes_into_with<E>(
     decode_batched(threads, share, Handoff::WhenBehind, read, consume)
 }
 
-/// Which full batches the reading thread decodes itself instead of
-/// handing them to the decoder.
+/// Which batches (each full one, and the last) the reading thread decodes
+/// itself instead of handing them to the decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Handoff {
     /// Those it finds the decoder's queue full for.
