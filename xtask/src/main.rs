@@ -38,7 +38,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("tidy", "run the repository-wide tidy checks (module docs, whitespace, manifests, banned deps)"),
     (
         "bench",
-        "build the benchmark suite in release and run it: [--quick] [--sizes N,..] [--only S] [--json FILE]",
+        "build the benchmark suite in release and run it: [--quick] [--sizes N,..] [--only S] [--json FILE] [--turns]",
     ),
     ("fuzz", "run the cargo-fuzz targets (needs cargo-fuzz): [--seconds N] [TARGET]"),
     ("man", "write the CLI's manual pages (one per command) into target/man/: [--out DIR]"),

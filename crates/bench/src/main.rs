@@ -106,6 +106,7 @@ fn parse_args() -> Result<Args, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => args.sizes = vec![10_000, 100_000],
+            "--turns" => measure::show_turns(),
             "--sizes" => {
                 let v = it.next().ok_or("--sizes needs a list, e.g. 1000,10000")?;
                 args.sizes = v
@@ -136,7 +137,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 return Err(
-                    "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE] | --workload-file N FILE | --pruned-workload-file N FILE"
+                    "usage: palimpsest-bench [--quick] [--sizes N,N,...] [--only SECTION] [--json FILE] [--turns] | --workload-file N FILE | --pruned-workload-file N FILE"
                         .into(),
                 );
             }

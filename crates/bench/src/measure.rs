@@ -1,7 +1,17 @@
 //! Timing and memory probes: medians of repeated runs, and resident memory
 //! read from `/proc/self/status`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Whether [`medians_alternated`] prints each of its turns (`--turns`).
+static SHOW_TURNS: AtomicBool = AtomicBool::new(false);
+
+/// Prints every turn of the figures timed in turns, on stderr: the spread
+/// behind a median, where the machine's noise is what is in question.
+pub(crate) fn show_turns() {
+    SHOW_TURNS.store(true, Ordering::Relaxed);
+}
 
 /// Runs `setup` then times `run` on its output, `runs` times; returns the
 /// median. Setup time is not counted.
@@ -29,6 +39,7 @@ pub(crate) fn median<S, T>(
 /// timings (milliseconds, a sync each), where two runs one after the other
 /// drifted by more than the difference they measure.
 pub(crate) fn medians_alternated<S, T, U>(
+    what: &str,
     runs: usize,
     mut setup: impl FnMut() -> S,
     mut a: impl FnMut(S) -> T,
@@ -39,10 +50,25 @@ pub(crate) fn medians_alternated<S, T, U>(
         times.0.push(median(1, &mut setup, &mut a));
         times.1.push(median(1, &mut setup, &mut b));
     }
+    if SHOW_TURNS.load(Ordering::Relaxed) {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("{}", turns_line(what, &times.0, &times.1));
+        }
+    }
     for t in [&mut times.0, &mut times.1] {
         t.sort_unstable();
     }
     (times.0[times.0.len() / 2], times.1[times.1.len() / 2])
+}
+
+/// One line for `--turns`: each turn's two timings in ms and `b / a`,
+/// the ratio the report gives of the medians (above 1: `a` is faster).
+fn turns_line(what: &str, a: &[Duration], b: &[Duration]) -> String {
+    let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+    let turns: Vec<String> =
+        a.iter().zip(b).map(|(a, b)| format!("{:.2}/{:.2} {:.2}x", ms(a), ms(b), ms(b) / ms(a))).collect();
+    format!("    turns of {what} (ms, ms, ratio): {}", turns.join(", "))
 }
 
 /// Nanoseconds per call of `f`, the median of several batches of `calls`.
@@ -67,4 +93,18 @@ pub(crate) fn proc_status_bytes(field: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turns_line_gives_each_turn_and_its_ratio_in_order() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            turns_line("x against y", &[ms(100), ms(50)], &[ms(90), ms(60)]),
+            "    turns of x against y (ms, ms, ratio): 100.00/90.00 0.90x, 50.00/60.00 1.20x"
+        );
+    }
 }

@@ -118,6 +118,7 @@ pub(crate) fn jsonl(w: &Workload) -> Result<Vec<Row>, String> {
     // Against a baseline of the same lines, one write each, then one fsync;
     // a few milliseconds each, so timed in turns, and more often.
     let (each, raw_each) = medians_alternated(
+        &format!("the jsonl appends of the first {m} events one at a time against raw writes"),
         runs.max(ONE_BY_ONE_RUNS),
         &mut fresh_dir,
         |dir| append_one_by_one(&JsonlStore::open(&dir).map_err(err)?, w),
@@ -340,6 +341,7 @@ fn sqlite_loads(w: &Workload, db: &Path) -> Result<Vec<Row>, String> {
     // the goal's margin on a noisy VM, for the same binary from one
     // process to the next (docs/performance.md, fifteenth session).
     let (load, select) = medians_alternated(
+        &format!("the sqlite load + validate of {} events against the bare select", w.n),
         runs.max(LOAD_TURNS),
         || SqliteStore::open(db).map_err(err),
         |store| store.map(|store| (load_validate(&store, &w.header.id), store)),
