@@ -6,7 +6,9 @@
 //! that was most of the allocator's work. The types here mirror those
 //! payloads field for field, with the same serde attributes, but read each
 //! string without keeping it ([`AnyStr`]). Only the two ids a `tool/result`
-//! must agree on are kept.
+//! must agree on are kept. Before them, the most common payloads are
+//! matched as the very text serde writes of them, with no parser: chunks
+//! and markers here, messages and calls in [`plain`].
 //!
 //! This is an accelerator, never the judge: [`check`] answering
 //! [`Verdict::Unsure`] sends the caller to the owned types, which decide,
@@ -33,6 +35,8 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use crate::event::{leading_u64, EventType};
+
+mod plain;
 use crate::payload::{is_base64, only_true, present, Role};
 use crate::tagged::tagged_enum;
 
@@ -63,33 +67,44 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
     match event_type {
         // Most events of a log: matched as text, a fixed set of keys each
         // named once, before any parser.
-        EventType::AssistantChunk => {
-            complete(is_plain_delta(data) || is_plain_usage(data) || read::<AssistantChunk>(data).is_some())
-        }
+        EventType::AssistantChunk => complete(
+            is_plain_delta(data)
+                || is_plain_usage(data)
+                || plain::is_plain_tool_call_delta(data)
+                || read::<AssistantChunk>(data).is_some(),
+        ),
         // The turn and step markers, matched as text: the owned check (and
         // the key scan after it) cost several times the matching.
         EventType::TurnStart => complete(plain_ints(data, &["turn"])),
         EventType::StepStart | EventType::StepEnd => complete(plain_ints(data, &["turn", "step"])),
         EventType::TurnEnd => complete(is_plain_turn_end(data)),
-        EventType::ToolCall => complete(read::<ToolCall>(data).is_some()),
-        EventType::UserMessage => {
-            complete(read::<WithMessage>(data).is_some_and(|p| p.message.role == Role::User))
-        }
-        EventType::ContextMessage | EventType::SteeringMessage => {
-            complete(read::<MessageOnly>(data).is_some_and(|p| p.message.role == Role::User))
-        }
-        EventType::AssistantMessage => {
-            complete(read::<AssistantMessage>(data).is_some_and(|p| p.message.role == Role::Assistant))
-        }
-        EventType::ToolResult => complete(read::<ToolResult>(data).is_some_and(|r| {
-            let m = &r.message;
-            match (&m.content, &m.source) {
-                (Blocks::Lone(Block::ToolResult { tool_call_id, .. }), Source::Tool { call_id }) => {
-                    m.role == Role::User && tool_call_id == call_id
-                }
-                _ => false,
-            }
-        })),
+        // Messages and calls as serde writes them are matched as text too
+        // (`plain`); the mirrors read the rest.
+        EventType::ToolCall => complete(plain::is_plain_tool_call(data) || read::<ToolCall>(data).is_some()),
+        EventType::UserMessage => complete(
+            plain::is_plain_user_message(data, true)
+                || read::<WithMessage>(data).is_some_and(|p| p.message.role == Role::User),
+        ),
+        EventType::ContextMessage | EventType::SteeringMessage => complete(
+            plain::is_plain_user_message(data, false)
+                || read::<MessageOnly>(data).is_some_and(|p| p.message.role == Role::User),
+        ),
+        EventType::AssistantMessage => complete(
+            plain::is_plain_assistant_message(data)
+                || read::<AssistantMessage>(data).is_some_and(|p| p.message.role == Role::Assistant),
+        ),
+        EventType::ToolResult => complete(
+            plain::is_plain_tool_result(data)
+                || read::<ToolResult>(data).is_some_and(|r| {
+                    let m = &r.message;
+                    match (&m.content, &m.source) {
+                        (Blocks::Lone(Block::ToolResult { tool_call_id, .. }), Source::Tool { call_id }) => {
+                            m.role == Role::User && tool_call_id == call_id
+                        }
+                        _ => false,
+                    }
+                }),
+        ),
         // Settings keep unknown keys (flattened), so their keys are not
         // all seen by a derived visitor: valid at best.
         EventType::SessionSettings => {

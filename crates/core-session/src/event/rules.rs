@@ -209,10 +209,10 @@ fn check_sources(seq: u64, event_type: &EventType, sources: &[u64]) -> Result<()
 
 /// Checks a core payload's shape (section 1.2). Plugin data is opaque.
 pub(super) fn check_payload(seq: u64, event_type: &EventType, text: &str) -> Result<(), AppendError> {
-    // The common case, in one pass and without allocating: a plain chunk
-    // matched as text, or a payload the strict mirrors read whole, is
-    // valid, within the depth limit and names no key twice (see `shape`),
-    // so nothing below has anything to find.
+    // The common case, in one pass and without allocating: a chunk or a
+    // message matched as the text serde writes, or a payload the strict
+    // mirrors read whole, is valid, within the depth limit and names no
+    // key twice (see `shape`), so nothing below has anything to find.
     let verdict = shape::check(event_type, text);
     if verdict == shape::Verdict::Complete {
         return Ok(());
