@@ -130,8 +130,11 @@ fn is_plain_delta(data: &str) -> bool {
         let (index, rest) = leading_u64(rest.strip_prefix("\",\"index\":")?)?;
         u32::try_from(index).ok()?;
         let text = rest.strip_prefix(",\"text\":\"")?.strip_suffix("\"}}")?;
-        // A string JSON takes as it is: no quote, no escape, no control byte.
-        text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\').then_some(())
+        // A string JSON takes as it is: no quote, no escape, no control
+        // byte. Branch-free over the text, so that it vectorizes: deltas
+        // are most of a log's events.
+        let special = |b: u8| u8::from(b < 0x20) | u8::from(b == b'"') | u8::from(b == b'\\');
+        (text.bytes().fold(0, |any, b| any | special(b)) == 0).then_some(())
     };
     matched().is_some()
 }
