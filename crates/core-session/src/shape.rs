@@ -68,7 +68,7 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
         // Most events of a log: matched as text, a fixed set of keys each
         // named once, before any parser.
         EventType::AssistantChunk => complete(
-            is_plain_delta(data)
+            plain::is_plain_text_delta(data)
                 || is_plain_usage(data)
                 || plain::is_plain_tool_call_delta(data)
                 || read::<AssistantChunk>(data).is_some(),
@@ -117,26 +117,6 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
         // The rest hold integers or are rare: the owned check is as cheap.
         _ => Verdict::Unsure,
     }
-}
-
-/// A text or reasoning delta exactly as serde writes one, with a text that
-/// needs no escaping: most events of a log are such chunks (80% of the
-/// benchmark workload), so they are matched as text, without a parser.
-/// Anything else, even a valid delta written another way, answers `false`.
-fn is_plain_delta(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let rest = plain_ints_then(data, &["turn", "step"])?.strip_prefix(",\"chunk\":{\"type\":\"")?;
-        let rest = rest.strip_prefix("text-delta").or_else(|| rest.strip_prefix("reasoning-delta"))?;
-        let (index, rest) = leading_u64(rest.strip_prefix("\",\"index\":")?)?;
-        u32::try_from(index).ok()?;
-        let text = rest.strip_prefix(",\"text\":\"")?.strip_suffix("\"}}")?;
-        // A string JSON takes as it is: no quote, no escape, no control
-        // byte. Branch-free over the text, so that it vectorizes: deltas
-        // are most of a log's events.
-        let special = |b: u8| u8::from(b < 0x20) | u8::from(b == b'"') | u8::from(b == b'\\');
-        (text.bytes().fold(0, |any, b| any | special(b)) == 0).then_some(())
-    };
-    matched().is_some()
 }
 
 /// An object of integer keys exactly as serde writes it: `keys` in order,
@@ -941,13 +921,14 @@ pub(crate) mod tests {
 
         #[test]
         fn a_plain_delta_is_one_the_owned_types_accept((seed, text) in delta()) {
-            if is_plain_delta(&text) {
+            if plain::is_plain_text_delta(&text) {
                 let owned = check_owned_payload(0, &EventType::AssistantChunk, &text);
                 prop_assert!(owned.is_ok(), "{}: {:?}", text, owned);
             }
-            // And the fast path is taken for what serde writes, escapes aside.
-            if !seed.contains('\\') {
-                prop_assert!(is_plain_delta(&seed), "{}", seed);
+            // And the fast path is taken for what serde writes, `\u`
+            // escapes aside.
+            if !seed.contains("\\u") {
+                prop_assert!(plain::is_plain_text_delta(&seed), "{}", seed);
             }
         }
     }
