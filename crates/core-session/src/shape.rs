@@ -885,6 +885,24 @@ pub(crate) mod tests {
         assert!(complete_at_limit, "no payload within two levels of the limit was complete");
     }
 
+    /// `seed` with each edit made in turn: at a position (moved back to a
+    /// character's start), a character removed or a piece inserted.
+    pub(super) fn edited(seed: &str, edits: Vec<(prop::sample::Index, &str, bool)>) -> String {
+        let mut text = seed.to_owned();
+        for (at, piece, remove) in edits {
+            let mut i = at.index(text.len() + 1);
+            while !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            if remove && i < text.len() {
+                text.remove(i);
+            } else {
+                text.insert_str(i, piece);
+            }
+        }
+        text
+    }
+
     /// Deltas as serde writes them, text of any characters, then edited.
     fn delta() -> impl Strategy<Value = (String, String)> {
         let chunk = (0u64..3, 0u64..300, any::<bool>(), 0u32..5, ".{0,12}").prop_map(
@@ -900,18 +918,7 @@ pub(crate) mod tests {
         const PIECES: &[&str] = &["\"", "\\", "}", "0", "-", "1.5", ",\"x\":1", "\u{1}", " ", "99999999999"];
         let edit = (any::<prop::sample::Index>(), prop::sample::select(PIECES), any::<bool>());
         (chunk, prop::collection::vec(edit, 0..2)).prop_map(|(seed, edits)| {
-            let mut text = seed.clone();
-            for (at, piece, remove) in edits {
-                let mut i = at.index(text.len() + 1);
-                while !text.is_char_boundary(i) {
-                    i -= 1;
-                }
-                if remove && i < text.len() {
-                    text.remove(i);
-                } else {
-                    text.insert_str(i, piece);
-                }
-            }
+            let text = edited(&seed, edits);
             (seed, text)
         })
     }
@@ -982,15 +989,7 @@ pub(crate) mod tests {
                 ];
                 let edit = (any::<prop::sample::Index>(), prop::sample::select(PIECES), any::<bool>());
                 prop::collection::vec(edit, 0..2).prop_map(move |edits| {
-                    let mut text = seed.clone();
-                    for (at, piece, remove) in edits {
-                        let i = at.index(text.len() + 1);
-                        if remove && i < text.len() {
-                            text.remove(i);
-                        } else {
-                            text.insert_str(i, piece);
-                        }
-                    }
+                    let text = edited(&seed, edits);
                     (EventType::parse(event_type), seed.clone(), text)
                 })
             },

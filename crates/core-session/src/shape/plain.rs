@@ -467,18 +467,7 @@ mod tests {
         ];
         let edit = (any::<prop::sample::Index>(), prop::sample::select(PIECES), any::<bool>());
         (written(), prop::collection::vec(edit, 0..3)).prop_map(|((event_type, seed, plain), edits)| {
-            let mut text = seed.clone();
-            for (at, piece, remove) in edits {
-                let mut i = at.index(text.len() + 1);
-                while !text.is_char_boundary(i) {
-                    i -= 1;
-                }
-                if remove && i < text.len() {
-                    text.remove(i);
-                } else {
-                    text.insert_str(i, piece);
-                }
-            }
+            let text = crate::shape::tests::edited(&seed, edits);
             (event_type, seed, plain, text)
         })
     }
