@@ -7,8 +7,9 @@
 //! payloads field for field, with the same serde attributes, but read each
 //! string without keeping it ([`AnyStr`]). Only the two ids a `tool/result`
 //! must agree on are kept. Before them, the most common payloads are
-//! matched as the very text serde writes of them, with no parser: chunks
-//! and markers here, messages and calls in [`plain`].
+//! matched as the very text serde writes of them, with no parser: turn
+//! and step markers and usage chunks here; deltas, messages and calls in
+//! [`plain`].
 //!
 //! This is an accelerator, never the judge: [`check`] answering
 //! [`Verdict::Unsure`] sends the caller to the owned types, which decide,
@@ -35,10 +36,10 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use crate::event::{leading_u64, EventType};
-
-mod plain;
 use crate::payload::{is_base64, only_true, present, Role};
 use crate::tagged::tagged_enum;
+
+mod plain;
 
 /// What the fast check knows of a payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,14 +3,15 @@
 //! `tool/result`, `assistant/message`, the three user-side messages and
 //! `tool/call`.
 //!
-//! They are a seventh of the benchmark workload's events but most of its
-//! bytes besides the chunks, and reading them through serde's visitors
-//! was a third of a load's decoding (docs/performance.md, eighteenth
-//! session): thousands of instructions each besides their strings. A payload
-//! written exactly as [`crate::payload`]'s types serialize (their keys in
-//! their order, each once, no whitespace) is matched here in one pass.
+//! Deltas are most of a log's events. The messages and calls are a
+//! seventh of the benchmark workload's events but most of its other
+//! bytes, and reading them through serde's visitors was a third of a
+//! load's decoding (docs/performance.md, eighteenth session): thousands
+//! of instructions each besides their strings. A payload written exactly
+//! as [`crate::payload`]'s types serialize (their keys in their order,
+//! each once, no whitespace) is matched here in one pass.
 //!
-//! Like the chunk matchers of the parent module, this is an accelerator,
+//! Like the marker matchers of the parent module, this is an accelerator,
 //! never the judge: `false` sends the payload to the strict mirrors, then
 //! to the owned types, which decide and word the error. Anything written
 //! another way answers `false`: keys in another order or named twice, an
