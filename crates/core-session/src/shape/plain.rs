@@ -15,10 +15,10 @@
 //! never the judge: `false` sends the payload to the strict mirrors, then
 //! to the owned types, which decide and word the error. Anything written
 //! another way answers `false`: keys in another order or named twice, an
-//! image block (its data must be base64), a tool result inside a tool
-//! result's content other than text, a `\u` escape (a lone surrogate is
-//! refused by the owned types, which unescape it). What is matched is valid,
-//! names no key twice and is a few levels deep, so its verdict is complete.
+//! image block (its data must be base64), anything but text blocks in a
+//! tool result's content, a `\u` escape (a lone surrogate is refused by
+//! the owned types, which unescape it). What is matched is valid, names no
+//! key twice and is a few levels deep, so its verdict is complete.
 
 use crate::event::leading_u64;
 
