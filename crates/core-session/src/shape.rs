@@ -7,9 +7,8 @@
 //! payloads field for field, with the same serde attributes, but read each
 //! string without keeping it ([`AnyStr`]). Only the two ids a `tool/result`
 //! must agree on are kept. Before them, the most common payloads are
-//! matched as the very text serde writes of them, with no parser: turn
-//! and step markers and usage chunks here; deltas, messages and calls in
-//! [`plain`].
+//! matched as the very text serde writes of them, with no parser
+//! ([`plain`]).
 //!
 //! This is an accelerator, never the judge: [`check`] answering
 //! [`Verdict::Unsure`] sends the caller to the owned types, which decide,
@@ -35,7 +34,7 @@
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use crate::event::{leading_u64, EventType};
+use crate::event::EventType;
 use crate::payload::{is_base64, only_true, present, Role};
 use crate::tagged::tagged_enum;
 
@@ -70,15 +69,15 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
         // named once, before any parser.
         EventType::AssistantChunk => complete(
             plain::is_plain_text_delta(data)
-                || is_plain_usage(data)
+                || plain::is_plain_usage(data)
                 || plain::is_plain_tool_call_delta(data)
                 || read::<AssistantChunk>(data).is_some(),
         ),
         // The turn and step markers, matched as text: the owned check (and
         // the key scan after it) cost several times the matching.
-        EventType::TurnStart => complete(plain_ints(data, &["turn"])),
-        EventType::StepStart | EventType::StepEnd => complete(plain_ints(data, &["turn", "step"])),
-        EventType::TurnEnd => complete(is_plain_turn_end(data)),
+        EventType::TurnStart => complete(plain::is_plain_turn_start(data)),
+        EventType::StepStart | EventType::StepEnd => complete(plain::is_plain_step(data)),
+        EventType::TurnEnd => complete(plain::is_plain_turn_end(data)),
         // Messages and calls as serde writes them are matched as text too
         // (`plain`); the mirrors read the rest.
         EventType::ToolCall => complete(plain::is_plain_tool_call(data) || read::<ToolCall>(data).is_some()),
@@ -118,56 +117,6 @@ pub(crate) fn check(event_type: &EventType, data: &str) -> Verdict {
         // The rest hold integers or are rare: the owned check is as cheap.
         _ => Verdict::Unsure,
     }
-}
-
-/// An object of integer keys exactly as serde writes it: `keys` in order,
-/// each a JSON integer in `0..=u64::MAX`, nothing else. `{"turn":3}`,
-/// `{"turn":3,"step":1}`.
-fn plain_ints(data: &str, keys: &[&str]) -> bool {
-    plain_ints_then(data, keys).is_some_and(|rest| rest == "}")
-}
-
-/// [`plain_ints`] up to what follows the last integer.
-fn plain_ints_then<'a>(data: &'a str, keys: &[&str]) -> Option<&'a str> {
-    let mut rest = data.strip_prefix('{')?;
-    for (i, key) in keys.iter().enumerate() {
-        if i > 0 {
-            rest = rest.strip_prefix(',')?;
-        }
-        rest = rest.strip_prefix('"')?.strip_prefix(key)?.strip_prefix("\":")?;
-        rest = leading_u64(rest)?.1;
-    }
-    Some(rest)
-}
-
-/// A `turn/end` of a reason with no fields, exactly as serde writes it:
-/// `{"turn":3,"reason":{"kind":"completed"}}`.
-fn is_plain_turn_end(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let kind = plain_ints_then(data, &["turn"])?.strip_prefix(",\"reason\":{\"kind\":\"")?;
-        let kind = kind.strip_suffix("\"}}")?;
-        matches!(kind, "completed" | "max-tokens" | "interrupted").then_some(())
-    };
-    matched().is_some()
-}
-
-/// A usage chunk exactly as serde writes one: the two token counts, and
-/// the two optional ones where present, in order (5% of the benchmark
-/// workload's events, each read by serde before).
-fn is_plain_usage(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let rest = plain_ints_then(data, &["turn", "step"])?;
-        let mut rest = rest.strip_prefix(",\"chunk\":{\"type\":\"usage\",")?;
-        rest = rest.strip_prefix("\"inputTokens\":").and_then(leading_u64)?.1;
-        rest = rest.strip_prefix(",\"outputTokens\":").and_then(leading_u64)?.1;
-        for key in [",\"cachedInputTokens\":", ",\"reasoningTokens\":"] {
-            if let Some(after) = rest.strip_prefix(key) {
-                rest = leading_u64(after)?.1;
-            }
-        }
-        (rest == "}}").then_some(())
-    };
-    matched().is_some()
 }
 
 /// Any JSON string, read and dropped without unescaping it: serde_json

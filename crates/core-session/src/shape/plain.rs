@@ -1,9 +1,9 @@
 //! Payloads matched as the text serde writes them, before any parser:
-//! the text, reasoning and tool-call deltas of `assistant/chunk`,
+//! the turn and step markers, the chunks of `assistant/chunk`,
 //! `tool/result`, `assistant/message`, the three user-side messages and
 //! `tool/call`.
 //!
-//! Deltas are most of a log's events. The messages and calls are a
+//! Chunks and markers are most of a log's events. The messages and calls are a
 //! seventh of the benchmark workload's events but most of its other
 //! bytes, and reading them through serde's visitors was a third of a
 //! load's decoding (docs/performance.md, eighteenth session): thousands
@@ -11,8 +11,8 @@
 //! as [`crate::payload`]'s types serialize (their keys in their order,
 //! each once, no whitespace) is matched here in one pass.
 //!
-//! Like the marker matchers of the parent module, this is an accelerator,
-//! never the judge: `false` sends the payload to the strict mirrors, then
+//! Like the parent module, this is an accelerator, never the judge:
+//! `false` sends the payload to the strict mirrors, then
 //! to the owned types, which decide and word the error. Anything written
 //! another way answers `false`: keys in another order or named twice, an
 //! image block (its data must be base64), anything but text blocks in a
@@ -192,18 +192,117 @@ impl<'a> Plain<'a> {
         self.lit(",")
     }
 
+    /// A usage's members, braces aside: the two token counts, and the two
+    /// optional ones where present, in order.
+    fn usage_fields(&mut self) -> Option<()> {
+        self.lit("\"inputTokens\":")?;
+        self.int()?;
+        self.lit(",\"outputTokens\":")?;
+        self.int()?;
+        for key in [",\"cachedInputTokens\":", ",\"reasoningTokens\":"] {
+            if self.eat(key) {
+                self.int()?;
+            }
+        }
+        Some(())
+    }
+
     /// The end of the payload: its last `}`, and nothing after it.
     fn end(&mut self) -> Option<()> {
         (self.rest == "}").then_some(())
     }
 }
 
+/// Whether `data` is matched whole by `payload`, which steps a cursor
+/// over it up to its last `}`.
+fn matches<'a>(data: &'a str, payload: impl FnOnce(&mut Plain<'a>) -> Option<()>) -> bool {
+    let mut p = Plain { rest: data };
+    payload(&mut p).and_then(|()| p.end()).is_some()
+}
+
+/// `{"turn":3}`: a `turn/start` exactly as serde writes one.
+pub(super) fn is_plain_turn_start(data: &str) -> bool {
+    matches(data, |p| {
+        p.lit("{\"turn\":")?;
+        p.int().map(drop)
+    })
+}
+
+/// `{"turn":3,"step":1}`: a `step/start` or `step/end` exactly as serde
+/// writes one.
+pub(super) fn is_plain_step(data: &str) -> bool {
+    matches(data, |p| {
+        p.lit("{\"turn\":")?;
+        p.int()?;
+        p.lit(",\"step\":")?;
+        p.int().map(drop)
+    })
+}
+
+/// A `turn/end` of a reason with no fields, exactly as serde writes it:
+/// `{"turn":3,"reason":{"kind":"completed"}}`.
+pub(super) fn is_plain_turn_end(data: &str) -> bool {
+    matches(data, |p| {
+        p.lit("{\"turn\":")?;
+        p.int()?;
+        p.lit(",\"reason\":{\"kind\":\"")?;
+        if !(p.eat("completed") || p.eat("max-tokens") || p.eat("interrupted")) {
+            return None;
+        }
+        p.lit("\"}")
+    })
+}
+
+/// A usage chunk exactly as serde writes one (5% of the benchmark
+/// workload's events).
+pub(super) fn is_plain_usage(data: &str) -> bool {
+    matches(data, |p| {
+        p.turn_and_step()?;
+        p.lit("\"chunk\":{\"type\":\"usage\",")?;
+        p.usage_fields()?;
+        p.lit("}")
+    })
+}
+
+/// A text or reasoning delta exactly as serde writes one: most events of
+/// a log are such chunks (80% of the benchmark workload).
+pub(super) fn is_plain_text_delta(data: &str) -> bool {
+    matches(data, |p| {
+        p.turn_and_step()?;
+        p.lit("\"chunk\":{\"type\":\"")?;
+        if !(p.eat("text-delta") || p.eat("reasoning-delta")) {
+            return None;
+        }
+        p.lit("\",\"index\":")?;
+        u32::try_from(p.int()?).ok()?;
+        p.lit(",\"text\":")?;
+        p.string()?;
+        p.lit("}")
+    })
+}
+
+/// A tool-call delta chunk exactly as serde writes one.
+pub(super) fn is_plain_tool_call_delta(data: &str) -> bool {
+    matches(data, |p| {
+        p.turn_and_step()?;
+        p.lit("\"chunk\":{\"type\":\"tool-call-delta\",\"index\":")?;
+        u32::try_from(p.int()?).ok()?;
+        p.lit(",\"id\":")?;
+        p.string()?;
+        if p.eat(",\"name\":") {
+            p.string()?;
+        }
+        p.lit(",\"argumentsDelta\":")?;
+        p.string()?;
+        p.lit("}")
+    })
+}
+
 /// A `tool/result` exactly as serde writes one: role `user`, one
 /// tool-result block, a tool source of the same call id, and the optional
 /// `error`.
 pub(super) fn is_plain_tool_result(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let mut p = Plain { rest: data };
+    matches(data, |p| {
         p.turn_and_step()?;
         let ids = p.message("user")?;
         if ids.lone_result? != ids.source? {
@@ -215,106 +314,49 @@ pub(super) fn is_plain_tool_result(data: &str) -> bool {
             p.string()?;
             p.lit("}")?;
         }
-        p.end()
-    };
-    matched().is_some()
+        Some(())
+    })
 }
 
 /// An `assistant/message` exactly as serde writes one: role `assistant`,
 /// and the optional `usage` and `interrupted` (only ever `true`).
 pub(super) fn is_plain_assistant_message(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let mut p = Plain { rest: data };
+    matches(data, |p| {
         p.turn_and_step()?;
         p.message("assistant")?;
-        if p.eat(",\"usage\":{\"inputTokens\":") {
-            p.int()?;
-            p.lit(",\"outputTokens\":")?;
-            p.int()?;
-            for key in [",\"cachedInputTokens\":", ",\"reasoningTokens\":"] {
-                if p.eat(key) {
-                    p.int()?;
-                }
-            }
+        if p.eat(",\"usage\":{") {
+            p.usage_fields()?;
             p.lit("}")?;
         }
         p.eat(",\"interrupted\":true");
-        p.end()
-    };
-    matched().is_some()
+        Some(())
+    })
 }
 
 /// A `user/message` (`turn` optional) or, without `turn`, a context or
 /// steering message, exactly as serde writes one: role `user`.
 pub(super) fn is_plain_user_message(data: &str, turn: bool) -> bool {
-    let matched = || -> Option<()> {
-        let mut p = Plain { rest: data };
+    matches(data, |p| {
         p.lit("{")?;
         if turn && p.eat("\"turn\":") {
             p.int()?;
             p.lit(",")?;
         }
-        p.message("user")?;
-        p.end()
-    };
-    matched().is_some()
-}
-
-/// A text or reasoning delta exactly as serde writes one: most events of
-/// a log are such chunks (80% of the benchmark workload).
-pub(super) fn is_plain_text_delta(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let mut p = Plain { rest: data };
-        p.turn_and_step()?;
-        p.lit("\"chunk\":{\"type\":\"")?;
-        if !(p.eat("text-delta") || p.eat("reasoning-delta")) {
-            return None;
-        }
-        p.lit("\",\"index\":")?;
-        u32::try_from(p.int()?).ok()?;
-        p.lit(",\"text\":")?;
-        p.string()?;
-        p.lit("}")?;
-        p.end()
-    };
-    matched().is_some()
-}
-
-/// A tool-call delta chunk exactly as serde writes one (the usage chunks
-/// are matched in the parent).
-pub(super) fn is_plain_tool_call_delta(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let mut p = Plain { rest: data };
-        p.turn_and_step()?;
-        p.lit("\"chunk\":{\"type\":\"tool-call-delta\",\"index\":")?;
-        u32::try_from(p.int()?).ok()?;
-        p.lit(",\"id\":")?;
-        p.string()?;
-        if p.eat(",\"name\":") {
-            p.string()?;
-        }
-        p.lit(",\"argumentsDelta\":")?;
-        p.string()?;
-        p.lit("}")?;
-        p.end()
-    };
-    matched().is_some()
+        p.message("user").map(drop)
+    })
 }
 
 /// A `tool/call` exactly as serde writes one.
 pub(super) fn is_plain_tool_call(data: &str) -> bool {
-    let matched = || -> Option<()> {
-        let mut p = Plain { rest: data };
+    matches(data, |p| {
         p.turn_and_step()?;
         p.lit("\"callId\":")?;
         p.string()?;
         p.lit(",\"name\":")?;
         p.string()?;
         p.lit(",\"arguments\":")?;
-        p.string()?;
-        p.end()
-    };
-    matched().is_some()
+        p.string().map(drop)
+    })
 }
 
 #[cfg(test)]
