@@ -626,4 +626,36 @@ mod tests {
             assert_eq!(owned.is_ok(), valid, "{text}: {owned:?}");
         }
     }
+
+    /// A usage missing one of its two required counts, in a usage chunk
+    /// and in an assistant message: plain in neither, refused by the owned
+    /// types (the edits of the proptests seldom remove a whole member).
+    #[test]
+    fn a_usage_without_both_counts_is_not_plain() {
+        const MESSAGE: &str = r#"{"id":"a","role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"}}"#;
+        for usage in [r#""inputTokens":3"#, r#""outputTokens":2"#, r#""inputTokens":3,"cachedInputTokens":1"#]
+        {
+            let chunk = format!(r#"{{"turn":1,"step":1,"chunk":{{"type":"usage",{usage}}}}}"#);
+            let message = format!(r#"{{"turn":1,"step":1,"message":{MESSAGE},"usage":{{{usage}}}}}"#);
+            for (event_type, text, plain) in [
+                (EventType::AssistantChunk, &chunk, super::is_plain_usage(&chunk)),
+                (EventType::AssistantMessage, &message, super::is_plain_assistant_message(&message)),
+            ] {
+                assert!(!plain, "{text}");
+                assert!(check_owned_payload(0, &event_type, text).is_err(), "{text}");
+            }
+        }
+        // Both counts out of order: valid, but left to serde.
+        let chunk = r#"{"turn":1,"step":1,"chunk":{"type":"usage","outputTokens":2,"inputTokens":3}}"#;
+        assert!(!super::is_plain_usage(chunk));
+        assert!(check_owned_payload(0, &EventType::AssistantChunk, chunk).is_ok());
+        // Both counts, in order: plain in both.
+        let usage = r#""inputTokens":3,"outputTokens":2"#;
+        assert!(super::is_plain_usage(&format!(
+            r#"{{"turn":1,"step":1,"chunk":{{"type":"usage",{usage}}}}}"#
+        )));
+        assert!(super::is_plain_assistant_message(&format!(
+            r#"{{"turn":1,"step":1,"message":{MESSAGE},"usage":{{{usage}}}}}"#
+        )));
+    }
 }
